@@ -1,0 +1,134 @@
+"""The ``cudaopt`` command line: a thin layer over the core modules."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .experiment import Experiment, ExperimentError, load_experiment, load_launch
+
+app = typer.Typer(
+    help="Turn a workload description into a fast CUDA kernel you can trust.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+console = Console()
+errors = Console(stderr=True)
+
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_NO_GPU = 3
+
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="Experiment config file (JSON); flags override it.")]
+DescriptionOpt = Annotated[Optional[str], typer.Option("--description", help="What the kernel computes.")]
+SignatureOpt = Annotated[Optional[str], typer.Option("--signature", help='Kernel signature: extern "C" __global__ void name(...).')]
+ReferenceOpt = Annotated[Optional[Path], typer.Option("--reference", help="Trusted reference: a .cu kernel or a .py NumPy function.")]
+InitialOpt = Annotated[Optional[Path], typer.Option("--initial-kernel", help="The kernel to start from (.cu).")]
+CasesOpt = Annotated[Optional[Path], typer.Option("--input-cases", help="Input cases (JSON).")]
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
+    errors.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _experiment(config, description, signature, reference, initial_kernel, input_cases) -> Experiment:
+    try:
+        return load_experiment(
+            config, description=description, signature=signature, reference=reference,
+            initial_kernel=initial_kernel, input_cases=input_cases,
+        )
+    except ExperimentError as exc:
+        raise fail(str(exc)) from None
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh, indent=2, allow_nan=True)
+    os.replace(tmp, path)
+
+
+@app.command()
+def evaluate(
+    config: ConfigOpt = None,
+    description: DescriptionOpt = None,
+    signature: SignatureOpt = None,
+    reference: ReferenceOpt = None,
+    initial_kernel: InitialOpt = None,
+    input_cases: CasesOpt = None,
+    kernel: Annotated[Optional[Path], typer.Option("--kernel", help="Kernel to evaluate (default: the initial kernel).")] = None,
+    entry: Annotated[Optional[str], typer.Option("--entry", help="Entry point name (default: the signature's name).")] = None,
+    launch: Annotated[Optional[str], typer.Option("--launch", help='Launch configuration as JSON or a JSON file: {"grid": [...], "block": [...], "shared_bytes": 0}.')] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the full result here.")] = None,
+    warmup: Annotated[Optional[int], typer.Option(min=0, help="Warm-up launches per case (default 10).")] = None,
+    iterations: Annotated[Optional[int], typer.Option(min=1, help="Timed launches per case (default 100).")] = None,
+    device: Annotated[int, typer.Option(min=0, help="GPU ordinal.")] = 0,
+    time_reference: Annotated[bool, typer.Option(help="Also time a .cu reference, for the speed-up column.")] = True,
+) -> None:
+    """Check a kernel on every correctness and performance case, and time it honestly."""
+    from .evaluate import evaluate_kernel
+    from .evaluation.supervisor import Supervisor, WorkerError
+    from .render import evaluation_table
+
+    exp = _experiment(config, description, signature, reference, initial_kernel, input_cases)
+    path = kernel or exp.initial_kernel_path
+    if path is None:
+        raise fail("--kernel: no kernel given and the experiment has no initial kernel")
+    if not path.is_file():
+        raise fail(f"--kernel: {path} not found")
+    try:
+        launch_spec = load_launch(launch) if launch else None
+    except ExperimentError as exc:
+        raise fail(str(exc)) from None
+    protocol = exp.protocol()
+    if warmup is not None:
+        protocol.warmup = warmup
+    if iterations is not None:
+        protocol.iterations = iterations
+    try:
+        with Supervisor(devices=[device]) as supervisor:
+            with console.status(f"evaluating {path.name} on {len(exp.cases({'correctness', 'performance'}))} cases…"):
+                result = evaluate_kernel(exp, path.read_text(), supervisor, entry=entry, launch=launch_spec,
+                                         protocol=protocol, time_reference=time_reference)
+    except WorkerError as exc:
+        raise fail(str(exc), EXIT_NO_GPU) from None
+    console.print(evaluation_table(result))
+    if result.candidate.status == "compile_error" and result.candidate.reason:
+        console.print(result.candidate.reason, markup=False, highlight=False)
+    if json_out:
+        _write_json_atomic(json_out, result.to_dict())
+        console.print(f"result written to {json_out}")
+    if not result.candidate.ok:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command()
+def doctor() -> None:
+    """Report the GPU, driver, CUDA, NVRTC, cuda-core, ncu and model credentials."""
+    from .doctor import run_checks
+
+    table = Table(title="cudaopt doctor", title_justify="left")
+    for column in ("check", "status", "value", "what to do"):
+        table.add_column(column)
+    checks = run_checks()
+    for check in checks:
+        table.add_row(check.name, "[green]ok[/]" if check.ok else "[red]missing[/]", check.value,
+                      "" if check.ok else check.fix)
+    console.print(table)
+    essential = {"cuda-core", "NVRTC", "GPU"}
+    if any(not c.ok for c in checks if c.name in essential):
+        raise typer.Exit(EXIT_FAILED)
+
+
+def main() -> None:  # pragma: no cover
+    app()

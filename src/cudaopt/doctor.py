@@ -1,0 +1,89 @@
+"""``cudaopt doctor``: what this machine has, and what to do about what it lacks."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from importlib import metadata
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    value: str
+    fix: str = ""
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def run_checks() -> list[Check]:
+    checks = [Check("cudaopt", True, _version("cudaopt") or "source tree")]
+    core = _version("cuda-core")
+    checks.append(Check("cuda-core", core is not None, core or "missing", "pip install 'cuda-core[cu13]'"))
+    from .harness.gpu import nvrtc_version
+
+    nvrtc = nvrtc_version()
+    checks.append(Check("NVRTC", not nvrtc.startswith("unknown"), nvrtc, "pip install 'cuda-core[cu13]' (brings the NVRTC wheel)"))
+    checks.extend(_gpu_checks())
+    checks.append(_ncu_check())
+    key = bool(os.environ.get("OPENAI_API_KEY"))
+    checks.append(Check(
+        "model credentials", key, "OPENAI_API_KEY is set" if key else "OPENAI_API_KEY not set",
+        "export OPENAI_API_KEY=... (or use --base-url with a local OpenAI-compatible server)",
+    ))
+    return checks
+
+
+def _gpu_checks() -> list[Check]:
+    try:
+        from cuda.core import Device
+
+        from .harness.gpu import call
+
+        device = Device(0)
+        device.set_current()
+        props = device.properties
+        version = call("cuDriverGetVersion")
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+        return [Check("GPU", False, f"none usable ({reason})",
+                      "run on a machine with an NVIDIA GPU and driver (nvidia-smi should list it)")]
+    cc = device.compute_capability
+    return [
+        Check("GPU", True, f"{device.name} (sm_{cc.major}{cc.minor}, {props.multiprocessor_count} SMs, "
+              f"L2 {props.l2_cache_size // (1 << 20)} MiB)"),
+        Check("driver CUDA version", True, f"{version // 1000}.{version % 1000 // 10}"),
+    ]
+
+
+def _ncu_check() -> Check:
+    ncu = shutil.which("ncu")
+    if ncu is None:
+        return Check("Nsight Compute (ncu)", False, "not on PATH",
+                     "install Nsight Compute and put ncu on PATH (only --use-nsight needs it)")
+    try:
+        out = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=30).stdout
+        version = out.strip().splitlines()[-1] if out.strip() else "unknown version"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("Nsight Compute (ncu)", False, f"{ncu} does not run: {exc}", "reinstall Nsight Compute")
+    restricted = _profiling_restricted()
+    if restricted and os.geteuid() != 0:
+        return Check("Nsight Compute (ncu)", False, f"{version}; counters restricted to admins",
+                     "run as root or set NVreg_RestrictProfilingToAdminUsers=0 (ERR_NVGPUCTRPERM)")
+    return Check("Nsight Compute (ncu)", True, version)
+
+
+def _profiling_restricted() -> bool:
+    try:
+        with open("/proc/driver/nvidia/params") as fh:
+            return any(line.strip() == "RmProfilingAdminOnly: 1" for line in fh)
+    except OSError:
+        return False

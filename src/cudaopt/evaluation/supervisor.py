@@ -1,0 +1,240 @@
+"""The supervisor: worker processes, one per GPU, with per-phase timeouts and respawn.
+
+A candidate that hangs is killed with SIGKILL when its phase (compile, check, timing) runs past
+its timeout; one that crashes the GPU context retires its worker. Either way the failure is
+recorded with its type, what had finished is kept, and a fresh worker serves the next request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from ..harness.protocol import (
+    CaseResult,
+    CompileInfo,
+    EvalRequest,
+    EvalResult,
+    from_dict,
+    to_json,
+)
+
+STARTUP_TIMEOUT_S = 120.0
+
+
+class WorkerError(RuntimeError):
+    """A worker that could not start or stopped answering."""
+
+
+class Worker:
+    """One worker process pinned to one GPU."""
+
+    def __init__(self, device: int, log_path: Path, python: str = sys.executable):
+        self.device = device
+        self.log_path = log_path
+        self.python = python
+        self.proc: subprocess.Popen | None = None
+        self.info: dict = {}
+        self._buffer = b""
+
+    # --- process management --------------------------------------------------------------
+
+    def start(self) -> None:
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(self.device), PYTHONUNBUFFERED="1")
+        env.pop("CUDA_DEVICE_ORDER", None)
+        log = open(self.log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(
+                [self.python, "-m", "cudaopt.harness.worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=env,
+            )
+        finally:
+            log.close()
+        self._buffer = b""
+        message = self._read(time.monotonic() + STARTUP_TIMEOUT_S)
+        if message is None or message.get("type") != "ready":
+            detail = message.get("message") if message else "no answer"
+            self.kill()
+            raise WorkerError(f"GPU worker {self.device} did not start: {detail}; log: {self._tail()}")
+        self.info = message["device"]
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            for stream in (self.proc.stdin, self.proc.stdout):
+                if stream:
+                    stream.close()
+        self.proc = None
+
+    def stop(self) -> None:
+        """End the worker politely (close its input), killing it if it does not exit."""
+        if self.proc is None:
+            return
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+    # --- one request ---------------------------------------------------------------------
+
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        if not self.alive:
+            self.start()
+        assert self.proc is not None
+        start = time.monotonic()
+        partial = EvalResult(status="ok", request_id=request.id, device=self.info)
+        timeouts = request.timeouts
+        limits = {"compile": timeouts.compile_s, "check": timeouts.check_s, "timing": timeouts.timing_s}
+        phase, case = "compile", ""
+        deadline = start + limits["compile"]
+        try:
+            self.proc.stdin.write((to_json(request) + "\n").encode())
+            self.proc.stdin.flush()
+            while True:
+                message = self._read(deadline)
+                if message is None:
+                    self.kill()
+                    reason = f"{phase} phase ran past its {limits[phase]:g} s timeout; the worker was killed"
+                    return self._unfinished(partial, request, "timeout", reason, case, start)
+                kind = message.get("type")
+                if kind == "phase":
+                    phase, case = message["phase"], message.get("case", "")
+                    deadline = time.monotonic() + limits[phase]
+                elif kind == "compiled":
+                    partial.compile = from_dict(CompileInfo, message["compile"])
+                elif kind == "case":
+                    partial.cases.append(from_dict(CaseResult, message["case"]))
+                elif kind == "result":
+                    result = from_dict(EvalResult, message["result"])
+                    if _retired(result):  # the worker exits after a sticky CUDA error
+                        self._reap_if_exiting()
+                    return result
+        except (WorkerError, BrokenPipeError, OSError) as exc:
+            self.kill()
+            reason = f"the worker died during the {phase} phase ({exc}); log: {self._tail()}"
+            return self._unfinished(partial, request, "crashed", reason, case, start)
+
+    def _reap_if_exiting(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return
+        self.kill()
+
+    def _unfinished(self, partial: EvalResult, request: EvalRequest, status: str, reason: str,
+                    case: str, start: float) -> EvalResult:
+        """The result of a request the worker could not finish: done cases kept, the rest marked."""
+        done = {c.name for c in partial.cases}
+        for spec in request.cases:
+            if spec.name in done:
+                continue
+            if spec.name == case or (not case and status == "crashed"):
+                partial.cases.append(CaseResult(spec.name, spec.role, status, reason))
+                case = spec.name
+            else:
+                partial.cases.append(CaseResult(spec.name, spec.role, status, f"not run: {status} in case {case or '-'}"))
+        partial.status = status
+        partial.reason = f"case {case}: {reason}" if case else reason
+        partial.wall_s = round(time.monotonic() - start, 4)
+        return partial
+
+    def _read(self, deadline: float) -> dict | None:
+        """The next message, None at the deadline; WorkerError if the process closed its output."""
+        assert self.proc is not None and self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while True:
+            if b"\n" in self._buffer:
+                line, self._buffer = self._buffer.split(b"\n", 1)
+                if line.strip():
+                    return json.loads(line)
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if ready:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    raise WorkerError(f"worker exited with code {self.proc.wait()}")
+                self._buffer += chunk
+
+    def _tail(self, limit: int = 1500) -> str:
+        try:
+            data = self.log_path.read_bytes()[-limit:].decode(errors="replace").strip()
+        except OSError:
+            return "(no log)"
+        return data.replace("\n", " | ") or "(empty)"
+
+
+def _retired(result: EvalResult) -> bool:
+    return any(c.status == "crashed" for c in result.cases)
+
+
+class Supervisor:
+    """Evaluates requests on a pool of workers, one per GPU; use as a context manager."""
+
+    def __init__(self, devices: list[int] | None = None, log_dir: Path | None = None,
+                 python: str = sys.executable):
+        self.devices = devices if devices is not None else [0]
+        self._tmp = None
+        if log_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="cudaopt-workers-")
+            log_dir = Path(self._tmp.name)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir = log_dir
+        self.workers = [Worker(d, log_dir / f"worker-gpu{d}.log", python) for d in self.devices]
+        self._free: queue.Queue[Worker] = queue.Queue()
+        for worker in self.workers:
+            self._free.put(worker)
+
+    def __enter__(self) -> Supervisor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def device_info(self) -> dict:
+        """Facts about the first GPU (starts its worker if needed)."""
+        worker = self.workers[0]
+        if not worker.alive:
+            worker.start()
+        return worker.info
+
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        worker = self._free.get()
+        try:
+            return worker.evaluate(request)
+        finally:
+            self._free.put(worker)
+
+    def evaluate_many(self, requests: list[EvalRequest]) -> list[EvalResult]:
+        """Evaluate in parallel across the GPUs; results in request order."""
+        with ThreadPoolExecutor(max_workers=len(self.workers)) as pool:
+            return list(pool.map(self.evaluate, requests))
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()

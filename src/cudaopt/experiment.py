@@ -1,0 +1,396 @@
+"""Experiments: the user's description, signature, reference, initial kernel and input cases.
+
+Loaded from one config file (``--config``, paths relative to it) and/or seed-style flags
+(flags win), validated with pydantic, and turned into self-contained evaluation requests.
+Every problem is reported as one :class:`ExperimentError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .harness import expr
+from .harness.protocol import (
+    HARNESS_VERSION,
+    CaseSpec,
+    EvalRequest,
+    InitSpec,
+    InputSpec,
+    KernelSpec,
+    LaunchSpec,
+    OutputSpec,
+    ReferenceSpec,
+    TimingProtocol,
+    Timeouts,
+)
+from .harness.signature import Signature, SignatureError, parse_signature
+
+
+class ExperimentError(Exception):
+    """Bad input: ``file: field: message``."""
+
+    def __init__(self, file: str | Path, field: str, message: str):
+        self.file, self.field, self.message = str(file), field, message
+        super().__init__(f"{file}: {field}: {message}" if field else f"{file}: {message}")
+
+
+# --- input cases file ----------------------------------------------------------------------
+
+ExprValue = str | int | float
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class InitModel(_Model):
+    dist: Literal["uniform", "normal", "integers", "file"] = "uniform"
+    low: float = -1.0
+    high: float = 1.0
+    mean: float = 0.0
+    std: float = 1.0
+    file: str | None = None
+    vary: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> InitModel:
+        if self.dist == "file" and not self.file:
+            raise ValueError("dist 'file' needs a 'file' (a .npy path)")
+        if self.file and self.dist != "file":
+            self.dist = "file"
+        if self.dist in ("uniform", "integers") and not self.low < self.high:
+            raise ValueError(f"low ({self.low}) must be below high ({self.high})")
+        if self.dist == "normal" and self.std <= 0:
+            raise ValueError("std must be positive")
+        return self
+
+
+def _check_exprs(values: list[ExprValue]) -> list[ExprValue]:
+    for v in values:
+        if isinstance(v, str):
+            expr.parse(v)
+    return values
+
+
+class InputModel(_Model):
+    shape: list[ExprValue]
+    init: InitModel = Field(default_factory=InitModel)
+
+    _shape = field_validator("shape")(_check_exprs)
+
+
+class OutputModel(_Model):
+    shape: list[ExprValue]
+    rtol: float = Field(1e-5, ge=0)
+    atol: float = Field(1e-6, ge=0)
+
+    _shape = field_validator("shape")(_check_exprs)
+
+
+class LaunchModel(_Model):
+    grid: list[ExprValue] = Field(min_length=1, max_length=3)
+    block: list[ExprValue] = Field(min_length=1, max_length=3)
+    shared_bytes: ExprValue = 0
+
+    @field_validator("grid", "block", mode="before")
+    @classmethod
+    def _listify(cls, v: Any) -> Any:
+        return [v] if isinstance(v, (int, str)) else v
+
+    @model_validator(mode="after")
+    def _check(self) -> LaunchModel:
+        _check_exprs([*self.grid, *self.block, self.shared_bytes])
+        return self
+
+    def spec(self) -> LaunchSpec:
+        return LaunchSpec(grid=list(self.grid), block=list(self.block), shared_bytes=self.shared_bytes)
+
+
+class CaseModel(_Model):
+    name: str = Field(min_length=1)
+    role: Literal["correctness", "performance", "holdout"]
+    scalars: dict[str, int | float] = Field(default_factory=dict)
+    inputs: dict[str, InputModel] = Field(default_factory=dict)
+    outputs: dict[str, OutputModel]
+    launch: LaunchModel | None = None
+    flops: ExprValue | None = None
+    bytes: ExprValue | None = None
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _check(self) -> CaseModel:
+        _check_exprs([v for v in (self.flops, self.bytes) if v is not None])
+        return self
+
+
+class CasesFile(_Model):
+    launch: LaunchModel | None = None  # default for cases that give none
+    cases: list[CaseModel] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_list(cls, data: Any) -> Any:
+        return {"cases": data} if isinstance(data, list) else data
+
+
+# --- experiment config file ----------------------------------------------------------------
+
+
+class TimingModel(_Model):
+    warmup: int = Field(10, ge=0)
+    iterations: int = Field(100, ge=1)
+    flush_l2: bool = True
+    input_sets: int = Field(3, ge=1, le=8)
+    gate: bool = True
+
+
+class ConfigModel(_Model):
+    description: str | None = None
+    signature: str | None = None
+    reference: str | None = None
+    reference_entry: str | None = None
+    initial_kernel: str | None = None
+    input_cases: str | None = None
+    max_iterations: int | None = Field(None, ge=1)
+    timing: TimingModel = Field(default_factory=TimingModel)
+
+
+class Experiment:
+    """A validated experiment with every file read and hashed."""
+
+    def __init__(self, *, description: str, signature: Signature, signature_text: str,
+                 reference_path: Path, reference_entry: str, initial_kernel_path: Path | None,
+                 cases_path: Path, cases: CasesFile, timing: TimingModel, max_iterations: int):
+        self.description = description
+        self.signature = signature
+        self.signature_text = signature_text
+        self.reference_path = reference_path
+        self.reference_source = reference_path.read_text()
+        self.reference_entry = reference_entry
+        self.initial_kernel_path = initial_kernel_path
+        self.cases_path = cases_path
+        self.cases_file = cases
+        self.timing = timing
+        self.max_iterations = max_iterations
+        self.case_specs = [self._case_spec(c) for c in cases.cases]
+
+    @property
+    def reference_kind(self) -> str:
+        return "cu" if self.reference_path.suffix == ".cu" else "py"
+
+    def _case_spec(self, case: CaseModel) -> CaseSpec:
+        inputs = {}
+        for name, model in case.inputs.items():
+            init = InitSpec(**model.init.model_dump(exclude={"file"}))
+            if model.init.file:
+                path = (self.cases_path.parent / model.init.file).resolve()
+                init.file = str(path)
+                init.sha256 = _sha256_file(path)
+            inputs[name] = InputSpec(shape=list(model.shape), init=init)
+        launch = case.launch or self.cases_file.launch
+        return CaseSpec(
+            name=case.name,
+            role=case.role,
+            scalars=dict(case.scalars),
+            inputs=inputs,
+            outputs={k: OutputSpec(shape=list(v.shape), rtol=v.rtol, atol=v.atol) for k, v in case.outputs.items()},
+            launch=launch.spec() if launch else None,
+            flops=case.flops,
+            bytes=case.bytes,
+            seed=case.seed,
+        )
+
+    def cases(self, roles: set[str] | None = None) -> list[CaseSpec]:
+        return [c for c in self.case_specs if roles is None or c.role in roles]
+
+    def protocol(self) -> TimingProtocol:
+        t = self.timing
+        return TimingProtocol(warmup=t.warmup, iterations=t.iterations, flush_l2=t.flush_l2,
+                              input_sets=t.input_sets, gate=t.gate)
+
+    def reference_spec(self) -> ReferenceSpec:
+        return ReferenceSpec(kind=self.reference_kind, source=self.reference_source,
+                             entry=self.reference_entry, path=str(self.reference_path))
+
+    def request(self, source: str, *, entry: str | None = None, launch: LaunchSpec | None = None,
+                defines: dict | None = None, roles: set[str] | None = None, check: bool = True,
+                protocol: TimingProtocol | None = None, timeouts: Timeouts | None = None,
+                request_id: str = "") -> EvalRequest:
+        """A self-contained request to evaluate ``source`` on this experiment's cases."""
+        return EvalRequest(
+            signature=self.signature_text,
+            kernel=KernelSpec(source=source, entry=entry or self.signature.name, defines=dict(defines or {})),
+            cases=self.cases(roles if roles is not None else {"correctness", "performance"}),
+            reference=self.reference_spec(),
+            launch=launch,
+            protocol=protocol or self.protocol(),
+            timeouts=timeouts or Timeouts(),
+            check=check,
+            id=request_id,
+        )
+
+    def lock(self) -> dict:
+        """Hashes of everything that defines right and wrong; a resumed run must match them."""
+        files = {"reference": _sha256_file(self.reference_path), "input_cases": _sha256_file(self.cases_path)}
+        inputs = {
+            f"{c.name}/{n}": i.init.sha256 for c in self.case_specs for n, i in c.inputs.items() if i.init.sha256
+        }
+        body = {"harness_version": HARNESS_VERSION, "signature": self.signature_text, **files, "input_files": inputs}
+        body["lock"] = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        return body
+
+
+def _sha256_file(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# --- loading -------------------------------------------------------------------------------
+
+
+def _validation_message(exc: ValidationError) -> tuple[str, str]:
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err["loc"] if p != "__root__") or "(top level)"
+    message = err["msg"].removeprefix("Value error, ")
+    if len(exc.errors()) > 1:
+        message += f" (and {len(exc.errors()) - 1} more problem(s))"
+    return field, message
+
+
+def _read_json(path: Path, what: str) -> Any:
+    if not path.is_file():
+        raise ExperimentError(path, "", f"{what} not found")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ExperimentError(path, f"line {exc.lineno}", f"not valid JSON: {exc.msg}") from None
+
+
+def load_cases(path: Path, signature: Signature) -> CasesFile:
+    try:
+        cases = CasesFile.model_validate(_read_json(path, "input cases file"))
+    except ValidationError as exc:
+        raise ExperimentError(path, *_validation_message(exc)) from None
+    seen: set[str] = set()
+    for i, case in enumerate(cases.cases):
+        where = f"cases[{i}]"
+        if case.name in seen:
+            raise ExperimentError(path, f"{where}.name", f"duplicate case name {case.name!r}")
+        seen.add(case.name)
+        for arg in signature.inputs:
+            if arg.name not in case.inputs:
+                raise ExperimentError(path, f"{where}.inputs", f"missing input {arg.name!r} (signature: {arg.c_decl()})")
+        for arg in signature.outputs:
+            if arg.name not in case.outputs:
+                raise ExperimentError(path, f"{where}.outputs", f"missing output {arg.name!r} (signature: {arg.c_decl()})")
+        for arg in signature.scalars:
+            if arg.name not in case.scalars:
+                raise ExperimentError(path, f"{where}.scalars", f"missing scalar {arg.name!r} (signature: {arg.c_decl()})")
+        known = {a.name for a in signature.args}
+        for kind, names in (("inputs", case.inputs), ("outputs", case.outputs)):
+            for name in names:
+                if name not in known:
+                    raise ExperimentError(path, f"{where}.{kind}.{name}", "not an argument of the kernel signature")
+        for kind, specs in (("inputs", case.inputs), ("outputs", case.outputs)):
+            for name, spec in specs.items():
+                try:
+                    dims = [expr.evaluate_int(d, case.scalars) for d in spec.shape]
+                except expr.ExprError as exc:
+                    raise ExperimentError(path, f"{where}.{kind}.{name}.shape", str(exc)) from None
+                if any(d < 0 for d in dims):
+                    raise ExperimentError(path, f"{where}.{kind}.{name}.shape", f"negative dimension in {dims}")
+        for name, spec in case.inputs.items():
+            if spec.init.file and not (path.parent / spec.init.file).is_file():
+                raise ExperimentError(path, f"{where}.inputs.{name}.init.file", f"{spec.init.file} not found")
+        if case.launch is None and cases.launch is None:
+            raise ExperimentError(path, f"{where}.launch", "no launch configuration (give one per case or at the top level)")
+    return cases
+
+
+def load_experiment(
+    config: Path | None = None,
+    *,
+    description: str | None = None,
+    signature: str | None = None,
+    reference: Path | None = None,
+    initial_kernel: Path | None = None,
+    input_cases: Path | None = None,
+    max_iterations: int | None = None,
+) -> Experiment:
+    """Load from a config file and/or flags; flags override the file's values."""
+    model = ConfigModel()
+    base = Path.cwd()
+    origin = "command line"
+    if config is not None:
+        try:
+            model = ConfigModel.model_validate(_read_json(config, "config file"))
+        except ValidationError as exc:
+            raise ExperimentError(config, *_validation_message(exc)) from None
+        base = config.parent
+        origin = str(config)
+
+    def from_file(value: str | None) -> Path | None:
+        return (base / value).resolve() if value else None
+
+    sig_text = signature or model.signature
+    ref_path = reference or from_file(model.reference)
+    init_path = initial_kernel or from_file(model.initial_kernel)
+    cases_path = input_cases or from_file(model.input_cases)
+    for field, value in (("signature", sig_text), ("reference", ref_path), ("input_cases", cases_path)):
+        if value is None:
+            raise ExperimentError(origin, field, f"missing (give --{field.replace('_', '-')} or set it in --config)")
+    try:
+        sig = parse_signature(sig_text)
+    except SignatureError as exc:
+        raise ExperimentError(origin, "signature", str(exc)) from None
+    assert ref_path is not None and cases_path is not None
+    if not ref_path.is_file():
+        raise ExperimentError(origin, "reference", f"{ref_path} not found")
+    if ref_path.suffix not in (".cu", ".py"):
+        raise ExperimentError(origin, "reference", f"{ref_path} must be a .cu kernel or a .py NumPy function")
+    ref_entry = model.reference_entry or sig.name
+    if ref_path.suffix == ".cu":
+        from .harness.signature import find_entry
+
+        declared = find_entry(ref_path.read_text(), ref_entry)
+        if declared is None:
+            raise ExperimentError(ref_path, "entry", f"no 'extern \"C\" __global__ void {ref_entry}(...)' found")
+        if not declared.same_types(sig):
+            raise ExperimentError(ref_path, "signature", f"'{declared}' does not match the experiment's '{sig}'")
+    if init_path is not None and not init_path.is_file():
+        raise ExperimentError(origin, "initial_kernel", f"{init_path} not found")
+    cases = load_cases(cases_path, sig)
+    return Experiment(
+        description=description or model.description or "",
+        signature=sig,
+        signature_text=str(sig),
+        reference_path=ref_path,
+        reference_entry=ref_entry,
+        initial_kernel_path=init_path,
+        cases_path=cases_path,
+        cases=cases,
+        timing=model.timing,
+        max_iterations=max_iterations or model.max_iterations or 7,
+    )
+
+
+def load_launch(text: str) -> LaunchSpec:
+    """A launch configuration from a JSON string or a JSON file (``--launch``)."""
+    path = Path(text)
+    source = "--launch"
+    if not text.lstrip().startswith("{"):
+        data = _read_json(path, "launch file")
+        source = str(path)
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ExperimentError(source, "", f"not valid JSON: {exc.msg}") from None
+    try:
+        return LaunchModel.model_validate(data).spec()
+    except ValidationError as exc:
+        raise ExperimentError(source, *_validation_message(exc)) from None

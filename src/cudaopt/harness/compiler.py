@@ -1,0 +1,112 @@
+"""NVRTC compilation to a cubin, with the compiler log and ptxas resource usage kept.
+
+NVRTC needs no GPU, so everything here also runs (and is tested) on machines without one.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import re
+import time
+from dataclasses import dataclass
+
+from .protocol import CompileInfo, KernelSpec
+
+DEFAULT_ARCH = "sm_90"
+
+
+class CompileError(Exception):
+    def __init__(self, log: str):
+        super().__init__(log)
+        self.log = log
+
+
+@dataclass
+class Compiled:
+    cubin: object  # cuda.core ObjectCode
+    info: CompileInfo
+
+
+@functools.lru_cache(maxsize=1)
+def header_options() -> dict:
+    """Where NVRTC finds the CUDA headers (cuda_fp16.h, cuda_bf16.h, ...).
+
+    A toolkit's include directory when one is found; otherwise the headers bundled with NVRTC.
+    """
+    try:
+        from cuda.pathfinder import find_nvidia_header_directory
+
+        found = find_nvidia_header_directory("cudart")
+    except Exception:  # pathfinder absent or broken: use the bundled headers
+        found = None
+    if found:
+        return {"include_path": [found]}
+    return {"use_bundled_headers": True}
+
+
+def compile_kernel(spec: KernelSpec, arch: str = DEFAULT_ARCH) -> Compiled:
+    """Compile ``spec`` for ``arch``; raise :class:`CompileError` with the full log on failure."""
+    from cuda.core import Program, ProgramOptions
+
+    defines = [(k, str(v)) for k, v in sorted(spec.defines.items())]
+    options = ProgramOptions(
+        arch=arch,
+        std="c++17",
+        ptxas_options="-v",
+        use_fast_math=spec.fast_math or None,
+        max_register_count=spec.max_registers,
+        define_macro=defines or None,
+        **header_options(),
+    )
+    log = io.StringIO()
+    start = time.perf_counter()
+    try:
+        cubin = Program(spec.source, "c++", options).compile("cubin", logs=log)
+    except Exception as exc:  # NVRTCError carries the compiler's message
+        text = str(exc)
+        if log.getvalue().strip():
+            text += "\n" + log.getvalue()
+        raise CompileError(_clean(text)) from None
+    seconds = time.perf_counter() - start
+    text = _clean(log.getvalue())
+    info = CompileInfo(ok=True, log=text, arch=arch, seconds=round(seconds, 4))
+    _apply_ptxas(info, text, spec.entry)
+    return Compiled(cubin=cubin, info=info)
+
+
+def _clean(text: str) -> str:
+    return text.replace("\x00", "").strip()
+
+
+_FUNC = re.compile(r"Function properties for (\S+)")
+_STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+
+
+def parse_ptxas(log: str) -> dict[str, dict[str, int]]:
+    """Resource usage per function from a ``ptxas -v`` log."""
+    usage: dict[str, dict[str, int]] = {}
+    current: str | None = None
+    for line in log.splitlines():
+        if m := re.search(r"Compiling entry function '([^']+)'", line):
+            current = m.group(1)
+            usage.setdefault(current, {})
+        elif m := _FUNC.search(line):
+            current = m.group(1)
+            usage.setdefault(current, {})
+        elif current and (m := _STACK.search(line)):
+            usage[current].update(
+                stack_bytes=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3))
+            )
+        elif current and (m := _USED.search(line)):
+            usage[current]["registers"] = int(m.group(1))
+            usage[current]["static_shared_bytes"] = int(m.group(2) or 0)
+    return usage
+
+
+def _apply_ptxas(info: CompileInfo, log: str, entry: str) -> None:
+    found = parse_ptxas(log).get(entry)
+    if found:
+        for key, value in found.items():
+            setattr(info, key, value)

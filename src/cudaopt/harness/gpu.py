@@ -1,0 +1,260 @@
+"""The worker's GPU: context, stream, raw memory operations, the gate and the L2 flush.
+
+Memory operations go through the Driver API (``cuda.bindings``, which cuda-core is built on)
+with raw device pointers, because the harness works with offsets inside guarded allocations.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import io
+from dataclasses import dataclass
+
+import numpy as np
+
+# CUDA errors after which the context is unusable: the worker must be retired.
+STICKY_ERRORS = (
+    "CUDA_ERROR_ILLEGAL_ADDRESS",
+    "CUDA_ERROR_LAUNCH_FAILED",
+    "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+    "CUDA_ERROR_MISALIGNED_ADDRESS",
+    "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+    "CUDA_ERROR_INVALID_PC",
+    "CUDA_ERROR_HARDWARE_STACK_ERROR",
+    "CUDA_ERROR_ASSERT",
+    "CUDA_ERROR_LAUNCH_TIMEOUT",
+    "CUDA_ERROR_ECC_UNCORRECTABLE",
+    "CUDA_ERROR_CONTEXT_IS_DESTROYED",
+    "CUDA_ERROR_ILLEGAL_STATE",
+    "CUDA_ERROR_UNKNOWN",
+)
+
+
+class CudaCallError(RuntimeError):
+    """A failed CUDA call; ``sticky`` when the context cannot be used any more."""
+
+    @property
+    def sticky(self) -> bool:
+        return is_sticky(str(self))
+
+
+def is_sticky(message: str) -> bool:
+    return any(name in message for name in STICKY_ERRORS)
+
+
+def _driver():
+    from cuda.bindings import driver
+
+    return driver
+
+
+def call(name: str, *args):
+    """Call a Driver API function and raise :class:`CudaCallError` on failure."""
+    driver = _driver()
+    result = getattr(driver, name)(*args)
+    err = result[0] if isinstance(result, tuple) else result
+    if err != driver.CUresult.CUDA_SUCCESS:
+        _, err_name = driver.cuGetErrorName(err)
+        _, err_text = driver.cuGetErrorString(err)
+        raise CudaCallError(f"{name}: {err_name.decode()}: {err_text.decode()}")
+    if isinstance(result, tuple):
+        return result[1] if len(result) == 2 else result[1:]
+    return None
+
+
+_GATE_SOURCE = r"""
+extern "C" __global__ void cudaopt_gate(const volatile unsigned int* flag,
+                                        unsigned long long timeout_ns,
+                                        unsigned int* timed_out) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    while (*flag == 0u) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        if (now - start > timeout_ns) { *timed_out = 1u; return; }
+        __nanosleep(1000);
+    }
+}
+"""
+
+
+@dataclass
+class Peaks:
+    """Upper bounds used for the speed-of-light floor (generous on purpose)."""
+
+    bytes_per_s: float
+    flops_per_s: dict[str, float]
+
+
+# Dense matrix-unit operations per clock per SM on Hopper-class parts (from the published
+# peak rates), per element type. An upper bound for any kernel, tensor cores or not.
+_OPS_PER_CLOCK_PER_SM = {
+    "float64": 256,
+    "float32": 2048,
+    "float16": 4096,
+    "bfloat16": 4096,
+    "int8": 8192,
+    "uint8": 8192,
+}
+
+
+class Gpu:
+    """One device, one stream, and the harness's own utility kernels."""
+
+    def __init__(self, ordinal: int = 0):
+        from cuda.core import Device, LegacyPinnedMemoryResource
+
+        self.device = Device(ordinal)
+        self.device.set_current()
+        self.stream = self.device.create_stream()
+        props = self.device.properties
+        self.props = props
+        cc = self.device.compute_capability
+        self.arch = f"sm_{cc.major}{cc.minor}"
+        self.l2_bytes = int(props.l2_cache_size)
+        self._flush_bytes = max(2 * self.l2_bytes, 16 << 20)
+        self._flush = self.device.allocate(self._flush_bytes, stream=self.stream)
+        self._pinned = LegacyPinnedMemoryResource().allocate(64)
+        host = (ctypes.c_uint32 * 2).from_address(int(self._pinned.handle))
+        self._host = host  # [0]: gate flag, [1]: gate timed out
+        self._gate = self._compile_utilities()
+        self.stream.sync()
+
+    # --- memory --------------------------------------------------------------------------
+
+    def alloc(self, nbytes: int):
+        return self.device.allocate(max(int(nbytes), 1), stream=self.stream)
+
+    def upload(self, ptr: int, array: np.ndarray) -> None:
+        self.stream.sync()
+        data = np.ascontiguousarray(array)
+        if data.nbytes:
+            call("cuMemcpyHtoD", ptr, data.ctypes.data, data.nbytes)
+
+    def download(self, ptr: int, nbytes: int) -> np.ndarray:
+        self.stream.sync()
+        out = np.empty(nbytes, dtype=np.uint8)
+        if nbytes:
+            call("cuMemcpyDtoH", out.ctypes.data, ptr, nbytes)
+        return out
+
+    def copy_async(self, dst: int, src: int, nbytes: int) -> None:
+        if nbytes:
+            call("cuMemcpyDtoDAsync", dst, src, nbytes, self.stream.handle)
+
+    def fill_async(self, ptr: int, nbytes: int, pattern: bytes) -> None:
+        """Fill with a repeating 1-, 2- or 4-byte pattern."""
+        if not nbytes:
+            return
+        if len(pattern) == 1 or nbytes % len(pattern):
+            call("cuMemsetD8Async", ptr, pattern[0], nbytes, self.stream.handle)
+        elif len(pattern) == 2:
+            value = int.from_bytes(pattern, "little")
+            call("cuMemsetD16Async", ptr, value, nbytes // 2, self.stream.handle)
+        else:
+            value = int.from_bytes(pattern[:4], "little")
+            call("cuMemsetD32Async", ptr, value, nbytes // 4, self.stream.handle)
+
+    def flush_l2(self) -> None:
+        """Evict the L2 by writing a buffer twice its size (stream-ordered, outside any timing)."""
+        call("cuMemsetD32Async", int(self._flush.handle), 0x5A5A5A5A, self._flush_bytes // 4, self.stream.handle)
+
+    # --- the gate ------------------------------------------------------------------------
+
+    def _compile_utilities(self):
+        from cuda.core import Program, ProgramOptions
+
+        program = Program(_GATE_SOURCE, "c++", ProgramOptions(arch=self.arch, std="c++17"))
+        return program.compile("cubin", logs=io.StringIO()).get_kernel("cudaopt_gate")
+
+    def close_gate(self, timeout_s: float = 5.0) -> None:
+        """Hold the stream until :meth:`open_gate`, so queued work runs back to back."""
+        from cuda.core import LaunchConfig, launch
+
+        self._host[0] = 0
+        self._host[1] = 0
+        ptr = int(self._pinned.handle)
+        launch(
+            self.stream,
+            LaunchConfig(grid=1, block=1),
+            self._gate,
+            np.uint64(ptr),
+            np.uint64(int(timeout_s * 1e9)),
+            np.uint64(ptr + 4),
+        )
+
+    def open_gate(self) -> None:
+        self._host[0] = 1
+
+    def gate_timed_out(self) -> bool:
+        return bool(self._host[1])
+
+    # --- facts ---------------------------------------------------------------------------
+
+    @functools.cached_property
+    def peaks(self) -> Peaks:
+        clock_hz = float(self.props.clock_rate) * 1e3
+        sms = int(self.props.multiprocessor_count)
+        bandwidth = float(self.props.memory_clock_rate) * 1e3 * 2 * int(self.props.global_memory_bus_width) / 8
+        return Peaks(
+            bytes_per_s=bandwidth,
+            flops_per_s={k: v * sms * clock_hz for k, v in _OPS_PER_CLOCK_PER_SM.items()},
+        )
+
+    def info(self) -> dict:
+        from cuda import core
+
+        driver_version = call("cuDriverGetVersion")
+        return {
+            "name": self.device.name,
+            "arch": self.arch,
+            "sm_count": int(self.props.multiprocessor_count),
+            "l2_bytes": self.l2_bytes,
+            "max_shared_per_block_optin": int(self.props.max_shared_memory_per_block_optin),
+            "driver_cuda_version": f"{driver_version // 1000}.{driver_version % 1000 // 10}",
+            "cuda_core": getattr(core, "__version__", "unknown"),
+            "nvrtc": nvrtc_version(),
+            "pci_bus_id": self.device.pci_bus_id,
+            "peak_bytes_per_s": self.peaks.bytes_per_s,
+        }
+
+    def clocks(self) -> dict:
+        return read_clocks(self.device.pci_bus_id)
+
+
+def nvrtc_version() -> str:
+    try:
+        from cuda.bindings import nvrtc
+
+        _, major, minor = nvrtc.nvrtcVersion()
+        return f"{major}.{minor}"
+    except Exception as exc:  # reported, not fatal: only used for the environment record
+        return f"unknown ({exc.__class__.__name__})"
+
+
+@functools.lru_cache(maxsize=1)
+def _nvml():
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:
+        return None
+
+
+def read_clocks(pci_bus_id: str) -> dict:
+    """SM/memory clock (MHz), temperature (C) and power (W), or an ``error`` entry."""
+    nvml = _nvml()
+    if nvml is None:
+        return {"error": "NVML unavailable (install nvidia-ml-py)"}
+    try:
+        handle = nvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id.encode() if isinstance(pci_bus_id, str) else pci_bus_id)
+        return {
+            "sm_mhz": nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM),
+            "mem_mhz": nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM),
+            "temperature_c": nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU),
+            "power_w": round(nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0, 1),
+        }
+    except Exception as exc:
+        return {"error": f"NVML: {exc}"}

@@ -1,0 +1,149 @@
+"""Deterministic input sets.
+
+Set 0 and set 1 are independent draws (different seeds). Set 2, when asked for, is a *near
+duplicate* of set 0: equal in the leading elements, different in a scattered sample and in the
+last element. A kernel that caches results keyed on a pointer or on a few leading elements
+returns set 0's answer for set 2 and fails the check; an honest kernel cannot tell.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import expr
+from .protocol import CaseSpec, InitSpec
+from .signature import DTYPES, Signature
+
+
+class InputError(ValueError):
+    """An input that cannot be generated (bad shape, missing or changed file)."""
+
+
+@dataclass
+class HostTensor:
+    """Host data for one argument, stored as the device holds it (bfloat16 as uint16 bits)."""
+
+    name: str
+    dtype: str
+    data: np.ndarray
+
+    def as_numbers(self) -> np.ndarray:
+        """The values as a NumPy number array (bfloat16 widened to float32)."""
+        return to_numbers(self.data, self.dtype)
+
+
+def to_numbers(data: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bfloat16":
+        return (data.astype(np.uint32) << 16).view(np.float32)
+    return data
+
+
+def from_numbers(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Round float values into the storage type (bfloat16: round to nearest even)."""
+    if dtype == "bfloat16":
+        bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+        rounding = ((bits >> 16) & 1) + 0x7FFF
+        return ((bits + rounding) >> 16).astype(np.uint16)
+    return np.ascontiguousarray(values).astype(DTYPES[dtype].numpy)
+
+
+def names_for(case: CaseSpec, tunables: dict | None = None) -> dict:
+    names = dict(case.scalars)
+    names.update(tunables or {})
+    return names
+
+
+def shape_of(shape: list, names: dict, what: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(expr.evaluate_int(d, names) for d in shape)
+    except expr.ExprError as exc:
+        raise InputError(f"{what}: shape {shape}: {exc}") from None
+    if any(d < 0 for d in dims):
+        raise InputError(f"{what}: shape {dims} has a negative dimension")
+    return dims
+
+
+def _seed(case: CaseSpec, name: str, index: int) -> list[int]:
+    digest = hashlib.sha256(f"{case.name}/{name}".encode()).digest()
+    return [case.seed, int.from_bytes(digest[:4], "little"), index]
+
+
+def _draw(init: InitSpec, shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.ndarray:
+    is_float = DTYPES[dtype].is_float
+    if init.dist == "integers":
+        values = rng.integers(int(init.low), int(init.high), size=shape, endpoint=False)
+    elif init.dist == "normal":
+        values = rng.standard_normal(size=shape, dtype=np.float32 if dtype != "float64" else np.float64)
+        values = values * init.std + init.mean
+    else:
+        values = rng.random(size=shape, dtype=np.float32 if dtype != "float64" else np.float64)
+        values = values * (init.high - init.low) + init.low
+    if not is_float:
+        values = np.rint(values) if values.dtype.kind == "f" else values
+    return from_numbers(values, dtype)
+
+
+def _load_file(init: InitSpec, shape: tuple[int, ...], dtype: str, what: str) -> np.ndarray:
+    path = Path(init.file or "")
+    if not path.is_file():
+        raise InputError(f"{what}: input file {path} not found")
+    raw = path.read_bytes()
+    if init.sha256 and hashlib.sha256(raw).hexdigest() != init.sha256:
+        raise InputError(f"{what}: input file {path} changed since the request was made (SHA-256)")
+    data = np.load(path, allow_pickle=False)
+    if tuple(data.shape) != shape:
+        raise InputError(f"{what}: {path} has shape {tuple(data.shape)}, the case says {shape}")
+    if dtype == "bfloat16" and data.dtype == np.uint16:
+        return np.ascontiguousarray(data)
+    return from_numbers(data, dtype)
+
+
+def generate(
+    case: CaseSpec, signature: Signature, sets: int, tunables: dict | None = None
+) -> list[dict[str, HostTensor]]:
+    """``sets`` input sets for ``case``, each a dict from argument name to host tensor."""
+    names = names_for(case, tunables)
+    out: list[dict[str, HostTensor]] = [{} for _ in range(sets)]
+    for arg in signature.inputs:
+        spec = case.inputs.get(arg.name)
+        if spec is None:
+            raise InputError(f"case {case.name!r}: no input named {arg.name!r}")
+        what = f"case {case.name!r} input {arg.name!r}"
+        shape = shape_of(spec.shape, names, what)
+        if spec.init.dist == "file":
+            data = _load_file(spec.init, shape, arg.dtype, what)
+            for s in range(sets):
+                out[s][arg.name] = HostTensor(arg.name, arg.dtype, data)
+            continue
+        base = _draw(spec.init, shape, arg.dtype, np.random.default_rng(_seed(case, arg.name, 0)))
+        for s in range(sets):
+            if s == 0 or not spec.init.vary:
+                data = base
+            elif s == 2:
+                data = _near_duplicate(base, out[1][arg.name].data, case, arg.name)
+            else:
+                data = _draw(spec.init, shape, arg.dtype, np.random.default_rng(_seed(case, arg.name, s)))
+            out[s][arg.name] = HostTensor(arg.name, arg.dtype, data)
+    return out
+
+
+def _near_duplicate(base: np.ndarray, other: np.ndarray, case: CaseSpec, name: str) -> np.ndarray:
+    """``base`` with a scattered sample of its second half (and its last element) changed."""
+    data = base.copy()
+    flat, src = data.reshape(-1), other.reshape(-1)
+    n = flat.size
+    if n == 0:
+        return data
+    rng = np.random.default_rng(_seed(case, name, 1000))
+    start = n // 2
+    picks = rng.choice(np.arange(start, n), size=max(1, (n - start) // 64), replace=False)
+    picks = np.unique(np.append(picks, n - 1))
+    differs = picks[src[picks] != flat[picks]]
+    if differs.size == 0:  # the other draw agrees at every pick (tiny integer ranges)
+        differs = np.nonzero(src[start:] != flat[start:])[0][:1] + start
+    flat[differs] = src[differs]
+    return data

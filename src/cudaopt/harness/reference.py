@@ -1,0 +1,80 @@
+"""Reference outputs from the user's trusted reference: a ``.cu`` kernel or a ``.py`` function.
+
+A ``.py`` reference defines a function (named by the experiment, by default the kernel's
+name) that takes every input array and scalar as keyword arguments, by their names in the
+kernel signature, and returns the output array (one output) or a dict of name to array.
+bfloat16 inputs arrive widened to float32.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+
+import numpy as np
+
+from .signature import Signature
+
+
+class ReferenceFailure(RuntimeError):
+    """The reference itself failed: not the candidate's fault."""
+
+
+def load_python(source: str, path: str, function: str) -> Callable:
+    module = types.ModuleType("cudaopt_user_reference")
+    module.__file__ = path
+    try:
+        exec(compile(source, path or "<reference>", "exec"), module.__dict__)  # the user's own code
+    except Exception as exc:
+        raise ReferenceFailure(f"reference {path}: {exc.__class__.__name__}: {exc}") from None
+    fn = module.__dict__.get(function)
+    if not callable(fn):
+        raise ReferenceFailure(f"reference {path}: no function named {function!r}")
+    return fn
+
+
+def call_python(
+    fn: Callable,
+    signature: Signature,
+    inputs: dict[str, np.ndarray],
+    scalars: dict,
+    output_shapes: dict[str, tuple[int, ...]],
+) -> dict[str, np.ndarray]:
+    kwargs: dict = {}
+    for arg in signature.args:
+        if arg.is_input:
+            view = inputs[arg.name].copy()
+            view.flags.writeable = False
+            kwargs[arg.name] = view
+        elif not arg.pointer:
+            kwargs[arg.name] = scalars[arg.name]
+    try:
+        result = fn(**kwargs)
+    except Exception as exc:
+        raise ReferenceFailure(f"reference function raised {exc.__class__.__name__}: {exc}") from None
+    names = [a.name for a in signature.outputs]
+    if isinstance(result, dict):
+        outputs = result
+    elif isinstance(result, (tuple, list)) and len(names) > 1:
+        if len(result) != len(names):
+            raise ReferenceFailure(f"reference returned {len(result)} values for outputs {names}")
+        outputs = dict(zip(names, result, strict=True))
+    elif len(names) == 1:
+        outputs = {names[0]: result}
+    else:
+        raise ReferenceFailure(f"reference must return a dict with keys {names}")
+    checked = {}
+    for name in names:
+        if name not in outputs:
+            raise ReferenceFailure(f"reference returned no output {name!r}")
+        array = np.asarray(outputs[name])
+        if tuple(array.shape) != output_shapes[name]:
+            array = array.reshape(-1) if array.size == int(np.prod(output_shapes[name])) else array
+            if array.size != int(np.prod(output_shapes[name])):
+                raise ReferenceFailure(
+                    f"reference output {name!r} has shape {np.shape(outputs[name])}, "
+                    f"the case says {output_shapes[name]}"
+                )
+            array = array.reshape(output_shapes[name])
+        checked[name] = array
+    return checked

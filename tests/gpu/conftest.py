@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import pytest
+
+from cudaopt.harness.protocol import TimingProtocol, Timeouts
+
+
+@pytest.fixture(scope="session")
+def supervisor(tmp_path_factory):
+    from cudaopt.evaluation.supervisor import Supervisor
+
+    with Supervisor(devices=[0], log_dir=tmp_path_factory.mktemp("workers")) as sup:
+        yield sup
+
+
+FAST = TimingProtocol(warmup=2, iterations=10)
+
+
+@pytest.fixture
+def small_request(sgemm):
+    """Build a request for a kernel on the example's cases, without the 4096 cube."""
+
+    def build(source, *, launch=None, entry=None, timeouts=None, protocol=None, cases=None):
+        request = sgemm.request(source, entry=entry, launch=launch, protocol=protocol or FAST,
+                                timeouts=timeouts or Timeouts())
+        wanted = cases or {"odd-31x37x29", "square-256", "rect-384x256x320"}
+        request.cases = [c for c in request.cases if c.name in wanted]
+        return request
+
+    return build

@@ -1,0 +1,154 @@
+"""Every trust rule has a kernel that tries to cheat it; each must be rejected with its type."""
+
+from __future__ import annotations
+
+import pytest
+
+from cudaopt.harness.protocol import LaunchSpec, Timeouts
+from tests.conftest import kernel_source
+
+pytestmark = pytest.mark.gpu
+
+
+def failing_case(result):
+    return next(c for c in result.cases if c.status != "ok")
+
+
+@pytest.mark.parametrize("name", ["naive.cu", "tiled.cu"])
+def test_correct_kernels_pass_every_case(supervisor, sgemm, name):
+    from tests.gpu.conftest import FAST
+
+    request = sgemm.request(kernel_source(name), protocol=FAST)
+    result = supervisor.evaluate(request)
+    assert result.status == "ok", result.reason
+    assert [c.name for c in result.cases] == ["odd-31x37x29", "square-256", "rect-384x256x320", "square-4096"]
+    for case in result.cases:
+        assert case.status == "ok"
+        assert case.checks and all(check.ok for check in case.checks)
+        # three input sets checked before timing, and again from the timed launches
+        assert {(c.phase, c.input_set) for c in case.checks} >= {("check", 0), ("check", 1), ("check", 2)}
+        if case.role == "performance":
+            assert {c.input_set for c in case.checks if c.phase == "timed"} == {0, 1, 2}
+            t = case.timing
+            assert t.n == 10 and t.min_us <= t.p10_us <= t.median_us <= t.p90_us <= t.max_us
+            assert "L2 flushed" in t.method and "gated" in t.method
+            assert case.roofline["floor_us"] < t.median_us
+        else:
+            assert case.timing is None  # correctness cases must pass but are not timed
+    assert result.compile.registers and result.compile.registers > 0
+
+
+def test_write_past_the_end_is_a_guard_violation(supervisor, small_request):
+    result = supervisor.evaluate(small_request(kernel_source("write_past_end.cu")))
+    assert result.status == "guard_violation"
+    assert "c: wrote" in failing_case(result).reason and "past the end" in failing_case(result).reason
+
+
+def test_unwritten_output_is_a_mismatch_with_unwritten_count(supervisor, small_request):
+    result = supervisor.evaluate(small_request(kernel_source("partial_write.cu")))
+    assert result.status == "mismatch"
+    bad = [c for c in failing_case(result).checks if not c.ok][0]
+    assert bad.unwritten > 0 and bad.unwritten == bad.mismatches
+
+
+def test_overwriting_an_input_is_detected(supervisor, small_request):
+    result = supervisor.evaluate(small_request(kernel_source("modifies_input.cu")))
+    assert result.status == "input_modified"
+    assert failing_case(result).reason.startswith("a:")
+
+
+def test_result_cached_in_a_device_global_is_caught(supervisor, small_request):
+    result = supervisor.evaluate(small_request(kernel_source("cache_global.cu")))
+    assert result.status == "mismatch"
+
+
+def test_cache_keyed_on_leading_elements_is_caught_by_the_near_duplicate_set(supervisor, small_request):
+    result = supervisor.evaluate(small_request(kernel_source("cache_keyed.cu")))
+    assert result.status == "mismatch"
+    bad = [c for c in failing_case(result).checks if not c.ok][0]
+    assert bad.input_set == 2  # only the near duplicate of set 0 exposes it
+
+
+def test_missing_barrier_race_is_a_mismatch(supervisor, small_request):
+    result = supervisor.evaluate(small_request(kernel_source("no_barrier.cu")))
+    assert result.status == "mismatch"
+
+
+def test_half_precision_operands_are_a_mismatch(supervisor, small_request):
+    result = supervisor.evaluate(small_request(kernel_source("half_operands.cu")))
+    assert result.status == "mismatch"
+
+
+def test_kernel_assuming_tile_multiples_fails_the_odd_case(supervisor, small_request):
+    result = supervisor.evaluate(small_request(kernel_source("tile_multiple.cu")))
+    assert result.status in ("guard_violation", "mismatch")
+    assert failing_case(result).name == "odd-31x37x29"
+
+
+def test_compile_error_keeps_the_compiler_message(supervisor, small_request):
+    result = supervisor.evaluate(small_request(kernel_source("compile_error.cu")))
+    assert result.status == "compile_error"
+    assert "error" in result.reason and "cannot be used to initialize" in result.reason
+    assert result.cases == []
+
+
+def test_wrong_entry_point_is_missing_entry(supervisor, small_request):
+    result = supervisor.evaluate(small_request(kernel_source("wrong_entry.cu")))
+    assert result.status == "missing_entry"
+    assert "matmul_f32" in result.reason and "matmul" in result.reason
+
+
+def test_too_much_dynamic_shared_memory_is_a_launch_error_never_a_time(supervisor, small_request):
+    launch = LaunchSpec(grid=["cdiv(n, 16)", "cdiv(m, 16)"], block=[16, 16], shared_bytes=300000)
+    result = supervisor.evaluate(small_request(kernel_source("big_smem.cu"), launch=launch))
+    assert result.status == "launch_error"
+    assert all(c.timing is None for c in result.cases)
+
+
+def test_too_many_threads_per_block_is_a_launch_error(supervisor, small_request):
+    launch = LaunchSpec(grid=["cdiv(n, 64)", "cdiv(m, 32)"], block=[64, 32])
+    result = supervisor.evaluate(small_request(kernel_source("naive.cu"), launch=launch))
+    assert result.status == "launch_error"
+    assert all(c.timing is None for c in result.cases)
+
+
+def test_hang_times_out_and_the_next_request_still_works(supervisor, small_request):
+    timeouts = Timeouts(compile_s=60, check_s=8, timing_s=30)
+    result = supervisor.evaluate(small_request(kernel_source("spin_forever.cu"), timeouts=timeouts))
+    assert result.status == "timeout"
+    assert result.case("odd-31x37x29").status == "ok"  # what finished before the hang is kept
+    assert result.case("square-256").status == "timeout"
+    after = supervisor.evaluate(small_request(kernel_source("tiled.cu")))
+    assert after.status == "ok", after.reason
+
+
+def test_illegal_address_crashes_only_its_worker(supervisor, small_request):
+    result = supervisor.evaluate(small_request(kernel_source("illegal_address.cu")))
+    assert result.status == "crashed"
+    assert "ILLEGAL_ADDRESS" in result.reason
+    after = supervisor.evaluate(small_request(kernel_source("naive.cu")))
+    assert after.status == "ok", after.reason
+
+
+def test_time_below_the_speed_of_light_floor_is_implausible(supervisor, small_request):
+    request = small_request(kernel_source("tiled.cu"), cases={"square-256"})
+    request.cases[0].flops = "2*m*n*k*1000000"
+    result = supervisor.evaluate(request)
+    assert result.status == "implausible"
+    assert "speed-of-light floor" in result.reason
+
+
+def test_gate_keeps_host_launch_latency_out(supervisor, sgemm):
+    """An empty kernel timed behind the gate is far below the ~6.5 us of naive event timing."""
+    from cudaopt.harness.protocol import CaseSpec, EvalRequest, KernelSpec, LaunchSpec, TimingProtocol
+
+    case = CaseSpec(name="empty", role="performance", scalars={}, inputs={}, outputs={},
+                    launch=LaunchSpec(grid=[1], block=[32]))
+    request = EvalRequest(
+        signature='extern "C" __global__ void empty_kernel()',
+        kernel=KernelSpec(source=kernel_source("empty.cu"), entry="empty_kernel"),
+        cases=[case], check=False, protocol=TimingProtocol(warmup=10, iterations=100),
+    )
+    result = supervisor.evaluate(request)
+    assert result.status == "ok", result.reason
+    assert result.cases[0].timing.median_us < 4.0

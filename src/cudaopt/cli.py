@@ -20,8 +20,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-console = Console()
-errors = Console(stderr=True)
+
+
+def console() -> Console:
+    return Console()
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -36,7 +38,7 @@ CasesOpt = Annotated[Optional[Path], typer.Option("--input-cases", help="Input c
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
-    errors.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -78,7 +80,7 @@ def evaluate(
     """Check a kernel on every correctness and performance case, and time it honestly."""
     from .evaluate import evaluate_kernel
     from .evaluation.supervisor import Supervisor, WorkerError
-    from .render import evaluation_table
+    from .render import evaluation_table, failure_lines
 
     exp = _experiment(config, description, signature, reference, initial_kernel, input_cases)
     path = kernel or exp.initial_kernel_path
@@ -95,19 +97,20 @@ def evaluate(
         protocol.warmup = warmup
     if iterations is not None:
         protocol.iterations = iterations
+    out = console()
     try:
         with Supervisor(devices=[device]) as supervisor:
-            with console.status(f"evaluating {path.name} on {len(exp.cases({'correctness', 'performance'}))} cases…"):
+            with out.status(f"evaluating {path.name} on {len(exp.cases({'correctness', 'performance'}))} cases…"):
                 result = evaluate_kernel(exp, path.read_text(), supervisor, entry=entry, launch=launch_spec,
                                          protocol=protocol, time_reference=time_reference)
     except WorkerError as exc:
         raise fail(str(exc), EXIT_NO_GPU) from None
-    console.print(evaluation_table(result))
-    if result.candidate.status == "compile_error" and result.candidate.reason:
-        console.print(result.candidate.reason, markup=False, highlight=False)
+    out.print(evaluation_table(result))
+    for line in failure_lines(result):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
     if json_out:
         _write_json_atomic(json_out, result.to_dict())
-        console.print(f"result written to {json_out}")
+        out.print(f"result written to {json_out}", soft_wrap=True)
     if not result.candidate.ok:
         raise typer.Exit(EXIT_FAILED)
 
@@ -124,7 +127,7 @@ def doctor() -> None:
     for check in checks:
         table.add_row(check.name, "[green]ok[/]" if check.ok else "[red]missing[/]", check.value,
                       "" if check.ok else check.fix)
-    console.print(table)
+    console().print(table)
     essential = {"cuda-core", "NVRTC", "GPU"}
     if any(not c.ok for c in checks if c.name in essential):
         raise typer.Exit(EXIT_FAILED)

@@ -9,11 +9,6 @@ from .evaluate import Evaluation
 _STYLE = {"ok": "green", "timeout": "yellow", "implausible": "magenta"}
 
 
-def _short(text: str, limit: int = 90) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
 def evaluation_table(evaluation: Evaluation) -> Table:
     result = evaluation.candidate
     comp = result.compile
@@ -28,7 +23,7 @@ def evaluation_table(evaluation: Evaluation) -> Table:
         f"{comp.spill_stores}/{comp.spill_loads}" if comp and comp.spill_stores is not None else "-"
     )
     for case in result.cases:
-        outcome = case.status if case.status == "ok" else f"{case.status}: {_short(case.reason)}"
+        outcome = case.status
         timing = case.timing
         speedup = evaluation.speedup(case.name)
         table.add_row(
@@ -42,3 +37,12 @@ def evaluation_table(evaluation: Evaluation) -> Table:
             spills,
         )
     return table
+
+
+def failure_lines(evaluation: Evaluation) -> list[str]:
+    """One line per failed case (or for the whole kernel when it never ran), with the reason."""
+    result = evaluation.candidate
+    lines = [f"{c.name}: {c.status}: {' '.join(c.reason.split())}" for c in result.cases if c.status != "ok"]
+    if not result.cases and not result.ok:
+        lines.append(f"{result.status}: {result.reason.strip()}")
+    return lines

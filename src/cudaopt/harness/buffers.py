@@ -50,6 +50,7 @@ class CaseBuffers:
     outputs: dict[str, Guarded] = field(default_factory=dict)
     set_data: list[dict[str, object]] = field(default_factory=list)  # device copy per set
     slots: list[dict[str, object]] = field(default_factory=list)  # timed outputs per set
+    refs: list[dict[str, object]] = field(default_factory=list)  # float64 reference values per set
 
     def __post_init__(self):
         for arg in self.signature.inputs:
@@ -96,6 +97,23 @@ class CaseBuffers:
                 args.append(scalar_value(arg.dtype, scalars[arg.name]))
         return args
 
+    def load_references(self, refs: list[dict[str, np.ndarray]]) -> None:
+        """Put each set's reference outputs on the device as float64, for the on-device compare."""
+        for outputs in refs:
+            device_refs = {}
+            for name, values in outputs.items():
+                data = np.ascontiguousarray(values, dtype=np.float64)
+                buf = self.gpu.alloc(data.nbytes)
+                self.gpu.upload(int(buf.handle), data)
+                device_refs[name] = buf
+            self.refs.append(device_refs)
+
+    def elements(self, name: str) -> int:
+        return int(np.prod(self.output_shapes[name], dtype=np.int64))
+
+    def output_ptr(self, name: str, from_slot: int | None = None) -> int:
+        return self.outputs[name].ptr if from_slot is None else int(self.slots[from_slot][name].handle)
+
     # --- timed outputs -------------------------------------------------------------------
 
     def ensure_slots(self) -> None:
@@ -111,17 +129,15 @@ class CaseBuffers:
     # --- reading back ---------------------------------------------------------------------
 
     def read_output(self, name: str, dtype: str, from_slot: int | None = None) -> np.ndarray:
-        g = self.outputs[name]
-        ptr = g.ptr if from_slot is None else int(self.slots[from_slot][name].handle)
-        raw = self.gpu.download(ptr, g.nbytes)
+        raw = self.gpu.download(self.output_ptr(name, from_slot), self.outputs[name].nbytes)
         return raw.view(DTYPES[dtype].numpy).reshape(self.output_shapes[name])
 
     def guard_violations(self) -> list[str]:
         """Names of arguments whose guard bands were written, with the first offset."""
         found = []
         for name, g in [*self.outputs.items(), *self.inputs.items()]:
-            raw = self.gpu.download(g.base, g.nbytes + 2 * g.guard)
-            before, after = raw[: g.guard], raw[g.guard + g.nbytes:]
+            before = self.gpu.download(g.base, g.guard)
+            after = self.gpu.download(g.ptr + g.nbytes, g.guard)
             if (after != GUARD_BYTE).any():
                 offset = int(np.flatnonzero(after != GUARD_BYTE)[0])
                 found.append(f"{name}: wrote {offset} bytes past the end")
@@ -131,22 +147,20 @@ class CaseBuffers:
         return found
 
     def modified_inputs(self, s: int) -> list[str]:
-        """Inputs whose working copy no longer equals input set ``s``."""
+        """Inputs whose working copy no longer equals input set ``s`` (compared on the device)."""
         changed = []
         for name, g in self.inputs.items():
-            raw = self.gpu.download(g.ptr, g.nbytes)
-            expected = self.sets[s][name].data.reshape(-1).view(np.uint8)
-            if not np.array_equal(raw, expected):
-                count = int((raw != expected).sum())
-                first = int(np.flatnonzero(raw != expected)[0]) // max(self.sets[s][name].data.itemsize, 1)
-                changed.append(f"{name}: {count} bytes changed, first near element {first}")
+            count, first = self.gpu.diff_bytes(g.ptr, int(self.set_data[s][name].handle), g.nbytes)
+            if count:
+                element = first // max(self.sets[s][name].data.itemsize, 1)
+                changed.append(f"{name}: {count} bytes changed, first in element {element}")
         return changed
 
     def close(self) -> None:
         self.gpu.stream.sync()
         bufs = [g.buffer for g in [*self.inputs.values(), *self.outputs.values()]]
         bufs += [b for d in self.set_data for b in d.values()]
-        bufs += [b for d in self.slots for b in d.values()]
+        bufs += [b for d in self.slots + self.refs for b in d.values()]
         for b in bufs:
             b.close(self.gpu.stream)
         self.gpu.stream.sync()

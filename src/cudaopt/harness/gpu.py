@@ -10,8 +10,29 @@ import ctypes
 import functools
 import io
 from dataclasses import dataclass
+from importlib import resources
 
 import numpy as np
+
+from .signature import DTYPES
+
+# Element kinds understood by utilities.cu.
+KINDS = {
+    "float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "int8": 4, "uint8": 5,
+    "int16": 6, "uint16": 7, "int32": 8, "uint32": 9, "int64": 10, "uint64": 11,
+}
+# Layout of CompareStats in utilities.cu.
+COMPARE_STATS = np.dtype([
+    ("bad", "<u8"), ("unwritten", "<u8"), ("nan", "<u8"), ("inf", "<u8"),
+    ("max_abs", "<f8"), ("max_rel", "<f8"), ("err_sq", "<f8"), ("ref_sq", "<f8"), ("first_bad", "<u8"),
+])
+
+
+def poison_bits(dtype: str) -> int:
+    """The poison pattern of one element, as an unsigned integer."""
+    info = DTYPES[dtype]
+    pattern = info.poison * (info.itemsize // len(info.poison) or 1)
+    return int.from_bytes(pattern[: info.itemsize], "little")
 
 # CUDA errors after which the context is unusable: the worker must be retired.
 STICKY_ERRORS = (
@@ -63,19 +84,6 @@ def call(name: str, *args):
     return None
 
 
-_GATE_SOURCE = r"""
-extern "C" __global__ void cudaopt_gate(const volatile unsigned int* flag,
-                                        unsigned long long timeout_ns,
-                                        unsigned int* timed_out) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    while (*flag == 0u) {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-        if (now - start > timeout_ns) { *timed_out = 1u; return; }
-        __nanosleep(1000);
-    }
-}
-"""
 
 
 @dataclass
@@ -117,7 +125,9 @@ class Gpu:
         self._pinned = LegacyPinnedMemoryResource().allocate(64)
         host = (ctypes.c_uint32 * 2).from_address(int(self._pinned.handle))
         self._host = host  # [0]: gate flag, [1]: gate timed out
-        self._gate = self._compile_utilities()
+        self._utils = self._compile_utilities()
+        self._stats = self.device.allocate(256, stream=self.stream)
+        self._stats_ptr = int(self._stats.handle)
         self.stream.sync()
 
     # --- memory --------------------------------------------------------------------------
@@ -161,11 +171,59 @@ class Gpu:
 
     # --- the gate ------------------------------------------------------------------------
 
-    def _compile_utilities(self):
+    def _compile_utilities(self) -> dict:
         from cuda.core import Program, ProgramOptions
 
-        program = Program(_GATE_SOURCE, "c++", ProgramOptions(arch=self.arch, std="c++17"))
-        return program.compile("cubin", logs=io.StringIO()).get_kernel("cudaopt_gate")
+        source = resources.files(__package__).joinpath("utilities.cu").read_text()
+        module = Program(source, "c++", ProgramOptions(arch=self.arch, std="c++17")).compile("cubin", logs=io.StringIO())
+        names = ("cudaopt_gate", "cudaopt_compare", "cudaopt_widen", "cudaopt_diff_bytes")
+        return {name.removeprefix("cudaopt_"): module.get_kernel(name) for name in names}
+
+    def _grid_for(self, n: int) -> int:
+        return max(1, min(-(-n // 256), int(self.props.multiprocessor_count) * 8))
+
+    def _run_utility(self, name: str, n: int, *args) -> None:
+        from cuda.core import LaunchConfig, launch
+
+        launch(self.stream, LaunchConfig(grid=self._grid_for(n), block=256), self._utils[name], *args)
+
+    # --- on-device checks ----------------------------------------------------------------
+
+    def compare(self, out_ptr: int, ref_ptr: int, n: int, dtype: str, rtol: float, atol: float) -> dict:
+        """Compare ``n`` elements of ``dtype`` with float64 reference values, on the device."""
+        info = DTYPES[dtype]
+        init = np.zeros(1, dtype=COMPARE_STATS)
+        init["first_bad"] = np.iinfo(np.uint64).max
+        self.upload(self._stats_ptr, init)
+        if n:
+            self._run_utility(
+                "compare", n, np.uint64(out_ptr), np.uint64(ref_ptr), np.int64(n), np.int32(KINDS[dtype]),
+                np.int32(info.itemsize), np.uint64(poison_bits(dtype)), np.int32(info.is_float),
+                np.float64(rtol), np.float64(atol), np.uint64(self._stats_ptr),
+            )
+        raw = self.download(self._stats_ptr, COMPARE_STATS.itemsize).view(COMPARE_STATS)[0]
+        return {
+            "bad": int(raw["bad"]), "unwritten": int(raw["unwritten"]), "nan": int(raw["nan"]),
+            "inf": int(raw["inf"]), "max_abs": float(raw["max_abs"]), "max_rel": float(raw["max_rel"]),
+            "err_sq": float(raw["err_sq"]), "ref_sq": float(raw["ref_sq"]),
+            "first_bad": None if raw["first_bad"] == np.iinfo(np.uint64).max else int(raw["first_bad"]),
+        }
+
+    def widen(self, src_ptr: int, dst_ptr: int, n: int, dtype: str) -> None:
+        """Convert ``n`` elements of ``dtype`` to float64 on the device."""
+        if n:
+            self._run_utility("widen", n, np.uint64(src_ptr), np.uint64(dst_ptr), np.int64(n),
+                              np.int32(KINDS[dtype]))
+
+    def diff_bytes(self, a_ptr: int, b_ptr: int, nbytes: int) -> tuple[int, int | None]:
+        """How many bytes differ between two device ranges, and the first differing offset."""
+        init = np.array([0, np.iinfo(np.uint64).max], dtype=np.uint64)
+        self.upload(self._stats_ptr, init)
+        if nbytes:
+            self._run_utility("diff_bytes", nbytes, np.uint64(a_ptr), np.uint64(b_ptr), np.int64(nbytes),
+                              np.uint64(self._stats_ptr), np.uint64(self._stats_ptr + 8))
+        count, first = self.download(self._stats_ptr, 16).view(np.uint64)
+        return int(count), (None if first == np.iinfo(np.uint64).max else int(first))
 
     def close_gate(self, timeout_s: float = 5.0) -> None:
         """Hold the stream until :meth:`open_gate`, so queued work runs back to back."""
@@ -177,7 +235,7 @@ class Gpu:
         launch(
             self.stream,
             LaunchConfig(grid=1, block=1),
-            self._gate,
+            self._utils["gate"],
             np.uint64(ptr),
             np.uint64(int(timeout_s * 1e9)),
             np.uint64(ptr + 4),

@@ -202,6 +202,7 @@ class CaseResult:
     timing: TimingStats | None = None
     clocks: dict[str, Any] = field(default_factory=dict)
     roofline: dict[str, Any] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)  # wall seconds per step
 
 
 @dataclass

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -19,10 +20,11 @@ from .buffers import CaseBuffers
 from .check import compare, describe
 from .compiler import CompileError, compile_kernel
 from .gpu import CudaCallError, Gpu, is_sticky
-from .inputs import InputError, generate, names_for, shape_of, to_numbers
+from .inputs import InputError, generate, names_for, shape_of
 from .protocol import (
     CaseResult,
     CaseSpec,
+    CheckInfo,
     CompileInfo,
     EvalRequest,
     EvalResult,
@@ -56,6 +58,18 @@ class _Lru:
         while self.used > self.limit and len(self.items) > 1:
             _, (_, size) = self.items.popitem(last=False)
             self.used -= size
+
+
+class _Stopwatch:
+    """Wall time per step of a case, recorded into ``CaseResult.phases``."""
+
+    def __init__(self, into: dict):
+        self.into, self.last = into, time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.into[name] = round(now - self.last, 4)
+        self.last = now
 
 
 class CaseFailure(Exception):
@@ -180,22 +194,30 @@ class Runner:
                 raise CaseFailure("bad_launch_config", str(exc)) from None
             out.launch = {k: list(v) if isinstance(v, tuple) else v for k, v in launch.items()}
             out.occupancy = self._occupancy(kernel, launch)
+            clock = _Stopwatch(out.phases)
             n_sets = max(1, req.protocol.input_sets)
             sets, shapes = self._input_sets(case, signature, n_sets, names)
             buffers = CaseBuffers(self.gpu, signature, sets, shapes)
+            clock.lap("setup_s")
             refs = self._reference(req, signature, case, buffers, names) if req.check else None
+            if refs is not None:
+                buffers.load_references(refs)
+            clock.lap("reference_s")
             if req.check:
                 for s in check_order(n_sets):
                     buffers.stage(s)
                     self._launch(kernel, launch, buffers.kernel_args(case.scalars))
                     self._sync()
                     self._verify(out, buffers, signature, case, refs, s, "check")
+            clock.lap("check_s")
             if case.role in req.time_roles:
                 self.on_event({"type": "phase", "phase": "timing", "case": case.name})
                 self._time(out, req, kernel, launch, buffers, case)
+                clock.lap("timing_s")
                 if req.check:
                     for s in check_order(n_sets):
                         self._verify(out, buffers, signature, case, refs, s, "timed", from_slot=True)
+                clock.lap("verify_timed_s")
                 self._judge_plausibility(out, case, names, signature, req)
         except CaseFailure as failure:
             out.status, out.reason = failure.status, failure.reason
@@ -263,13 +285,20 @@ class Runner:
                     raise ReferenceFailure(f"reference kernel failed: {failure.reason}") from None
                 produced = {}
                 for arg in signature.outputs:
-                    raw = buffers.read_output(arg.name, arg.dtype)
-                    info = compare(arg.name, raw, np.zeros(raw.shape), arg.dtype, np.inf, np.inf, s)
-                    if info.unwritten:
-                        raise ReferenceFailure(
-                            f"the reference kernel left {info.unwritten} elements of {arg.name!r} unwritten"
-                        )
-                    produced[arg.name] = to_numbers(raw, arg.dtype).copy()
+                    n = buffers.elements(arg.name)
+                    widened = self.gpu.alloc(8 * n)
+                    try:
+                        self.gpu.widen(buffers.output_ptr(arg.name), int(widened.handle), n, arg.dtype)
+                        stats = self.gpu.compare(buffers.output_ptr(arg.name), int(widened.handle), n, arg.dtype,
+                                                 math.inf, math.inf)
+                        if stats["unwritten"]:
+                            raise ReferenceFailure(
+                                f"the reference kernel left {stats['unwritten']} elements of {arg.name!r} unwritten"
+                            )
+                        raw = self.gpu.download(int(widened.handle), 8 * n)
+                    finally:
+                        widened.close(self.gpu.stream)
+                    produced[arg.name] = raw.view(np.float64).reshape(buffers.output_shapes[arg.name])
                 if buffers.modified_inputs(s) or buffers.guard_violations():
                     raise ReferenceFailure("the reference kernel wrote outside its outputs")
                 outputs.append(produced)
@@ -325,9 +354,21 @@ class Runner:
             if changed:
                 raise CaseFailure("input_modified", "; ".join(changed))
         for arg in signature.outputs:
-            raw = buffers.read_output(arg.name, arg.dtype, from_slot=s if from_slot else None)
             tol = case.outputs[arg.name]
-            info = compare(arg.name, raw, refs[s][arg.name], arg.dtype, tol.rtol, tol.atol, s, phase)
+            slot = s if from_slot else None
+            stats = self.gpu.compare(buffers.output_ptr(arg.name, slot), int(buffers.refs[s][arg.name].handle),
+                                     buffers.elements(arg.name), arg.dtype, tol.rtol, tol.atol)
+            if stats["bad"]:
+                # the details (first bad index, expected and actual) come from the host comparison
+                raw = buffers.read_output(arg.name, arg.dtype, from_slot=slot)
+                info = compare(arg.name, raw, refs[s][arg.name], arg.dtype, tol.rtol, tol.atol, s, phase)
+            else:
+                info = CheckInfo(
+                    output=arg.name, input_set=s, phase=phase, ok=True, elements=buffers.elements(arg.name),
+                    nan_count=stats["nan"], inf_count=stats["inf"], max_abs_error=stats["max_abs"],
+                    max_rel_error=stats["max_rel"],
+                    rel_l2_error=_rel_l2(stats["err_sq"], stats["ref_sq"]),
+                )
             out.checks.append(info)
             if not info.ok:
                 raise CaseFailure("mismatch", describe(info))
@@ -411,6 +452,10 @@ class Runner:
                     f"{floor * 1e6:.3f} us ({bound}-bound, from the declared work and the device's peaks)"
                 )
         out.roofline = roof
+
+
+def _rel_l2(err_sq: float, ref_sq: float) -> float:
+    return math.sqrt(err_sq / ref_sq) if ref_sq > 0 else math.sqrt(err_sq)
 
 
 def _compute_class(signature: Signature) -> str:

@@ -35,40 +35,53 @@ def empty_request(gate: bool, flush: bool = True) -> EvalRequest:
 
 
 def in_process_event_timing(samples: int = 100) -> dict[str, float]:
-    """Event intervals outside the harness: one launch per sync (host latency), all queued, no kernel."""
-    from cuda.core import Device, EventOptions, LaunchConfig, Program, ProgramOptions, launch
+    """Event intervals outside the harness, to show where the floor of the protocol comes from.
 
-    dev = Device(0)
-    dev.set_current()
-    stream = dev.create_stream()
-    cc = dev.compute_capability
-    program = Program(EMPTY, "c++", ProgramOptions(arch=f"sm_{cc.major}{cc.minor}"))
-    kernel = program.compile("cubin").get_kernel("empty_kernel")
+    - one launch per synchronisation: host launch latency included (what naive timing reports);
+    - every pair queued behind the gate, with and without the empty kernel between the events:
+      the second is the cost of the event pair alone on this GPU.
+    """
+    from cuda.core import EventOptions, LaunchConfig, Program, ProgramOptions, launch
+
+    from cudaopt.harness.gpu import Gpu
+
+    gpu = Gpu(0)
+    stream = gpu.stream
+    kernel = Program(EMPTY, "c++", ProgramOptions(arch=gpu.arch)).compile("cubin").get_kernel("empty_kernel")
     opts = EventOptions(timing_enabled=True)
     cfg = LaunchConfig(grid=1, block=32)
 
-    def measure(with_kernel: bool, sync_each: bool) -> float:
+    def measure(with_kernel: bool, gated: bool) -> float:
         pairs = []
-        for _ in range(samples + 10):
-            start = stream.record(options=opts)
-            if with_kernel:
-                launch(stream, cfg, kernel)
-            end = stream.record(options=opts)
-            if sync_each:
-                end.sync()
-            pairs.append((start, end))
-        stream.sync()
+        for _chunk in range(0, samples + 10, 25):
+            if gated:
+                gpu.close_gate()
+            for _ in range(25):
+                start = stream.record(options=opts)
+                if with_kernel:
+                    launch(stream, cfg, kernel)
+                end = stream.record(options=opts)
+                if not gated:
+                    end.sync()
+                pairs.append((start, end))
+            if gated:
+                gpu.open_gate()
+            stream.sync()
         return statistics.median((e - s) * 1000.0 for s, e in pairs[10:])
 
     return {
-        "naive_sync_each_launch": measure(True, True),
-        "queued_no_gate_no_flush": measure(True, False),
-        "event_pair_without_kernel": measure(False, False),
+        "naive_sync_each_launch": measure(True, gated=False),
+        "gated_empty_kernel": measure(True, gated=True),
+        "gated_event_pair_without_kernel": measure(False, gated=True),
     }
 
 
-def cublas_medians(cases, warmup: int = 10, iterations: int = 100) -> dict[str, float]:
-    """torch.matmul (cuBLAS SGEMM, TF32 off) with the harness's protocol: L2 flushed, events, 3 input sets."""
+def cublas_medians(cases, warmup: int = 10, iterations: int = 100, chunk: int = 25) -> dict[str, float]:
+    """torch.matmul (cuBLAS SGEMM, TF32 off) with the harness's protocol.
+
+    L2 flushed before each launch, CUDA events, 3 rotating input sets, and the samples queued
+    behind a GPU-side sleep (torch.cuda._sleep) so host latency stays out, like the gate.
+    """
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -84,15 +97,19 @@ def cublas_medians(cases, warmup: int = 10, iterations: int = 100) -> dict[str, 
             a, b = sets[i % 3]
             torch.matmul(a, b, out=c)
         times = []
-        for i in range(iterations):
-            a, b = sets[i % 3]
-            flush.fill_(float(i))
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            torch.matmul(a, b, out=c)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1000.0)
+        for first in range(0, iterations, chunk):
+            torch.cuda._sleep(50_000_000)  # about 25 ms of GPU time: longer than queueing a chunk
+            events = []
+            for i in range(first, min(first + chunk, iterations)):
+                a, b = sets[i % 3]
+                flush.fill_(float(i))
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                torch.matmul(a, b, out=c)
+                end.record()
+                events.append((start, end))
+            torch.cuda.synchronize()
+            times.extend(s.elapsed_time(e) * 1000.0 for s, e in events)
         out[case.name] = statistics.median(times)
     return out
 

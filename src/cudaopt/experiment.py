@@ -254,7 +254,10 @@ def _sha256_file(path: Path) -> str:
 
 def _validation_message(exc: ValidationError) -> tuple[str, str]:
     err = exc.errors()[0]
-    field = ".".join(str(p) for p in err["loc"] if p != "__root__") or "(top level)"
+    field = ""
+    for part in err["loc"]:
+        field += f"[{part}]" if isinstance(part, int) else f"{'.' if field else ''}{part}"
+    field = field or "(top level)"
     message = err["msg"].removeprefix("Value error, ")
     if len(exc.errors()) > 1:
         message += f" (and {len(exc.errors()) - 1} more problem(s))"

@@ -37,10 +37,10 @@ class WorkerError(RuntimeError):
 class Worker:
     """One worker process pinned to one GPU."""
 
-    def __init__(self, device: int, log_path: Path, python: str = sys.executable):
+    def __init__(self, device: int, log_path: Path, command: list[str] | None = None):
         self.device = device
         self.log_path = log_path
-        self.python = python
+        self.command = command or [sys.executable, "-m", "cudaopt.harness.worker"]
         self.proc: subprocess.Popen | None = None
         self.info: dict = {}
         self._buffer = b""
@@ -53,7 +53,7 @@ class Worker:
         log = open(self.log_path, "ab")
         try:
             self.proc = subprocess.Popen(
-                [self.python, "-m", "cudaopt.harness.worker"],
+                self.command,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
@@ -62,7 +62,10 @@ class Worker:
         finally:
             log.close()
         self._buffer = b""
-        message = self._read(time.monotonic() + STARTUP_TIMEOUT_S)
+        try:
+            message = self._read(time.monotonic() + STARTUP_TIMEOUT_S)
+        except WorkerError as exc:
+            message = {"message": str(exc)}
         if message is None or message.get("type") != "ready":
             detail = message.get("message") if message else "no answer"
             self.kill()
@@ -195,7 +198,8 @@ class Supervisor:
     """Evaluates requests on a pool of workers, one per GPU; use as a context manager."""
 
     def __init__(self, devices: list[int] | None = None, log_dir: Path | None = None,
-                 python: str = sys.executable):
+                 command: list[str] | None = None):
+        """``command`` starts a worker (default: this Python's ``cudaopt.harness.worker``)."""
         self.devices = devices if devices is not None else [0]
         self._tmp = None
         if log_dir is None:
@@ -203,7 +207,7 @@ class Supervisor:
             log_dir = Path(self._tmp.name)
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir = log_dir
-        self.workers = [Worker(d, log_dir / f"worker-gpu{d}.log", python) for d in self.devices]
+        self.workers = [Worker(d, log_dir / f"worker-gpu{d}.log", command) for d in self.devices]
         self._free: queue.Queue[Worker] = queue.Queue()
         for worker in self.workers:
             self._free.put(worker)

@@ -1,0 +1,71 @@
+"""The command line without a GPU: help, doctor, and one-line errors with exit code 2."""
+
+import json
+import shutil
+
+from typer.testing import CliRunner
+
+from cudaopt.cli import app
+from tests.conftest import SGEMM, gpu_present
+
+runner = CliRunner(env={"COLUMNS": "200"})
+
+
+def test_help_lists_the_commands():
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    assert "evaluate" in result.output and "doctor" in result.output
+
+
+def test_doctor_reports_what_is_missing_and_what_to_do():
+    result = runner.invoke(app, ["doctor"])
+    assert "NVRTC" in result.output and "cuda-core" in result.output
+    if not gpu_present():
+        assert result.exit_code == 1
+        assert "nvidia-smi should list it" in result.output
+
+
+def error_line(result):
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
+def test_missing_config_is_one_line_and_exit_2(tmp_path):
+    result = runner.invoke(app, ["evaluate", "--config", str(tmp_path / "nope.json")])
+    assert result.exit_code == 2
+    assert error_line(result) == f"error: {tmp_path / 'nope.json'}: config file not found"
+
+
+def test_bad_case_field_is_one_line_and_exit_2(tmp_path):
+    for name in ("experiment.json", "reference.cu", "initial.cu"):
+        shutil.copy(SGEMM / name, tmp_path / name)
+    cases = json.loads((SGEMM / "input_cases.json").read_text())
+    cases["cases"][0]["role"] = "fastest"
+    (tmp_path / "input_cases.json").write_text(json.dumps(cases))
+    result = runner.invoke(app, ["evaluate", "--config", str(tmp_path / "experiment.json")])
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert "input_cases.json: cases[0].role:" in line and "Traceback" not in result.output
+
+
+def test_missing_kernel_file_and_bad_launch(tmp_path):
+    config = str(SGEMM / "experiment.json")
+    result = runner.invoke(app, ["evaluate", "--config", config, "--kernel", str(tmp_path / "k.cu")])
+    assert result.exit_code == 2 and "--kernel" in error_line(result)
+    result = runner.invoke(app, ["evaluate", "--config", config, "--launch", '{"grid": [1]}'])
+    assert result.exit_code == 2 and error_line(result).startswith("error: --launch: block:")
+
+
+def test_flags_without_config_must_name_the_signature():
+    result = runner.invoke(app, ["evaluate", "--reference", str(SGEMM / "reference.cu")])
+    assert result.exit_code == 2
+    assert "command line: signature: missing" in error_line(result)
+
+
+def test_evaluate_without_a_gpu_says_so(tmp_path):
+    if gpu_present():
+        return
+    result = runner.invoke(app, ["evaluate", "--config", str(SGEMM / "experiment.json")])
+    assert result.exit_code == 3
+    assert "did not start" in result.output and "Traceback" not in result.output

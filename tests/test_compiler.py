@@ -1,0 +1,56 @@
+"""NVRTC needs no GPU: compilation and resource reports are tested everywhere."""
+
+import pytest
+
+from cudaopt.harness.compiler import CompileError, compile_kernel, parse_ptxas
+from cudaopt.harness.protocol import KernelSpec
+from tests.conftest import SGEMM, kernel_source
+
+PTXAS_LOG = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'matmul_f32' for 'sm_90'
+ptxas info    : Function properties for matmul_f32
+ptxas         .     16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem
+ptxas info    : Compile time = 5.1 ms
+"""
+
+
+def test_parse_ptxas():
+    usage = parse_ptxas(PTXAS_LOG)["matmul_f32"]
+    assert usage == {"stack_bytes": 16, "spill_stores": 8, "spill_loads": 12, "registers": 40,
+                     "static_shared_bytes": 2048}
+
+
+def test_initial_kernel_compiles_with_resource_usage():
+    compiled = compile_kernel(KernelSpec(source=(SGEMM / "initial.cu").read_text(), entry="matmul_f32"))
+    info = compiled.info
+    assert info.ok and info.arch == "sm_90"
+    assert info.registers and info.registers > 0
+    assert info.static_shared_bytes == 2 * 16 * 16 * 4
+    assert info.spill_stores == 0
+
+
+def test_compile_error_keeps_the_compiler_message():
+    with pytest.raises(CompileError) as err:
+        compile_kernel(KernelSpec(source=kernel_source("compile_error.cu"), entry="matmul_f32"))
+    assert "cannot be used to initialize" in err.value.log
+
+
+def test_defines_reach_the_kernel():
+    source = '#if TILE != 32\n#error TILE must be 32\n#endif\nextern "C" __global__ void k(float* x) { x[0] = TILE; }'
+    compile_kernel(KernelSpec(source=source, entry="k", defines={"TILE": 32}))
+    with pytest.raises(CompileError, match="TILE must be 32"):
+        compile_kernel(KernelSpec(source=source, entry="k", defines={"TILE": 16}))
+
+
+def test_cuda_headers_are_found():
+    source = '#include <cuda_fp16.h>\n#include <cuda_bf16.h>\nextern "C" __global__ void k(__half* x, __nv_bfloat16* y) { x[0] = __float2half(1.f); y[0] = __float2bfloat16(1.f); }'
+    assert compile_kernel(KernelSpec(source=source, entry="k")).info.ok
+
+
+def test_harness_utilities_compile():
+    from importlib import resources
+
+    source = resources.files("cudaopt.harness").joinpath("utilities.cu").read_text()
+    info = compile_kernel(KernelSpec(source=source, entry="cudaopt_compare")).info
+    assert info.ok and info.spill_stores == 0

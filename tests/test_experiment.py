@@ -1,0 +1,131 @@
+"""Loading experiments: every bad input gets one line naming the file and the field."""
+
+import json
+import shutil
+
+import pytest
+
+from cudaopt.experiment import ExperimentError, load_experiment, load_launch
+from tests.conftest import SGEMM
+
+
+@pytest.fixture
+def example(tmp_path):
+    """A writable copy of the sgemm example; returns (dir, edit) where edit(file, fn) rewrites JSON."""
+    for name in ("experiment.json", "input_cases.json", "reference.cu", "initial.cu"):
+        shutil.copy(SGEMM / name, tmp_path / name)
+
+    def edit(name, change):
+        path = tmp_path / name
+        data = json.loads(path.read_text())
+        change(data)
+        path.write_text(json.dumps(data))
+
+    return tmp_path, edit
+
+
+def test_example_loads(sgemm):
+    assert sgemm.signature.name == "matmul_f32"
+    assert [c.role for c in sgemm.case_specs].count("performance") == 3
+    assert sgemm.cases({"holdout"})[0].name.startswith("holdout")
+    assert sgemm.reference_kind == "cu" and sgemm.max_iterations == 7
+    assert sgemm.case_specs[0].launch.block == [16, 16]  # from the file's default launch
+
+
+def test_flags_override_the_config(example, tmp_path):
+    folder, _ = example
+    other = tmp_path / "other.cu"
+    other.write_text((folder / "initial.cu").read_text())
+    exp = load_experiment(folder / "experiment.json", initial_kernel=other, description="mine", max_iterations=3)
+    assert exp.initial_kernel_path == other and exp.description == "mine" and exp.max_iterations == 3
+
+
+def test_seed_style_flags_without_a_config():
+    sig = json.loads((SGEMM / "experiment.json").read_text())["signature"]
+    exp = load_experiment(signature=sig, reference=SGEMM / "reference.cu", input_cases=SGEMM / "input_cases.json")
+    assert exp.initial_kernel_path is None and len(exp.case_specs) == 5
+
+
+def test_lock_changes_when_the_reference_changes(example):
+    folder, _ = example
+    before = load_experiment(folder / "experiment.json").lock()
+    (folder / "reference.cu").write_text((folder / "reference.cu").read_text() + "\n// edited\n")
+    after = load_experiment(folder / "experiment.json").lock()
+    assert before["lock"] != after["lock"] and before["input_cases"] == after["input_cases"]
+
+
+def expect_error(folder, field_part, message_part, **kwargs):
+    with pytest.raises(ExperimentError) as err:
+        load_experiment(folder / "experiment.json", **kwargs)
+    text = str(err.value)
+    assert field_part in text and message_part in text, text
+    assert "\n" not in text
+    return text
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ExperimentError, match="config file not found"):
+        load_experiment(tmp_path / "nope.json")
+
+
+def test_malformed_json_names_the_line(example):
+    folder, _ = example
+    (folder / "input_cases.json").write_text('{"cases": [\n{"name": }]}')
+    text = expect_error(folder, "input_cases.json: line 2", "not valid JSON")
+    assert text.startswith(str(folder))
+
+
+@pytest.mark.parametrize(
+    "change,field,message",
+    [
+        (lambda d: d["cases"][0].update(role="fastest"), "cases[0].role", "Input should be"),
+        (lambda d: d["cases"][1]["inputs"].pop("b"), "cases[1].inputs", "missing input 'b'"),
+        (lambda d: d["cases"][1]["outputs"].update(d={"shape": [1]}), "cases[1].outputs.d", "not an argument"),
+        (lambda d: d["cases"][2]["scalars"].pop("k"), "cases[2].scalars", "missing scalar 'k'"),
+        (lambda d: d["cases"][0]["inputs"]["a"].update(shape=["m", "__import__('os')"]), "cases[0].inputs.a.shape", "unknown function"),
+        (lambda d: d["cases"][0]["inputs"]["a"].update(shape=["m", "q"]), "cases[0].inputs.a.shape", "unknown name 'q'"),
+        (lambda d: d["cases"][0]["inputs"]["a"]["init"].update(low=2, high=1), "cases[0].inputs.a.init", "must be below"),
+        (lambda d: d["cases"][3].update(name=d["cases"][2]["name"]), "cases[3].name", "duplicate case name"),
+        (lambda d: d["cases"][0]["inputs"]["a"].update(init={"file": "missing.npy"}), "cases[0].inputs.a.init.file", "not found"),
+        (lambda d: (d.pop("launch"), d["cases"][0].pop("launch", None)), "cases[0].launch", "no launch configuration"),
+        (lambda d: d["cases"][0]["outputs"]["c"].update(rtol=-1), "cases[0].outputs.c.rtol", "greater than or equal"),
+    ],
+)
+def test_bad_input_cases_name_file_and_field(example, change, field, message):
+    folder, edit = example
+    edit("input_cases.json", change)
+    text = expect_error(folder, field, message)
+    assert "input_cases.json" in text
+
+
+def test_bad_signature(example):
+    folder, edit = example
+    edit("experiment.json", lambda d: d.update(signature="void matmul(float* a)"))
+    expect_error(folder, "signature", "expected a declaration")
+
+
+def test_reference_with_another_signature(example):
+    folder, _ = example
+    (folder / "reference.cu").write_text('extern "C" __global__ void matmul_f32(const float* a, float* c, int n) {}')
+    expect_error(folder, "reference.cu: signature", "does not match")
+
+
+def test_missing_reference_file(example):
+    folder, edit = example
+    edit("experiment.json", lambda d: d.update(reference="gone.cu"))
+    expect_error(folder, "reference", "not found")
+
+
+def test_unknown_config_field(example):
+    folder, edit = example
+    edit("experiment.json", lambda d: d.update(max_iteration=3))
+    expect_error(folder, "max_iteration", "Extra inputs are not permitted")
+
+
+def test_load_launch_from_json_or_file(tmp_path):
+    spec = load_launch('{"grid": ["cdiv(n, 128)"], "block": 128}')
+    assert spec.grid == ["cdiv(n, 128)"] and spec.block == [128] and spec.shared_bytes == 0
+    path = tmp_path / "launch.json"
+    path.write_text('{"grid": [1], "block": [1], "shared": 4}')
+    with pytest.raises(ExperimentError, match="launch.json: shared"):
+        load_launch(str(path))

@@ -1,0 +1,74 @@
+import hashlib
+
+import numpy as np
+import pytest
+
+from cudaopt.harness.inputs import InputError, from_numbers, generate, to_numbers
+from cudaopt.harness.protocol import CaseSpec, InitSpec, InputSpec, OutputSpec
+from cudaopt.harness.signature import parse_signature
+
+SIG = parse_signature('extern "C" __global__ void f(const float* x, const int* idx, float* y, int n)')
+
+
+def case(x_init=None, idx_init=None, seed=3, n=4096):
+    return CaseSpec(
+        name="c", role="performance", scalars={"n": n}, seed=seed,
+        inputs={
+            "x": InputSpec(shape=["n"], init=x_init or InitSpec(dist="normal", mean=1.0, std=2.0)),
+            "idx": InputSpec(shape=["n"], init=idx_init or InitSpec(dist="integers", low=0, high=1000)),
+        },
+        outputs={"y": OutputSpec(shape=["n"])},
+    )
+
+
+def test_generation_is_deterministic_and_seeded():
+    a, b = generate(case(), SIG, 3), generate(case(), SIG, 3)
+    for s in range(3):
+        assert np.array_equal(a[s]["x"].data, b[s]["x"].data)
+    other = generate(case(seed=4), SIG, 1)
+    assert not np.array_equal(a[0]["x"].data, other[0]["x"].data)
+
+
+def test_distributions_and_types():
+    sets = generate(case(), SIG, 2)
+    x, idx = sets[0]["x"].data, sets[0]["idx"].data
+    assert x.dtype == np.float32 and idx.dtype == np.int32
+    assert abs(x.mean() - 1.0) < 0.2 and abs(x.std() - 2.0) < 0.2
+    assert idx.min() >= 0 and idx.max() < 1000
+    assert not (x == 0).all()
+
+
+def test_set_one_is_independent_and_set_two_is_a_near_duplicate_of_set_zero():
+    sets = generate(case(), SIG, 3)
+    x0, x1, x2 = (sets[s]["x"].data for s in range(3))
+    assert (x0 != x1).mean() > 0.99
+    half = x0.size // 2
+    assert np.array_equal(x0[:half], x2[:half])  # same leading elements
+    assert x2[-1] != x0[-1] and 0 < (x0 != x2).sum() < x0.size // 20
+
+
+def test_inputs_that_must_not_vary_are_identical_across_sets():
+    sets = generate(case(idx_init=InitSpec(dist="integers", low=0, high=10, vary=False)), SIG, 3)
+    assert all(np.array_equal(sets[0]["idx"].data, sets[s]["idx"].data) for s in (1, 2))
+
+
+def test_file_inputs_are_pinned_by_hash(tmp_path):
+    path = tmp_path / "x.npy"
+    np.save(path, np.arange(4096, dtype=np.float32))
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    sets = generate(case(x_init=InitSpec(dist="file", file=str(path), sha256=digest)), SIG, 2)
+    assert sets[1]["x"].data[10] == 10
+    with pytest.raises(InputError, match="changed since"):
+        generate(case(x_init=InitSpec(dist="file", file=str(path), sha256="0" * 64)), SIG, 1)
+    with pytest.raises(InputError, match="has shape"):
+        generate(case(x_init=InitSpec(dist="file", file=str(path)), n=10), SIG, 1)
+    with pytest.raises(InputError, match="not found"):
+        generate(case(x_init=InitSpec(dist="file", file=str(tmp_path / "none.npy"))), SIG, 1)
+
+
+def test_bfloat16_round_trip_rounds_to_nearest_even():
+    values = np.array([1.0, 1.00390625, 1.01171875, -2.5, 3.0e38], dtype=np.float32)
+    bits = from_numbers(values, "bfloat16")
+    back = to_numbers(bits, "bfloat16")
+    assert back[0] == 1.0 and back[1] == 1.0  # tie goes to even
+    assert back[2] == pytest.approx(1.015625) and back[3] == -2.5

@@ -51,7 +51,14 @@ def in_process_event_timing(samples: int = 100) -> dict[str, float]:
     opts = EventOptions(timing_enabled=True)
     cfg = LaunchConfig(grid=1, block=32)
 
-    def measure(with_kernel: bool, gated: bool) -> float:
+    from cuda.bindings import driver
+
+    _, function = driver.cuKernelGetFunction(kernel.handle)
+
+    def raw_launch() -> None:
+        driver.cuLaunchKernel(function, 1, 1, 1, 32, 1, 1, 0, stream.handle, 0, 0)
+
+    def measure(with_kernel: bool, gated: bool, launcher=None) -> float:
         pairs = []
         for _chunk in range(0, samples + 10, 25):
             if gated:
@@ -59,7 +66,7 @@ def in_process_event_timing(samples: int = 100) -> dict[str, float]:
             for _ in range(25):
                 start = stream.record(options=opts)
                 if with_kernel:
-                    launch(stream, cfg, kernel)
+                    launcher() if launcher else launch(stream, cfg, kernel)
                 end = stream.record(options=opts)
                 if not gated:
                     end.sync()
@@ -72,8 +79,27 @@ def in_process_event_timing(samples: int = 100) -> dict[str, float]:
     return {
         "naive_sync_each_launch": measure(True, gated=False),
         "gated_empty_kernel": measure(True, gated=True),
+        "gated_empty_kernel_via_cuLaunchKernel": measure(True, gated=True, launcher=raw_launch),
         "gated_event_pair_without_kernel": measure(False, gated=True),
+        "torch_gated_trivial_kernel": torch_trivial_kernel(samples),
     }
+
+
+def torch_trivial_kernel(samples: int) -> float:
+    """Another stack on the same GPU: torch's zero-cycle sleep kernel between events, queued behind a sleep."""
+    import torch
+
+    pairs = []
+    for _chunk in range(0, samples + 10, 25):
+        torch.cuda._sleep(50_000_000)
+        for _ in range(25):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.cuda._sleep(0)
+            end.record()
+            pairs.append((start, end))
+        torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) * 1000.0 for s, e in pairs[10:])
 
 
 def cublas_medians(cases, warmup: int = 10, iterations: int = 100, chunk: int = 25) -> dict[str, float]:

@@ -18,6 +18,8 @@ if [[ $what == tests || $what == all ]]; then
   status=${PIPESTATUS[0]}
 fi
 if [[ $what == bench || $what == all ]]; then
+  COLUMNS=110 python3 -m cudaopt evaluate --config examples/sgemm/experiment.json --json "$out/evaluate.json" \
+    2>&1 | tee "$out/evaluate.txt" || status=1
   for script in benchmarks/bench_*.py; do
     python3 "$script" --out "$out" 2>&1 | tee -a "$out/benchmarks.log" || status=1
   done

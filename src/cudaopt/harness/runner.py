@@ -217,6 +217,10 @@ class Runner:
                 if req.check:
                     for s in check_order(n_sets):
                         self._verify(out, buffers, signature, case, refs, s, "timed", from_slot=True)
+                    last = check_order(n_sets)[(req.protocol.iterations - 1) % n_sets]
+                    changed = buffers.modified_inputs(last)
+                    if changed:
+                        raise CaseFailure("input_modified", "during timing: " + "; ".join(changed))
                 clock.lap("verify_timed_s")
                 self._judge_plausibility(out, case, names, signature, req)
         except CaseFailure as failure:

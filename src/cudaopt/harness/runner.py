@@ -171,8 +171,10 @@ class Runner:
             raise CaseFailure("bad_signature", f"{spec.entry} argument sizes {actual} != expected {sizes}")
         info: CompileInfo = compiled.info
         attrs = kernel.attributes
-        if info.registers is None:
+        if info.registers is None:  # no ptxas report in the log: read the loaded kernel instead
             info.registers = int(attrs.num_regs)
+        if info.static_shared_bytes is None:
+            info.static_shared_bytes = int(attrs.shared_size_bytes)
         info.local_bytes = int(attrs.local_size_bytes)
         info.max_threads_per_block = int(attrs.max_threads_per_block)
         return kernel, info

@@ -116,6 +116,96 @@ def evaluate(
 
 
 @app.command()
+def optimize(
+    config: ConfigOpt = None,
+    description: DescriptionOpt = None,
+    signature: SignatureOpt = None,
+    reference: ReferenceOpt = None,
+    initial_kernel: InitialOpt = None,
+    input_cases: CasesOpt = None,
+    max_iterations: Annotated[Optional[int], typer.Option(min=1, help="Improvement attempts (default 7, or the config's).")] = None,
+    model: Annotated[str, typer.Option(help="provider:model for LangChain's init_chat_model.")] = "openai:gpt-5-mini",
+    reasoning_effort: Annotated[str, typer.Option(help="For reasoning models (gpt-5, o-series).")] = "medium",
+    base_url: Annotated[Optional[str], typer.Option(help="An OpenAI-compatible server (vLLM, Ollama, llama.cpp).")] = None,
+    results_dir: Annotated[Path, typer.Option(help="Where run-NNN directories go.")] = Path("results"),
+    max_model_calls: Annotated[Optional[int], typer.Option(min=1, help="Stop after this many requests to the model.")] = None,
+    max_cost_usd: Annotated[Optional[float], typer.Option(min=0, help="Stop once the estimated cost reaches this.")] = None,
+    time_limit: Annotated[Optional[float], typer.Option(min=1, help="Stop after this many seconds of wall time.")] = None,
+    patience: Annotated[Optional[int], typer.Option(min=1, help="Stop after this many attempts without a new best.")] = None,
+    prices: Annotated[Optional[Path], typer.Option(help='JSON {"model": {"input": USD/M, "output": USD/M}} overriding the price table.')] = None,
+    resume: Annotated[Optional[Path], typer.Option(help="Continue an interrupted run directory.")] = None,
+    device: Annotated[int, typer.Option(min=0, help="GPU ordinal.")] = 0,
+) -> None:
+    """Improve a kernel with a model in the loop; every step lands in results/run-NNN/."""
+    from .agent.graph import Budget
+    from .agent.model import ModelSettings, credentials_problem
+    from .evaluation.supervisor import Supervisor, WorkerError
+    from .optimize import ExperimentArgs, start_or_resume
+    from .render import OptimizeProgress, summary_table
+
+    settings = ModelSettings(model=model, reasoning_effort=reasoning_effort, base_url=base_url)
+    if prices is not None:
+        try:
+            settings.prices.update(_read_prices(prices))
+        except ExperimentError as exc:
+            raise fail(str(exc)) from None
+    problem = credentials_problem(settings)
+    if problem:
+        raise fail(problem)
+    absolute = lambda p: str(p.resolve()) if p else None  # noqa: E731
+    args = ExperimentArgs(config=absolute(config), description=description, signature=signature,
+                          reference=absolute(reference), initial_kernel=absolute(initial_kernel),
+                          input_cases=absolute(input_cases), max_iterations=max_iterations)
+    if resume is None:
+        try:
+            iterations = max_iterations or args.load().max_iterations
+        except ExperimentError as exc:
+            raise fail(str(exc)) from None
+    else:
+        iterations = max_iterations or _stored_iterations(resume)
+    budget = Budget(max_iterations=iterations, max_model_calls=max_model_calls, max_cost_usd=max_cost_usd,
+                    time_limit_s=time_limit, patience=patience)
+    out = console()
+    try:
+        with Supervisor(devices=[device]) as supervisor, OptimizeProgress(out, budget.max_iterations) as progress:
+            run, summary = start_or_resume(args, settings, budget, results_dir, supervisor, resume=resume,
+                                           on_progress=progress)
+    except ExperimentError as exc:
+        raise fail(str(exc)) from None
+    except WorkerError as exc:
+        raise fail(str(exc), EXIT_NO_GPU) from None
+    except KeyboardInterrupt:
+        Console(stderr=True).print("interrupted: the run directory holds every finished attempt; continue it with --resume")
+        raise typer.Exit(130) from None
+    out.print(summary_table(summary))
+    t = summary.totals
+    out.print(f"{summary.attempts} attempts ({summary.valid} valid), {t.model_calls} model calls, "
+              f"{t.input_tokens} input / {t.output_tokens} output tokens, ${t.cost_usd:.4f}, "
+              f"GPU {t.gpu_seconds:.1f} s, wall {t.wall_seconds:.1f} s", highlight=False)
+    out.print(f"audit pack: {run.path}", soft_wrap=True, highlight=False)
+
+
+def _read_prices(path: Path) -> dict:
+    from pydantic import TypeAdapter, ValidationError
+
+    from .experiment import read_json_file
+
+    try:
+        return TypeAdapter(dict[str, dict[str, float]]).validate_python(read_json_file(path, "price file"))
+    except ValidationError as exc:
+        raise ExperimentError(path, ".".join(map(str, exc.errors()[0]["loc"])), exc.errors()[0]["msg"]) from None
+
+
+def _stored_iterations(run_dir: Path) -> int:
+    import json
+
+    try:
+        return int(json.loads((run_dir / "settings.json").read_text())["budget"]["max_iterations"])
+    except (OSError, KeyError, ValueError) as exc:
+        raise fail(f"{run_dir}: not a resumable run directory ({exc.__class__.__name__}: {exc})") from None
+
+
+@app.command()
 def doctor() -> None:
     """Report the GPU, driver, CUDA, NVRTC, cuda-core, ncu and model credentials."""
     from .doctor import run_checks

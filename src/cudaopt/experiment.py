@@ -264,7 +264,7 @@ def _validation_message(exc: ValidationError) -> tuple[str, str]:
     return field, message
 
 
-def _read_json(path: Path, what: str) -> Any:
+def read_json_file(path: Path, what: str) -> Any:
     if not path.is_file():
         raise ExperimentError(path, "", f"{what} not found")
     try:
@@ -275,7 +275,7 @@ def _read_json(path: Path, what: str) -> Any:
 
 def load_cases(path: Path, signature: Signature) -> CasesFile:
     try:
-        cases = CasesFile.model_validate(_read_json(path, "input cases file"))
+        cases = CasesFile.model_validate(read_json_file(path, "input cases file"))
     except ValidationError as exc:
         raise ExperimentError(path, *_validation_message(exc)) from None
     seen: set[str] = set()
@@ -330,7 +330,7 @@ def load_experiment(
     origin = "command line"
     if config is not None:
         try:
-            model = ConfigModel.model_validate(_read_json(config, "config file"))
+            model = ConfigModel.model_validate(read_json_file(config, "config file"))
         except ValidationError as exc:
             raise ExperimentError(config, *_validation_message(exc)) from None
         base = config.parent
@@ -386,7 +386,7 @@ def load_launch(text: str) -> LaunchSpec:
     path = Path(text)
     source = "--launch"
     if not text.lstrip().startswith("{"):
-        data = _read_json(path, "launch file")
+        data = read_json_file(path, "launch file")
         source = str(path)
     else:
         try:

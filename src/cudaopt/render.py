@@ -46,3 +46,58 @@ def failure_lines(evaluation: Evaluation) -> list[str]:
     if not result.cases and not result.ok:
         lines.append(f"{result.status}: {result.reason.strip()}")
     return lines
+
+
+class OptimizeProgress:
+    """Live status line for `cudaopt optimize`: attempt, phase, best so far, tokens and cost."""
+
+    def __init__(self, console, max_iterations: int):
+        from rich.live import Live
+
+        self.max = max_iterations
+        self.state = {"attempt": "-", "phase": "starting", "best": None, "best_id": None, "tokens": 0, "cost": 0.0}
+        self.console = console
+        self.live = Live(self._render(), console=console, refresh_per_second=4, transient=True)
+
+    def __enter__(self) -> OptimizeProgress:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.live.__exit__(*exc)
+
+    def __call__(self, event: dict) -> None:
+        kind = event["type"]
+        if kind == "attempt":
+            self.state.update(attempt=event["id"], phase=event["what"])
+        elif kind == "phase":
+            self.state["phase"] = f"{event['phase']} {event['case']}".strip()
+        elif kind == "usage":
+            self.state.update(tokens=event["tokens"], cost=event["cost"])
+        elif kind == "done":
+            self.state.update(best=event["best"], best_id=event["best_id"], phase="done")
+            score = f"{event['score']:.2f} µs" if event["score"] else event["status"]
+            self.console.print(f"attempt #{event['id']}: {score}", highlight=False)
+        self.live.update(self._render())
+
+    def _render(self):
+        from rich.text import Text
+
+        s = self.state
+        best = f"{s['best']:.2f} µs (#{s['best_id']})" if s["best"] else "-"
+        return Text(f"attempt {s['attempt']} of {self.max} · {s['phase']} · best {best} · "
+                    f"{s['tokens']} tokens · ${s['cost']:.4f}")
+
+
+def summary_table(summary) -> Table:
+    """Baseline vs best per case, with the score and the stop reason."""
+    table = Table(title=f"{summary.run}: stopped ({summary.stop_reason})", title_justify="left")
+    for column in ("case", "role", "baseline µs", "best µs", "speed-up"):
+        table.add_column(column, justify="left" if column in ("case", "role") else "right")
+    fmt = lambda v, spec: format(v, spec) if v is not None else "-"  # noqa: E731
+    for case in summary.cases:
+        table.add_row(case.name, case.role, fmt(case.baseline_median_us, ".2f"), fmt(case.best_median_us, ".2f"),
+                      f"{case.speedup:.2f}×" if case.speedup else "-")
+    table.add_row("geomean (score)", "", fmt(summary.baseline_score_us, ".2f"), fmt(summary.best_score_us, ".2f"),
+                  f"{summary.speedup:.2f}×" if summary.speedup else "-", style="bold")
+    return table

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -99,7 +100,8 @@ class Worker:
 
     # --- one request ---------------------------------------------------------------------
 
-    def evaluate(self, request: EvalRequest) -> EvalResult:
+    def evaluate(self, request: EvalRequest, on_event: Callable[[dict], None] | None = None) -> EvalResult:
+        """Run one request; ``on_event`` sees the worker's phase and partial-result messages."""
         if not self.alive:
             self.start()
         assert self.proc is not None
@@ -119,6 +121,8 @@ class Worker:
                     reason = f"{phase} phase ran past its {limits[phase]:g} s timeout; the worker was killed"
                     return self._unfinished(partial, request, "timeout", reason, case, start)
                 kind = message.get("type")
+                if on_event is not None:
+                    on_event(message)
                 if kind == "phase":
                     phase, case = message["phase"], message.get("case", "")
                     deadline = time.monotonic() + limits[phase]
@@ -225,10 +229,10 @@ class Supervisor:
             worker.start()
         return worker.info
 
-    def evaluate(self, request: EvalRequest) -> EvalResult:
+    def evaluate(self, request: EvalRequest, on_event: Callable[[dict], None] | None = None) -> EvalResult:
         worker = self._free.get()
         try:
-            return worker.evaluate(request)
+            return worker.evaluate(request, on_event)
         finally:
             self._free.put(worker)
 

@@ -1,0 +1,147 @@
+"""What the model is told: the task, the rules, and compact, grounded feedback.
+
+Only correctness and performance cases are ever described here; holdout cases never reach
+the model in any form (the optimiser never passes them in).
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..harness.protocol import CaseSpec
+from ..record.schema import Attempt
+
+SYSTEM = """You are a CUDA performance engineer. You improve one CUDA kernel so that it runs \
+faster on the user's GPU while computing exactly the same function.
+
+Rules:
+- Write device code only: the complete .cu source of the kernel, with the entry point declared \
+exactly as `{signature}`. No main(), no host code, no kernel launches, no cudaMalloc.
+- The harness compiles the source with NVRTC (C++17) for the GPU, launches it with your launch \
+configuration, checks every output against a trusted reference on several inputs (outputs are \
+poisoned before every launch, writes outside the outputs and changes to inputs are caught), \
+then times it (L2 flushed before each launch).
+- The launch configuration is JSON: grid and block are lists of 1-3 integers or expressions \
+over the case scalars ({scalars}), shared_bytes is the dynamic shared memory in bytes. \
+Expressions may use + - * / // % ** and cdiv, round_up, min, max. The same expressions must \
+work for every shape, including shapes you have not seen.
+- You may call the gpu_info tool to read the GPU's properties.
+
+Answer with exactly two fenced blocks and nothing else required:
+```cuda
+<the complete kernel source>
+```
+```json
+{{"launch": {{"grid": [...], "block": [...], "shared_bytes": 0}}, "rationale": "<one or two sentences: what you changed and why it should be faster>"}}
+```"""
+
+
+def system_prompt(signature: str, cases: list[CaseSpec]) -> str:
+    scalars = sorted({name for case in cases for name in case.scalars})
+    return SYSTEM.format(signature=signature, scalars=", ".join(scalars) or "none")
+
+
+def _cases_text(cases: list[CaseSpec]) -> str:
+    lines = []
+    for case in cases:
+        shapes = ", ".join(f"{n}{list(s.shape)}" for n, s in {**case.inputs, **case.outputs}.items())
+        tol = ", ".join(f"{n}: rtol {o.rtol:g} atol {o.atol:g}" for n, o in case.outputs.items())
+        lines.append(f"- {case.name} ({case.role}): {json.dumps(case.scalars)}; {shapes}; tolerance {tol}")
+    return "\n".join(lines)
+
+
+def _case_line(case: dict, baseline: dict[str, float], best: dict[str, float]) -> str:
+    name, status = case["name"], case["status"]
+    if status != "ok":
+        return f"  - {name}: {status}: {_clip(case.get('reason', ''), 600)}"
+    timing = case.get("timing")
+    if not timing:
+        return f"  - {name}: ok (checked, not timed)"
+    median = timing["median_us"]
+    text = f"  - {name}: ok, median {median:.2f} us (p10-p90 {timing['p10_us']:.2f}-{timing['p90_us']:.2f})"
+    if name in baseline:
+        text += f", {baseline[name] / median:.2f}x vs baseline"
+    if name in best:
+        text += f", {best[name] / median:.2f}x vs best so far"
+    occ = case.get("occupancy") or {}
+    if "occupancy" in occ:
+        text += f", occupancy {occ['occupancy']:.0%}"
+    roof = case.get("roofline") or {}
+    if "achieved_tflops" in roof:
+        text += f", {roof['achieved_tflops']} TFLOP/s"
+    return text
+
+
+def _clip(text: str, limit: int) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit] + " …"
+
+
+def medians(attempt: Attempt | None) -> dict[str, float]:
+    if attempt is None:
+        return {}
+    return {c["name"]: c["timing"]["median_us"] for c in attempt.cases if c.get("timing") and c["status"] == "ok"}
+
+
+def attempt_text(attempt: Attempt, baseline: Attempt | None, best: Attempt | None) -> str:
+    """The evidence for one attempt: outcome per case, resources, failures."""
+    head = f"Attempt #{attempt.id} ({attempt.kind}): {attempt.status}"
+    if attempt.status == "rejected":
+        return f"{head}: {attempt.reason}"
+    lines = [head]
+    comp = attempt.compile or {}
+    if comp:
+        lines.append(
+            f"  registers {comp.get('registers')}, spill stores/loads {comp.get('spill_stores')}/{comp.get('spill_loads')}, "
+            f"static shared {comp.get('static_shared_bytes')} B, local {comp.get('local_bytes')} B"
+        )
+    if attempt.status == "compile_error":
+        lines.append("  compiler output:\n" + _clip(attempt.reason, 2500))
+    elif not attempt.cases and attempt.reason:
+        lines.append(f"  {_clip(attempt.reason, 800)}")
+    for case in attempt.cases:
+        lines.append(_case_line(case, medians(baseline), medians(best) if best is not attempt else {}))
+        for check in case.get("checks", []):
+            if not check["ok"] and check.get("first_bad_index") is not None:
+                lines.append(
+                    f"    first wrong element of {check['output']} at {tuple(check['first_bad_index'])}: expected "
+                    f"{check['expected']}, got {check['actual']}; {check['mismatches']} of {check['elements']} wrong, "
+                    f"{check['unwritten']} unwritten, max abs error {check['max_abs_error']:.3g}"
+                )
+    return "\n".join(lines)
+
+
+def digest(attempts: list[Attempt]) -> str:
+    """One line per earlier attempt, so the model does not repeat itself."""
+    lines = []
+    for a in attempts:
+        score = f"{a.score_us:.2f} us geomean" if a.score_us else a.status
+        why = _clip(a.rationale, 160) if a.rationale else ("initial kernel" if a.kind == "baseline" else "")
+        lines.append(f"- #{a.id} (from #{a.parent}): {score}; {why}")
+    return "\n".join(lines)
+
+
+def task_message(description: str, cases: list[CaseSpec], attempts: list[Attempt], best: Attempt | None,
+                 baseline: Attempt, best_source: str | None, last: Attempt | None, last_source: str | None,
+                 iterations_left: int) -> str:
+    parts = [
+        f"Task: {description}" if description else "Task: make this kernel faster.",
+        "Cases (score = geometric mean of the median latency over the performance cases; every case must pass):\n"
+        + _cases_text(cases),
+        "Attempts so far:\n" + digest(attempts),
+        "Baseline:\n" + attempt_text(baseline, baseline, None),
+    ]
+    if best is not None and best_source is not None:
+        parts.append(
+            f"Best so far (#{best.id}):\n" + attempt_text(best, baseline, best)
+            + f"\nIts launch configuration: {json.dumps(best.launch)}\nIts source:\n```cuda\n{best_source}\n```"
+        )
+    if last is not None and last is not best and last.status != "ok":
+        text = f"Your last attempt failed; repair it or try another idea.\n{attempt_text(last, baseline, best)}"
+        if last_source is not None:
+            text += f"\nIts source:\n```cuda\n{last_source}\n```"
+        parts.append(text)
+    elif last is not None and last is not best:
+        parts.append("Your last attempt passed but was not faster than the best:\n" + attempt_text(last, baseline, best))
+    parts.append(f"Propose the next version ({iterations_left} attempt(s) left).")
+    return "\n\n".join(parts)

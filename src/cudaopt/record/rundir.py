@@ -1,0 +1,82 @@
+"""The run directory ``results/run-NNN/``: every artifact of one optimisation run.
+
+Files are written atomically (a temporary file, then a rename), so a run killed at any moment
+leaves complete files behind; ``history.json`` is rewritten after every attempt, so at most the
+attempt in flight is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+_RUN = re.compile(r"run-(\d{3,})$")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, data: Any) -> None:
+    write_atomic(path, json.dumps(data, indent=2, allow_nan=True, default=str) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+class RunDir:
+    """One run's directory. ``create`` picks the next free ``run-NNN``; nothing is overwritten."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    @classmethod
+    def create(cls, results: Path) -> RunDir:
+        results.mkdir(parents=True, exist_ok=True)
+        while True:
+            numbers = [int(m.group(1)) for p in results.iterdir() if (m := _RUN.match(p.name))]
+            path = results / f"run-{max(numbers, default=0) + 1:03d}"
+            try:
+                path.mkdir()  # atomic: two runs starting together get different directories
+            except FileExistsError:
+                continue
+            (path / "candidates").mkdir()
+            return cls(path)
+
+    @classmethod
+    def open(cls, path: Path) -> RunDir:
+        if not (path / "history.json").is_file():
+            raise FileNotFoundError(f"{path} is not a run directory (no history.json)")
+        return cls(path)
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def write_json(self, name: str, data: Any) -> None:
+        write_json(self.path / name, data)
+
+    def read_json(self, name: str) -> Any:
+        return read_json(self.path / name)
+
+    def write_text(self, name: str, text: str) -> None:
+        write_atomic(self.path / name, text)
+
+    def log(self, message: str) -> None:
+        """Append one line to run.log (kept free of secrets: callers log events, never settings)."""
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        with open(self.path / "run.log", "a") as fh:
+            fh.write(f"{stamp} {message}\n")

@@ -1,0 +1,66 @@
+"""`cudaopt optimize` end to end on the GPU, with a scripted model serving real kernels."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from cudaopt.cli import app
+from cudaopt.harness.protocol import EvalRequest, from_dict
+from cudaopt.record.schema import History, Summary
+from tests.conftest import SGEMM, kernel_source
+from tests.fake_openai import FakeOpenAI
+
+pytestmark = pytest.mark.gpu
+
+TILE16 = {"grid": ["cdiv(n, 16)", "cdiv(m, 16)"], "block": [16, 16], "shared_bytes": 0}
+TILE128 = {"grid": ["cdiv(n, 128)", "cdiv(m, 128)"], "block": [256], "shared_bytes": 0}
+
+
+def answer(source: str, launch: dict, rationale: str) -> str:
+    return f"```cuda\n{source}\n```\n```json\n{json.dumps({'launch': launch, 'rationale': rationale})}\n```"
+
+
+def test_optimize_end_to_end_with_real_kernels(tmp_path, supervisor):
+    script = [
+        answer(kernel_source("compile_error.cu"), TILE16, "fails to compile"),
+        answer(kernel_source("half_operands.cu"), TILE16, "half precision operands"),
+        answer((SGEMM / "reference.cu").read_text(), TILE16, "the naive kernel: slower"),
+        answer(kernel_source("register_tiled.cu"), TILE128, "128x128 tiles, 8x8 per thread"),
+    ]
+    runner = CliRunner(env={"COLUMNS": "200", "OPENAI_API_KEY": ""})
+    with FakeOpenAI(script) as server:
+        result = runner.invoke(app, ["optimize", "--config", str(SGEMM / "experiment.json"), "--max-iterations", "4",
+                                     "--base-url", server.url, "--results-dir", str(tmp_path / "results")])
+    assert result.exit_code == 0, result.output
+    run = tmp_path / "results" / "run-001"
+    attempts = History.model_validate_json((run / "history.json").read_text()).attempts
+    assert [a.status for a in attempts] == ["ok", "compile_error", "mismatch", "ok", "ok"]
+    summary = Summary.model_validate_json((run / "summary.json").read_text())
+    assert summary.best_attempt == 4, summary
+    assert summary.speedup > 1.5
+    slower = attempts[3].score_us
+    assert slower > attempts[0].score_us  # the naive kernel was slower than the baseline
+    print(result.output)  # the final table, for the record
+
+    # best.cu passes `cudaopt evaluate` with the winner's launch configuration
+    best = run / "best.cu"
+    assert best.read_text() == kernel_source("register_tiled.cu")
+    check = runner.invoke(app, ["evaluate", "--config", str(SGEMM / "experiment.json"), "--kernel", str(best),
+                                "--launch", json.dumps(attempts[4].launch), "--iterations", "20",
+                                "--no-time-reference"])
+    assert check.exit_code == 0, check.output
+
+    # every best-case-N.json replays on its own
+    replays = sorted(run.glob("best-case-*.json"))
+    assert len(replays) == 4
+    for path in replays:
+        request = from_dict(EvalRequest, json.loads(path.read_text()))
+        replayed = supervisor.evaluate(request)
+        assert replayed.status == "ok", (path.name, replayed.reason)
+
+    # the heatmap marks the failed attempts
+    svg = (run / "heatmap.svg").read_text()
+    assert svg.count("failed") >= 2 and (run / "heatmap.png").stat().st_size > 1000

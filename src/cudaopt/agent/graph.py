@@ -110,7 +110,7 @@ class Optimizer:
         return min(scored, key=lambda a: (a.score_us, a.id)) if scored else None
 
     def model_calls(self) -> int:
-        return sum(c.retries + 1 + max(0, len(c.tool_calls)) for c in self.calls)
+        return sum(c.requests for c in self.calls)
 
     def cost(self) -> float:
         return sum(c.cost_usd for c in self.calls)
@@ -158,7 +158,8 @@ class Optimizer:
         if self.baseline is None:
             source = self.exp.initial_kernel_path.read_text()
             self.on_progress({"type": "attempt", "id": 0, "what": "baseline"})
-            self._record(0, None, "baseline", source, None, "", [], self._run_eval(source, None))
+            started = _now()
+            self._record(0, None, "baseline", source, None, "", [], self._run_eval(source, None), started)
         return {"stop_reason": self._stop_reason()}
 
     def _propose(self, state: State) -> State:
@@ -191,9 +192,10 @@ class Optimizer:
         proposal, attempt_id = self.pending, len(self.attempts)
         assert proposal is not None
         self.on_progress({"type": "attempt", "id": attempt_id, "what": "evaluating"})
+        started = _now()
         result = self._run_eval(proposal.source, proposal.launch)
         self._record(attempt_id, self.pending_parent, "proposal", proposal.source, to_dict(proposal.launch),
-                     proposal.rationale, self.pending_calls, result)
+                     proposal.rationale, self.pending_calls, result, started)
         self.pending = None
         return {"pending": False}
 
@@ -242,7 +244,7 @@ class Optimizer:
             usage=ModelUsage(input_tokens=reply.input_tokens, output_tokens=reply.output_tokens,
                              reasoning_tokens=reply.reasoning_tokens),
             cost_usd=self.client.cost(reply.input_tokens, reply.output_tokens),
-            latency_s=reply.latency_s, retries=reply.retries, error=reply.error,
+            latency_s=reply.latency_s, requests=reply.calls, retries=reply.retries, error=reply.error,
         )
         self.calls.append(call)
         self.run.write_text(f"model-{call.id:03d}.json", call.model_dump_json(indent=2))
@@ -258,7 +260,7 @@ class Optimizer:
                              model_calls=calls, started_at=now, finished_at=now))
 
     def _record(self, attempt_id: int, parent: int | None, kind: str, source: str, launch, rationale: str,
-                calls: list[int], result: EvalResult) -> None:
+                calls: list[int], result: EvalResult, started: str) -> None:
         source_file = f"candidates/{attempt_id:03d}.cu"
         self.run.write_text(source_file, source)
         cases = [to_dict(c) for c in result.cases]
@@ -268,7 +270,7 @@ class Optimizer:
             source_file=source_file, launch=launch, rationale=rationale,
             compile=to_dict(result.compile) if result.compile else None, cases=cases,
             score_us=score(cases) if result.ok else None, model_calls=calls,
-            eval_seconds=result.wall_s, started_at=_now(), finished_at=_now(),
+            eval_seconds=result.wall_s, started_at=started, finished_at=_now(),
         )
         self._append(attempt)
         if attempt.score_us is not None and self.best is attempt:

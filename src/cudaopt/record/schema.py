@@ -57,6 +57,7 @@ class ModelCall(_Model):
     usage: ModelUsage = Field(default_factory=ModelUsage)
     cost_usd: float = 0.0
     latency_s: float = 0.0
+    requests: int = 1  # requests sent in this turn: tool-call rounds and retries included
     retries: int = 0
     error: str | None = None
 

@@ -67,7 +67,7 @@ def test_optimize_end_to_end_with_real_kernels(tmp_path, supervisor):
 
     # best.cu passes `cudaopt evaluate` with the winner's launch configuration
     best = run / "best.cu"
-    assert best.read_text() == hybrid_kernel()
+    assert best.read_text().strip() == hybrid_kernel().strip()
     check = runner.invoke(app, ["evaluate", "--config", str(SGEMM / "experiment.json"), "--kernel", str(best),
                                 "--launch", json.dumps(attempts[4].launch), "--iterations", "20",
                                 "--no-time-reference"])

@@ -41,3 +41,15 @@ def test_help_lists_the_budget_flags():
     for flag in ("--max-iterations", "--model", "--reasoning-effort", "--base-url", "--results-dir",
                  "--max-model-calls", "--max-cost-usd", "--time-limit", "--resume"):
         assert flag in result.output
+
+
+def test_no_gpu_leaves_no_run_directory(monkeypatch, tmp_path):
+    from tests.conftest import gpu_present
+
+    if gpu_present():
+        return
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    result = runner.invoke(app, ["optimize", "--config", str(SGEMM / "experiment.json"),
+                                 "--results-dir", str(tmp_path / "results")])
+    assert result.exit_code == 3 and "did not start" in result.output
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())

@@ -98,11 +98,12 @@ def start_or_resume(
         if experiment.initial_kernel_path is None:
             raise ExperimentError(args.config or "command line", "initial_kernel",
                                   "missing (give --initial-kernel or set it in --config)")
+        env = environment(evaluator.device_info())  # starts the GPU worker before anything is written
         run = RunDir.create(results)
         run.write_json("lock.json", experiment.lock())
         run.write_json("settings.json", {"experiment": asdict(args), "model": settings.public(),
                                          "budget": asdict(budget)})
-        run.write_json("env.json", environment(evaluator.device_info()))
+        run.write_json("env.json", env)
 
     def gpu_info() -> dict:
         """The GPU the kernels run on: name, architecture, SM count, L2 size, shared memory limit, peak bandwidth."""

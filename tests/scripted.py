@@ -40,6 +40,11 @@ class ScriptedEvaluator:
             on_event({"type": "phase", "phase": "compile", "case": ""})
         match = re.search(r"// RESULT: (\w+)(?: ([\d.]+))?", request.kernel.source)
         what, arg = (match.group(1), match.group(2)) if match else ("ok", "1.0")
+        defines = request.kernel.defines
+        if defines:  # tuning: the bigger the tiles the faster, FAIL=1 does not compile
+            if defines.get("FAIL"):
+                what = "compile_error"
+            arg = str(float(arg or 1.0) * 16 / (16 + sum(v for v in defines.values() if isinstance(v, int))))
         if what == "slow":
             time.sleep(float(arg))
             what, arg = "ok", "1.0"

@@ -10,14 +10,26 @@ runner = CliRunner(env={"COLUMNS": "200"})
 
 def test_missing_credentials_say_what_to_set(monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    result = runner.invoke(app, ["optimize", "--config", str(SGEMM / "experiment.json")])
+    result = runner.invoke(app, ["optimize", "--config", str(SGEMM / "experiment.json"), "--strategy", "agent"])
     assert result.exit_code == 2
     assert "model openai:gpt-5-mini needs OPENAI_API_KEY: export OPENAI_API_KEY=..." in result.output
 
 
+def test_auto_without_credentials_tunes_and_says_why(monkeypatch, tmp_path):
+    from tests.conftest import gpu_present
+
+    if gpu_present():
+        return
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    result = runner.invoke(app, ["optimize", "--config", str(SGEMM / "experiment.json"),
+                                 "--results-dir", str(tmp_path)])
+    assert "strategy: tune (no model: model openai:gpt-5-mini needs OPENAI_API_KEY" in result.output
+    assert result.exit_code == 3  # no GPU here; on a GPU machine it tunes
+
+
 def test_missing_provider_package_is_named(monkeypatch):
     result = runner.invoke(app, ["optimize", "--config", str(SGEMM / "experiment.json"),
-                                 "--model", "someprovider:some-model"])
+                                 "--model", "someprovider:some-model", "--strategy", "agent"])
     assert result.exit_code == 2
     assert "pip install langchain-someprovider" in result.output
 

@@ -12,7 +12,7 @@ from tests.conftest import SGEMM
 @pytest.fixture
 def example(tmp_path):
     """A writable copy of the sgemm example; returns (dir, edit) where edit(file, fn) rewrites JSON."""
-    for name in ("experiment.json", "input_cases.json", "reference.cu", "initial.cu"):
+    for name in ("experiment.json", "input_cases.json", "reference.cu", "initial.cu", "tunable.cu"):
         shutil.copy(SGEMM / name, tmp_path / name)
 
     def edit(name, change):

@@ -135,12 +135,18 @@ def optimize(
     prices: Annotated[Optional[Path], typer.Option(help='JSON {"model": {"input": USD/M, "output": USD/M}} overriding the price table.')] = None,
     resume: Annotated[Optional[Path], typer.Option(help="Continue an interrupted run directory.")] = None,
     device: Annotated[int, typer.Option(min=0, help="GPU ordinal.")] = 0,
+    strategy: Annotated[str, typer.Option(help="auto | agent | agent+tune | tune. auto: agent+tune when the model's "
+                                                "credentials are set, tune otherwise.")] = "auto",
+    max_evals: Annotated[int, typer.Option(min=1, help="Configurations the tuner may evaluate.")] = 40,
+    seed: Annotated[int, typer.Option(help="Seed of the tuner's sampler.")] = 0,
+    ablation: Annotated[bool, typer.Option(help="Also tune only, and report what the agent added beyond tuning.")] = False,
+    cache: Annotated[bool, typer.Option(help="Reuse results of identical configurations (results/cache/).")] = True,
 ) -> None:
-    """Improve a kernel with a model in the loop; every step lands in results/run-NNN/."""
+    """Improve a kernel (a model in the loop, a tuner, or both); every step lands in results/run-NNN/."""
     from .agent.graph import Budget
     from .agent.model import ModelSettings, credentials_problem
     from .evaluation.supervisor import Supervisor, WorkerError
-    from .optimize import ExperimentArgs, start_or_resume
+    from .optimize import STRATEGIES, ExperimentArgs, start_or_resume
     from .render import OptimizeProgress, summary_table
 
     settings = ModelSettings(model=model, reasoning_effort=reasoning_effort, base_url=base_url)
@@ -149,9 +155,8 @@ def optimize(
             settings.prices.update(_read_prices(prices))
         except ExperimentError as exc:
             raise fail(str(exc)) from None
-    problem = credentials_problem(settings)
-    if problem:
-        raise fail(problem)
+    if strategy not in STRATEGIES:
+        raise fail(f"--strategy: {strategy!r} is not one of {', '.join(STRATEGIES)}")
     absolute = lambda p: str(p.resolve()) if p else None  # noqa: E731
     args = ExperimentArgs(config=absolute(config), description=description, signature=signature,
                           reference=absolute(reference), initial_kernel=absolute(initial_kernel),
@@ -163,13 +168,22 @@ def optimize(
             raise fail(str(exc)) from None
     else:
         iterations = max_iterations or _stored_iterations(resume)
+    problem = credentials_problem(settings) if strategy != "tune" and resume is None else None
+    if strategy == "auto" and resume is None:
+        strategy = "tune" if problem else "agent+tune"
+        reason = f"no model: {problem}" if problem else f"{settings.model} is configured"
+        Console(stderr=True).print(f"strategy: {strategy} ({reason})", highlight=False, soft_wrap=True)
+        problem = None
+    if problem:
+        raise fail(problem)
     budget = Budget(max_iterations=iterations, max_model_calls=max_model_calls, max_cost_usd=max_cost_usd,
                     time_limit_s=time_limit, patience=patience)
     out = console()
     try:
-        with Supervisor(devices=[device]) as supervisor, OptimizeProgress(out, budget.max_iterations) as progress:
-            run, summary = start_or_resume(args, settings, budget, results_dir, supervisor, resume=resume,
-                                           on_progress=progress)
+        with Supervisor(devices=[device]) as supervisor, OptimizeProgress(out, max_evals if strategy == "tune" else budget.max_iterations) as progress:
+            run, summary = start_or_resume(args, settings, budget, results_dir, supervisor, strategy=strategy,
+                                           resume=resume, on_progress=progress, max_evals=max_evals, seed=seed,
+                                           ablation=ablation, use_cache=cache)
     except ExperimentError as exc:
         raise fail(str(exc)) from None
     except WorkerError as exc:
@@ -182,6 +196,12 @@ def optimize(
     out.print(f"{summary.attempts} attempts ({summary.valid} valid), {t.model_calls} model calls, "
               f"{t.input_tokens} input / {t.output_tokens} output tokens, ${t.cost_usd:.4f}, "
               f"GPU {t.gpu_seconds:.1f} s, wall {t.wall_seconds:.1f} s", highlight=False)
+    if summary.best_defines:
+        out.print(f"best tunables: {summary.best_defines}", highlight=False)
+    if summary.ablation:
+        gain = summary.ablation["agent_gain_over_tuning"]
+        out.print(f"ablation: tuning alone reached {summary.ablation['tune_only_best_score_us']} µs; "
+                  f"the agent added {gain:.2f}× beyond it" if gain else "ablation: no comparison", highlight=False)
     out.print(f"audit pack: {run.path}", soft_wrap=True, highlight=False)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -149,6 +150,16 @@ class TimingModel(_Model):
     gate: bool = True
 
 
+class TuneModel(_Model):
+    """The tunable kernel for --strategy tune; the space may instead sit in the kernel's
+    ``/* cudaopt-tune {...} */`` comment block."""
+
+    kernel: str
+    tunables: dict[str, list[int | float | str]] | None = None
+    restrictions: list[str] = Field(default_factory=list)
+    launch: LaunchModel | None = None
+
+
 class ConfigModel(_Model):
     description: str | None = None
     signature: str | None = None
@@ -158,6 +169,17 @@ class ConfigModel(_Model):
     input_cases: str | None = None
     max_iterations: int | None = Field(None, ge=1)
     timing: TimingModel = Field(default_factory=TimingModel)
+    tune: TuneModel | None = None
+
+
+@dataclass
+class Tuning:
+    """A tunable kernel, its space and its launch expressions (which may use the tunables)."""
+
+    path: Path
+    source: str
+    space: object  # search.space.TuneSpace
+    launch: LaunchSpec
 
 
 class Experiment:
@@ -165,7 +187,8 @@ class Experiment:
 
     def __init__(self, *, description: str, signature: Signature, signature_text: str,
                  reference_path: Path, reference_entry: str, initial_kernel_path: Path | None,
-                 cases_path: Path, cases: CasesFile, timing: TimingModel, max_iterations: int):
+                 cases_path: Path, cases: CasesFile, timing: TimingModel, max_iterations: int,
+                 tuning: Tuning | None = None):
         self.description = description
         self.signature = signature
         self.signature_text = signature_text
@@ -177,6 +200,7 @@ class Experiment:
         self.cases_file = cases
         self.timing = timing
         self.max_iterations = max_iterations
+        self.tuning = tuning
         self.case_specs = [self._case_spec(c) for c in cases.cases]
 
     @property
@@ -367,6 +391,7 @@ def load_experiment(
     if init_path is not None and not init_path.is_file():
         raise ExperimentError(origin, "initial_kernel", f"{init_path} not found")
     cases = load_cases(cases_path, sig)
+    tuning = _load_tuning(model.tune, base, origin, sig, cases) if model.tune else None
     return Experiment(
         description=description or model.description or "",
         signature=sig,
@@ -378,7 +403,49 @@ def load_experiment(
         cases=cases,
         timing=model.timing,
         max_iterations=max_iterations or model.max_iterations or 7,
+        tuning=tuning,
     )
+
+
+def _load_tuning(tune: TuneModel, base: Path, origin: str, sig: Signature, cases: CasesFile) -> Tuning:
+    from .harness.runner import resolve_launch
+    from .harness.signature import find_entry
+    from .search.space import SpaceError, TuneSpace, from_source
+
+    path = (base / tune.kernel).resolve()
+    if not path.is_file():
+        raise ExperimentError(origin, "tune.kernel", f"{path} not found")
+    source = path.read_text()
+    declared = find_entry(source, sig.name)
+    if declared is None or not declared.same_types(sig):
+        raise ExperimentError(path, "signature", f"no entry matching '{sig}'")
+    try:
+        in_source = from_source(source)
+    except SpaceError as exc:
+        raise ExperimentError(path, "cudaopt-tune", str(exc)) from None
+    if tune.tunables:
+        try:
+            space = TuneSpace(tunables=tune.tunables, restrictions=tune.restrictions)
+        except ValidationError as exc:
+            raise ExperimentError(origin, *_validation_message(exc)) from None
+    elif in_source is not None:
+        space = in_source
+    else:
+        raise ExperimentError(origin, "tune.tunables", f"missing (and {path.name} has no cudaopt-tune block)")
+    launch = tune.launch or (in_source.launch if in_source else None)
+    if launch is None:
+        raise ExperimentError(origin, "tune.launch", "missing: launch expressions for the tunable kernel")
+    configs = space.configurations()
+    if not configs:
+        raise ExperimentError(origin, "tune.restrictions", "no configuration satisfies them")
+    for case in cases.cases:
+        if case.role == "holdout":
+            continue
+        try:
+            resolve_launch(launch.spec(), {**case.scalars, **configs[0]})
+        except ValueError as exc:
+            raise ExperimentError(origin, "tune.launch", f"case {case.name!r} with {configs[0]}: {exc}") from None
+    return Tuning(path=path, source=source, space=space, launch=launch.spec())
 
 
 def load_launch(text: str) -> LaunchSpec:

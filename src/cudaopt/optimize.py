@@ -11,11 +11,13 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
-from .agent.graph import Budget, Evaluator, Optimizer
+from .agent.graph import Budget, Optimizer
 from .agent.model import ModelClient, ModelSettings, make_chat_model
 from .experiment import Experiment, ExperimentError, load_experiment
+from .record.recorder import Evaluator, Recorder, ResultCache
 from .record.rundir import RunDir
 from .record.schema import Summary
+from .search.tune import Tuner
 
 PACKAGES = ("cudaopt", "cuda-core", "cuda-bindings", "numpy", "pydantic", "langgraph", "langchain",
             "langchain-core", "langchain-openai", "openai", "matplotlib", "nvidia-ml-py")
@@ -70,17 +72,30 @@ def _git_state() -> dict:
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None}
 
 
+STRATEGIES = ("auto", "agent", "agent+tune", "tune")
+
+
 def start_or_resume(
     args: ExperimentArgs,
     settings: ModelSettings,
     budget: Budget,
     results: Path,
     evaluator: Evaluator,
+    *,
+    strategy: str = "agent",
     resume: Path | None = None,
     chat_model=None,
     on_progress: Callable[[dict], None] = lambda event: None,
+    max_evals: int = 40,
+    seed: int = 0,
+    ablation: bool = False,
+    use_cache: bool = True,
 ) -> tuple[RunDir, Summary]:
-    """Run the agent to a stop reason. On --resume, the stored experiment and lock are used."""
+    """Run a strategy (``agent``, ``agent+tune`` or ``tune``) to a stop reason.
+
+    On --resume, the stored experiment, strategy and lock are used.
+    """
+    device = evaluator.device_info()  # starts the GPU worker before anything is written
     if resume is not None:
         try:
             run = RunDir.open(resume)
@@ -88,6 +103,7 @@ def start_or_resume(
             raise ExperimentError(resume, "", str(exc)) from None
         stored = run.read_json("settings.json")
         args = ExperimentArgs(**stored["experiment"])
+        strategy = stored.get("strategy", strategy)
         experiment = args.load()
         if run.read_json("lock.json")["lock"] != experiment.lock()["lock"]:
             raise ExperimentError(run.file("lock.json"), "lock",
@@ -98,26 +114,73 @@ def start_or_resume(
         if experiment.initial_kernel_path is None:
             raise ExperimentError(args.config or "command line", "initial_kernel",
                                   "missing (give --initial-kernel or set it in --config)")
-        env = environment(evaluator.device_info())  # starts the GPU worker before anything is written
+        if strategy in ("tune",) or ablation:
+            _need_tuning(experiment, args)
         run = RunDir.create(results)
         run.write_json("lock.json", experiment.lock())
-        run.write_json("settings.json", {"experiment": asdict(args), "model": settings.public(),
-                                         "budget": asdict(budget)})
-        run.write_json("env.json", env)
-
-    def gpu_info() -> dict:
-        """The GPU the kernels run on: name, architecture, SM count, L2 size, shared memory limit, peak bandwidth."""
-        return evaluator.device_info()
-
-    tools = {"gpu_info": gpu_info}
-    client = ModelClient(chat_model if chat_model is not None else make_chat_model(settings), settings, tools)
-    optimizer = Optimizer(experiment, evaluator, client, run, budget, on_progress)
+        run.write_json("settings.json", {"experiment": asdict(args), "strategy": strategy,
+                                         "model": settings.public(), "budget": asdict(budget)})
+        run.write_json("env.json", environment(device))
+    cache = ResultCache(results / "cache", device) if use_cache else None
+    model = settings.public() if strategy != "tune" else {"model": None}
+    recorder = Recorder(experiment, run, evaluator, strategy=strategy, model=model,
+                        prices=settings.prices.get(settings.name, {}) if strategy != "tune" else {},
+                        cache=cache, on_progress=on_progress)
     if resume is not None:
-        optimizer.load()
+        recorder.load()
     try:
-        summary = optimizer.execute()
+        if strategy == "tune":
+            summary = _tune(recorder, budget, max_evals, seed)
+        else:
+            def gpu_info() -> dict:
+                """The GPU the kernels run on: name, architecture, SM count, L2 size, shared memory limit, peak bandwidth."""
+                return device
+
+            model_client = ModelClient(chat_model if chat_model is not None else make_chat_model(settings),
+                                       settings, {"gpu_info": gpu_info})
+            summary = Optimizer(recorder, model_client, budget, tune=strategy == "agent+tune").execute()
+        if ablation and strategy != "tune":
+            summary = _ablation(recorder, evaluator, cache, budget, max_evals, seed, on_progress)
     finally:
         env = run.read_json("env.json")
         env["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         run.write_json("env.json", env)
     return run, summary
+
+
+def _need_tuning(experiment: Experiment, args: ExperimentArgs) -> None:
+    if experiment.tuning is None:
+        raise ExperimentError(args.config or "command line", "tune",
+                              "the experiment declares no tunable kernel; --strategy tune and --ablation need a "
+                              "'tune' section (kernel, tunables, launch)")
+
+
+def _tune(recorder: Recorder, budget: Budget, max_evals: int, seed: int) -> Summary:
+    tuning = recorder.exp.tuning
+    tuner = Tuner(recorder, tuning.source, tuning.space, tuning.launch, max_evals=max_evals,
+                  time_limit_s=budget.time_limit_s, seed=seed)
+    try:
+        reason = tuner.execute()
+    except KeyboardInterrupt:
+        recorder.finish("interrupted")
+        raise
+    return recorder.finish(reason)
+
+
+def _ablation(recorder: Recorder, evaluator: Evaluator, cache, budget: Budget, max_evals: int, seed: int,
+              on_progress) -> Summary:
+    """Tune-only on the same experiment (in ``ablation/``), to show what the agent added beyond tuning."""
+    sub = RunDir.create_at(recorder.run.path / "ablation")
+    tuned = Recorder(recorder.exp, sub, evaluator, strategy="tune", model={"model": None}, prices={},
+                     cache=cache, on_progress=on_progress)
+    tune_summary = _tune(tuned, budget, max_evals, seed)
+    final, tuned_best = recorder.best, tuned.best
+    recorder.ablation = {
+        "run": "ablation",
+        "tune_only_best_score_us": tune_summary.best_score_us,
+        "tune_only_best_defines": tune_summary.best_defines,
+        "final_best_score_us": final.score_us if final else None,
+        # > 1: the final kernel is this much faster than the best the tuner alone found
+        "agent_gain_over_tuning": (tuned_best.score_us / final.score_us) if final and tuned_best else None,
+    }
+    return recorder.write_summary()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from ..harness.protocol import CaseSpec
+from ..record.recorder import medians
 from ..record.schema import Attempt
 
 SYSTEM = """You are a CUDA performance engineer. You improve one CUDA kernel so that it runs \
@@ -36,9 +37,18 @@ Answer with exactly two fenced blocks and nothing else required:
 ```"""
 
 
-def system_prompt(signature: str, cases: list[CaseSpec]) -> str:
+TUNABLES = """
+
+You may also declare tunables in the json block: "tunables": {"NAME": [values, ...]} (at most 16 \
+combinations) and optionally "restrictions": ["expression", ...]. Each combination is compiled \
+with -DNAME=value, may be used in the launch expressions, and is checked and timed; you will see \
+the best one."""
+
+
+def system_prompt(signature: str, cases: list[CaseSpec], tunables: bool = False) -> str:
     scalars = sorted({name for case in cases for name in case.scalars})
-    return SYSTEM.format(signature=signature, scalars=", ".join(scalars) or "none")
+    text = SYSTEM.format(signature=signature, scalars=", ".join(scalars) or "none")
+    return text + (TUNABLES if tunables else "")
 
 
 def _cases_text(cases: list[CaseSpec]) -> str:
@@ -77,15 +87,11 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + " …"
 
 
-def medians(attempt: Attempt | None) -> dict[str, float]:
-    if attempt is None:
-        return {}
-    return {c["name"]: c["timing"]["median_us"] for c in attempt.cases if c.get("timing") and c["status"] == "ok"}
-
-
 def attempt_text(attempt: Attempt, baseline: Attempt | None, best: Attempt | None) -> str:
     """The evidence for one attempt: outcome per case, resources, failures."""
     head = f"Attempt #{attempt.id} ({attempt.kind}): {attempt.status}"
+    if attempt.defines:
+        head += f" with {attempt.defines}"
     if attempt.status == "rejected":
         return f"{head}: {attempt.reason}"
     lines = [head]
@@ -116,6 +122,8 @@ def digest(attempts: list[Attempt]) -> str:
     lines = []
     for a in attempts:
         score = f"{a.score_us:.2f} us geomean" if a.score_us else a.status
+        if a.defines:
+            score += f" with {a.defines}"
         why = _clip(a.rationale, 160) if a.rationale else ("initial kernel" if a.kind == "baseline" else "")
         lines.append(f"- #{a.id} (from #{a.parent}): {score}; {why}")
     return "\n".join(lines)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -31,6 +31,8 @@ class _Answer(BaseModel):
     launch: LaunchModel
     rationale: str = Field(default="", max_length=4000)
     source: str | None = None
+    tunables: dict[str, list[int | float | str]] | None = None
+    restrictions: list[str] = Field(default_factory=list)
 
 
 @dataclass
@@ -38,6 +40,7 @@ class Proposal:
     source: str
     launch: LaunchSpec
     rationale: str
+    configurations: list[dict] = field(default_factory=list)  # tunable values to sweep (agent+tune)
 
 
 _FENCE = re.compile(r"```([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.S)
@@ -50,7 +53,8 @@ _HOST_CODE = [
 ]
 
 
-def parse(text: str, signature: Signature, cases: list[CaseSpec]) -> Proposal:
+def parse(text: str, signature: Signature, cases: list[CaseSpec], allow_tunables: bool = False,
+          max_configurations: int = 16) -> Proposal:
     """Parse and validate a model answer against the experiment's signature and cases."""
     if not text or not text.strip():
         raise ProposalError("empty answer")
@@ -76,13 +80,35 @@ def parse(text: str, signature: Signature, cases: list[CaseSpec]) -> Proposal:
     if not source or not source.strip():
         raise ProposalError("no ```cuda block with the kernel source found in the answer")
     check_source(source, signature)
+    configurations = _configurations(answer, allow_tunables, max_configurations)
     launch = answer.launch.spec()
-    for case in cases:  # the launch must resolve on every case the model may see
-        try:
-            resolve_launch(launch, dict(case.scalars))
-        except (ValueError, expr.ExprError) as exc:
-            raise ProposalError(f"launch configuration does not work for case {case.name!r}: {exc}") from None
-    return Proposal(source=source, launch=launch, rationale=answer.rationale.strip())
+    for config in configurations or [{}]:
+        for case in cases:  # the launch must resolve on every case the model may see
+            try:
+                resolve_launch(launch, {**case.scalars, **config})
+            except (ValueError, expr.ExprError) as exc:
+                where = f" with {config}" if config else ""
+                raise ProposalError(f"launch configuration does not work for case {case.name!r}{where}: {exc}") from None
+    return Proposal(source=source, launch=launch, rationale=answer.rationale.strip(), configurations=configurations)
+
+
+def _configurations(answer: _Answer, allowed: bool, limit: int) -> list[dict]:
+    if not answer.tunables:
+        return []
+    if not allowed:
+        raise ProposalError("tunables are only swept with --strategy agent+tune; give fixed values in the source")
+    from ..search.space import TuneSpace
+
+    try:
+        space = TuneSpace(tunables=answer.tunables, restrictions=answer.restrictions)
+    except (ValidationError, expr.ExprError) as exc:
+        raise ProposalError(f"bad tunables: {exc}".splitlines()[0]) from None
+    configs = space.configurations()
+    if not configs:
+        raise ProposalError("no combination of the tunables satisfies the restrictions")
+    if len(configs) > limit:
+        raise ProposalError(f"the tunables give {len(configs)} configurations; at most {limit} are swept")
+    return configs
 
 
 def check_source(source: str, signature: Signature) -> None:

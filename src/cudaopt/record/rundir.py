@@ -58,6 +58,13 @@ class RunDir:
             return cls(path)
 
     @classmethod
+    def create_at(cls, path: Path) -> RunDir:
+        """A run directory at a fixed path that must not exist yet (e.g. a run's ablation/)."""
+        path.mkdir(parents=True)
+        (path / "candidates").mkdir()
+        return cls(path)
+
+    @classmethod
     def open(cls, path: Path) -> RunDir:
         if not (path / "history.json").is_file():
             raise FileNotFoundError(f"{path} is not a run directory (no history.json)")

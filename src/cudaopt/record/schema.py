@@ -20,17 +20,19 @@ class Attempt(_Model):
 
     id: int
     parent: int | None
-    kind: Literal["baseline", "proposal"]
+    kind: Literal["baseline", "proposal", "tune"]
     status: str  # "ok", a harness outcome, or "rejected" (the model's answer never became a candidate)
     reason: str = ""
     source_file: str | None = None  # relative to the run directory
     launch: dict[str, Any] | None = None
+    defines: dict[str, int | float | str] = Field(default_factory=dict)  # tunable values (-D defines)
     rationale: str = ""
     compile: dict[str, Any] | None = None
     cases: list[dict[str, Any]] = Field(default_factory=list)  # CaseResult, as the harness returned it
     score_us: float | None = None  # geometric mean of the performance medians, when every case passed
     model_calls: list[int] = Field(default_factory=list)
     eval_seconds: float = 0.0
+    cached: bool = False  # the result came from the result cache, not a new measurement
     started_at: str
     finished_at: str
 
@@ -82,12 +84,14 @@ class Totals(_Model):
 
 class Summary(_Model):
     run: str
+    strategy: str
     description: str
     signature: str
     model: dict[str, Any]
     baseline_attempt: int
     best_attempt: int | None
     best_source_file: str | None
+    best_defines: dict[str, int | float | str] = Field(default_factory=dict)
     cases: list[CaseSummary]
     baseline_score_us: float | None
     best_score_us: float | None
@@ -98,3 +102,4 @@ class Summary(_Model):
     rejected_by_reason: dict[str, int]
     totals: Totals
     prices_usd_per_million_tokens: dict[str, float]
+    ablation: dict[str, Any] | None = None  # --ablation: tune-only on the same experiment, for comparison

@@ -1,0 +1,292 @@
+"""The attempts of one run and the files that hold them.
+
+Every strategy (the agent, the tuner) evaluates candidates through a :class:`Recorder`, so
+history.json, summary.json, best.cu, best-case-N.json, candidates/ and the heatmap mean the
+same thing whichever strategy produced them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from ..experiment import Experiment
+from ..harness.protocol import EvalRequest, EvalResult, LaunchSpec, from_dict, result_from_json, to_dict, to_json
+from ..harness.stats import geomean
+from .rundir import RunDir, write_atomic
+from .schema import Attempt, CaseSummary, History, ModelCall, Summary, Totals
+
+ROLES = {"correctness", "performance"}  # holdout cases are never evaluated here
+
+
+class Evaluator(Protocol):
+    def evaluate(self, request: EvalRequest, on_event: Callable[[dict], None] | None = None) -> EvalResult: ...
+
+    def device_info(self) -> dict: ...
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def score(cases: list[dict]) -> float | None:
+    """Geometric mean of the performance medians when every case passed, else None."""
+    if not cases or any(c["status"] != "ok" for c in cases):
+        return None
+    medians = [c["timing"]["median_us"] for c in cases if c["role"] == "performance" and c.get("timing")]
+    return geomean(medians) if medians else None
+
+
+def medians(attempt: Attempt | None) -> dict[str, float]:
+    if attempt is None:
+        return {}
+    return {c["name"]: c["timing"]["median_us"] for c in attempt.cases if c.get("timing") and c["status"] == "ok"}
+
+
+def bake(source: str, defines: dict) -> str:
+    """The source with its tunable values written in as #defines (what best.cu holds)."""
+    if not defines:
+        return source
+    lines = [f"#define {k} {v}" for k, v in sorted(defines.items())]
+    return "// tuned values, baked in by cudaopt\n" + "\n".join(lines) + "\n" + source
+
+
+def bake_launch(launch: dict, defines: dict) -> dict:
+    """Launch expressions with tunable names replaced by their values."""
+    def sub(value):
+        if not isinstance(value, str):
+            return value
+        for name, val in defines.items():
+            value = re.sub(rf"\b{re.escape(name)}\b", str(val), value)
+        return value
+
+    return {key: ([sub(v) for v in val] if isinstance(val, list) else sub(val)) for key, val in launch.items()}
+
+
+class ResultCache:
+    """Evaluation results keyed by (source, defines, launch, cases, protocol, GPU, driver).
+
+    Kept beside the run directories (``results/cache/``), so an identical configuration is
+    never measured twice within a run, and a re-run picks up where an earlier one stopped.
+    """
+
+    def __init__(self, folder: Path, device: dict):
+        self.folder = folder
+        self.device = {k: device.get(k) for k in ("name", "arch", "driver_cuda_version", "pci_bus_id")}
+
+    def key(self, request: EvalRequest) -> str:
+        data = to_dict(request)
+        data.pop("id", None)
+        return hashlib.sha256(json.dumps([data, self.device], sort_keys=True).encode()).hexdigest()
+
+    def get(self, request: EvalRequest) -> EvalResult | None:
+        path = self.folder / f"{self.key(request)}.json"
+        return result_from_json(path.read_text()) if path.is_file() else None
+
+    def put(self, request: EvalRequest, result: EvalResult) -> None:
+        if result.status in ("timeout", "crashed", "internal_error"):
+            return  # not a property of the kernel alone: measure again next time
+        write_atomic(self.folder / f"{self.key(request)}.json", to_json(result))
+
+
+class Recorder:
+    def __init__(self, experiment: Experiment, run: RunDir, evaluator: Evaluator, *, strategy: str,
+                 model: dict, prices: dict, cache: ResultCache | None = None,
+                 on_progress: Callable[[dict], None] = lambda event: None):
+        self.exp = experiment
+        self.run = run
+        self.evaluator = evaluator
+        self.strategy = strategy
+        self.model = model
+        self.prices = prices
+        self.cache = cache
+        self.on_progress = on_progress
+        self.cases = experiment.cases(ROLES)
+        self.attempts: list[Attempt] = []
+        self.calls: list[ModelCall] = []
+        self.started = time.monotonic()
+        self.previous_wall = 0.0
+        self.stop_reason = ""
+        self.ablation: dict | None = None
+
+    def load(self) -> None:
+        """Continue a run: attempts from history.json, model usage from model-NNN.json."""
+        self.attempts = History.model_validate(self.run.read_json("history.json")).attempts
+        self.calls = sorted(
+            (ModelCall.model_validate_json(p.read_text()) for p in self.run.path.glob("model-*.json")),
+            key=lambda c: c.id,
+        )
+        if self.run.file("summary.json").is_file():
+            self.previous_wall = float(self.run.read_json("summary.json")["totals"]["wall_seconds"])
+        self.run.log(f"resumed with {len(self.attempts)} attempt(s) and {len(self.calls)} model call(s)")
+
+    # --- derived state -------------------------------------------------------------------
+
+    @property
+    def baseline(self) -> Attempt | None:
+        return next((a for a in self.attempts if a.kind == "baseline"), None)
+
+    @property
+    def best(self) -> Attempt | None:
+        scored = [a for a in self.attempts if a.score_us is not None]
+        return min(scored, key=lambda a: (a.score_us, a.id)) if scored else None
+
+    def count(self, kind: str) -> int:
+        return sum(1 for a in self.attempts if a.kind == kind)
+
+    def model_calls(self) -> int:
+        return sum(c.requests for c in self.calls)
+
+    def cost(self) -> float:
+        return sum(c.cost_usd for c in self.calls)
+
+    def since_best(self, kind: str) -> int:
+        best = self.best
+        last_id = best.id if best else 0
+        return sum(1 for a in self.attempts if a.id > last_id and a.kind == kind)
+
+    def wall(self) -> float:
+        return self.previous_wall + time.monotonic() - self.started
+
+    def source(self, attempt: Attempt | None) -> str | None:
+        if attempt is None or attempt.source_file is None:
+            return None
+        return self.run.file(attempt.source_file).read_text()
+
+    # --- recording -----------------------------------------------------------------------
+
+    def evaluate(self, kind: str, source: str, launch: LaunchSpec | None, *, defines: dict | None = None,
+                 parent: int | None = None, rationale: str = "", calls: list[int] | None = None) -> Attempt:
+        """Evaluate a candidate on the correctness and performance cases and record the attempt."""
+        attempt_id = len(self.attempts)
+        started = now()
+        request = self.exp.request(source, launch=launch, defines=defines, roles=ROLES,
+                                   request_id=f"attempt-{attempt_id}")
+        result = self.cache.get(request) if self.cache else None
+        cached = result is not None
+        if result is None:
+            result = self.evaluator.evaluate(request, on_event=self._on_worker_event)
+            if self.cache:
+                self.cache.put(request, result)
+        source_file = f"candidates/{attempt_id:03d}.cu"
+        self.run.write_text(source_file, source)
+        cases = [to_dict(c) for c in result.cases]
+        attempt = Attempt(
+            id=attempt_id, parent=parent, kind=kind, status=result.status, reason=result.reason,
+            source_file=source_file, launch=to_dict(launch) if launch else None, defines=dict(defines or {}),
+            rationale=rationale, compile=to_dict(result.compile) if result.compile else None, cases=cases,
+            score_us=score(cases) if result.ok else None, model_calls=list(calls or []),
+            eval_seconds=0.0 if cached else result.wall_s, cached=cached, started_at=started, finished_at=now(),
+        )
+        self._append(attempt)
+        if attempt.score_us is not None and self.best is attempt:
+            self._write_best(attempt, source)
+        return attempt
+
+    def reject(self, parent: int | None, reason: str, calls: list[int]) -> Attempt:
+        stamp = now()
+        attempt = Attempt(id=len(self.attempts), parent=parent, kind="proposal", status="rejected", reason=reason,
+                          model_calls=calls, started_at=stamp, finished_at=stamp)
+        self._append(attempt)
+        return attempt
+
+    def add_call(self, call: ModelCall) -> None:
+        self.calls.append(call)
+        self.run.write_text(f"model-{call.id:03d}.json", call.model_dump_json(indent=2))
+        self.run.log(f"model call {call.id} for attempt {call.attempt}: {call.usage.input_tokens} in, "
+                     f"{call.usage.output_tokens} out, {call.latency_s} s" + (f", error: {call.error}" if call.error else ""))
+        tokens = sum(c.usage.input_tokens + c.usage.output_tokens for c in self.calls)
+        self.on_progress({"type": "usage", "tokens": tokens, "cost": self.cost()})
+
+    def _on_worker_event(self, message: dict) -> None:
+        if message.get("type") == "phase":
+            self.on_progress({"type": "phase", "phase": message["phase"], "case": message.get("case", "")})
+
+    def _append(self, attempt: Attempt) -> None:
+        self.attempts.append(attempt)
+        self.run.write_json("history.json", History(attempts=self.attempts).model_dump())
+        detail = f", {attempt.score_us:.3f} us" if attempt.score_us else ""
+        if attempt.status != "ok" and attempt.reason:
+            detail += f": {attempt.reason.splitlines()[0][:200]}"
+        self.run.log(f"attempt {attempt.id} ({attempt.kind}{', cached' if attempt.cached else ''}): "
+                     f"{attempt.status}{detail}")
+        self.write_summary()
+        best = self.best
+        self.on_progress({"type": "done", "id": attempt.id, "status": attempt.status, "score": attempt.score_us,
+                          "best": best.score_us if best else None, "best_id": best.id if best else None})
+
+    def _write_best(self, attempt: Attempt, source: str) -> None:
+        self.run.write_text("best.cu", bake(source, attempt.defines))
+        launch = from_dict(LaunchSpec, attempt.launch) if attempt.launch else None
+        self.run.write_json("best-launch.json", bake_launch(to_dict(launch), attempt.defines) if launch else None)
+        for old in self.run.path.glob("best-case-*.json"):
+            old.unlink()
+        for index, case in enumerate(self.cases):
+            request = self.exp.request(source, launch=launch, defines=attempt.defines, roles=ROLES,
+                                       request_id=f"best-case-{index}")
+            request.cases = [case]
+            self.run.write_json(f"best-case-{index}.json", to_dict(request))
+
+    # --- the summary ---------------------------------------------------------------------
+
+    def summary(self) -> Summary:
+        baseline, best = self.baseline, self.best
+        base_m, best_m = medians(baseline), medians(best)
+        cases = []
+        for case in self.cases:
+            b, n = base_m.get(case.name), best_m.get(case.name)
+            cases.append(CaseSummary(name=case.name, role=case.role, baseline_median_us=b, best_median_us=n,
+                                     speedup=(b / n) if b and n else None))
+        base_score = baseline.score_us if baseline else None
+        best_score = best.score_us if best else None
+        usage: Counter = Counter()
+        for c in self.calls:
+            usage.update(c.usage.model_dump())
+        return Summary(
+            run=self.run.path.name, strategy=self.strategy, description=self.exp.description,
+            signature=self.exp.signature_text, model=self.model, baseline_attempt=0,
+            best_attempt=best.id if best else None, best_source_file="best.cu" if best else None,
+            best_defines=best.defines if best else {},
+            cases=cases, baseline_score_us=base_score, best_score_us=best_score,
+            speedup=(base_score / best_score) if base_score and best_score else None,
+            stop_reason=self.stop_reason or "running",
+            attempts=len(self.attempts), valid=sum(1 for a in self.attempts if a.status == "ok"),
+            rejected_by_reason=dict(Counter(a.status for a in self.attempts if a.status != "ok")),
+            totals=Totals(
+                model_calls=self.model_calls(), input_tokens=usage["input_tokens"],
+                output_tokens=usage["output_tokens"], reasoning_tokens=usage["reasoning_tokens"],
+                cost_usd=round(self.cost(), 6), gpu_seconds=round(sum(a.eval_seconds for a in self.attempts), 3),
+                wall_seconds=round(self.wall(), 3),
+            ),
+            prices_usd_per_million_tokens=self.prices,
+            ablation=self.ablation,
+        )
+
+    def write_summary(self) -> Summary:
+        summary = self.summary()
+        self.run.write_json("summary.json", summary.model_dump())
+        return summary
+
+    def finish(self, stop_reason: str) -> Summary:
+        from .heatmap import Row, draw
+
+        self.stop_reason = stop_reason
+        summary = self.write_summary()
+        perf = [c.name for c in self.cases if c.role == "performance"]
+        base = medians(self.baseline)
+        rows = []
+        for a in self.attempts:
+            m = medians(a)
+            ratios = [(m[c] / base[c]) if c in m and c in base else None for c in perf]
+            label = f"#{a.id} {a.status}" + (f" {a.defines}" if a.defines and len(a.defines) <= 3 else "")
+            rows.append(Row(label=label, ratios=ratios, failed=a.status != "ok"))
+        draw(rows, perf, self.run.file("heatmap.png"), self.run.file("heatmap.svg"))
+        self.run.log(f"stopped: {summary.stop_reason}")
+        return summary

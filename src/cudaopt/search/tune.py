@@ -1,0 +1,98 @@
+"""The tuning strategy: every configuration of a tunable kernel checked on all cases and timed.
+
+Exhaustive when the space fits in ``max_evals``; otherwise a seeded TPE search (optuna) proposes
+the configurations. A configuration that fails to compile or launch is recorded with its
+reason and told to the sampler as a failure, never as a time.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..harness.protocol import LaunchSpec
+from ..record.recorder import Recorder
+from .space import TuneSpace
+
+
+class Tuner:
+    def __init__(self, recorder: Recorder, source: str, space: TuneSpace, launch: LaunchSpec, *,
+                 max_evals: int = 100, time_limit_s: float | None = None, seed: int = 0):
+        self.rec = recorder
+        self.source = source
+        self.space = space
+        self.launch = launch
+        self.max_evals = max_evals
+        self.time_limit_s = time_limit_s
+        self.seed = seed
+        self.started = time.monotonic()
+
+    def done(self) -> dict[tuple, float | None]:
+        """Configurations already evaluated in this run (on resume too), with their scores."""
+        return {tuple(sorted(a.defines.items())): a.score_us for a in self.rec.attempts if a.kind == "tune"}
+
+    def execute(self) -> str:
+        """Evaluate configurations until the space, ``max_evals`` or the time limit runs out."""
+        if self.rec.baseline is None:
+            self.rec.on_progress({"type": "attempt", "id": 0, "what": "baseline"})
+            self.rec.evaluate("baseline", self.rec.exp.initial_kernel_path.read_text(), None)
+        configs = self.space.configurations()
+        if not configs:
+            return "no configuration satisfies the restrictions"
+        if len(configs) <= self.max_evals:
+            return self._exhaustive(configs)
+        return self._sampled()
+
+    def _out_of_time(self) -> bool:
+        return self.time_limit_s is not None and time.monotonic() - self.started >= self.time_limit_s
+
+    def _evaluate(self, config: dict) -> float | None:
+        self.rec.on_progress({"type": "attempt", "id": len(self.rec.attempts), "what": f"tuning {config}"})
+        parent = self.rec.baseline.id if self.rec.baseline else None
+        return self.rec.evaluate("tune", self.source, self.launch, defines=config, parent=parent).score_us
+
+    def _exhaustive(self, configs: list[dict]) -> str:
+        done = self.done()
+        for config in configs:
+            if tuple(sorted(config.items())) in done:
+                continue
+            if self._out_of_time():
+                return "time limit reached"
+            self._evaluate(config)
+        return "search space exhausted"
+
+    def _sampled(self) -> str:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=self.seed))
+        done = self.done()
+        for key, value in done.items():  # a resumed run teaches the sampler what it already knows
+            trial = optuna.trial.create_trial(
+                params=dict(key),
+                distributions={k: optuna.distributions.CategoricalDistribution(v) for k, v in self.space.tunables.items()},
+                value=value, state=optuna.trial.TrialState.COMPLETE if value else optuna.trial.TrialState.FAIL,
+            )
+            study.add_trial(trial)
+        evaluated = len(done)
+        draws = 0
+        while evaluated < self.max_evals and draws < 50 * self.max_evals:
+            if self._out_of_time():
+                return "time limit reached"
+            draws += 1
+            trial = study.ask()
+            config = {name: trial.suggest_categorical(name, values) for name, values in self.space.tunables.items()}
+            key = tuple(sorted(config.items()))
+            if not self.space.allows(config):
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                continue
+            if key in done:
+                value = done[key]
+            else:
+                value = self._evaluate(config)
+                done[key] = value
+                evaluated += 1
+            if value is None:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            else:
+                study.tell(trial, value)
+        return "evaluation budget exhausted" if evaluated >= self.max_evals else "search space exhausted"

@@ -1,0 +1,167 @@
+"""Tuning without a GPU: the space, exhaustive and sampled search, the cache, agent+tune, ablation."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from cudaopt.agent.graph import Budget
+from cudaopt.agent.model import ModelSettings
+from cudaopt.experiment import ExperimentError
+from cudaopt.harness.protocol import EvalRequest, from_dict
+from cudaopt.optimize import ExperimentArgs, start_or_resume
+from cudaopt.record.schema import History
+from cudaopt.search.space import SpaceError, TuneSpace, from_source
+from tests.conftest import SGEMM
+from tests.fake_openai import FakeOpenAI
+from tests.scripted import ScriptedEvaluator, answer
+
+SMALL = {"BM": [16, 32], "BN": [16, 32], "FAIL": [0, 1]}
+
+
+@pytest.fixture
+def experiment(tmp_path):
+    """A copy of the sgemm example whose tune space is given per test."""
+    folder = tmp_path / "exp"
+    shutil.copytree(SGEMM, folder)
+
+    def with_space(tunables, restrictions=()):
+        config = json.loads((folder / "experiment.json").read_text())
+        config["tune"]["tunables"] = tunables
+        config["tune"]["restrictions"] = list(restrictions)
+        config["tune"]["launch"] = {"grid": ["cdiv(n, BN)", "cdiv(m, BM)"], "block": [256]}
+        (folder / "experiment.json").write_text(json.dumps(config))
+        return ExperimentArgs(config=str(folder / "experiment.json"))
+
+    return with_space
+
+
+def tune(tmp_path, args, evaluator=None, **kwargs):
+    evaluator = evaluator or ScriptedEvaluator()
+    run, summary = start_or_resume(args, ModelSettings(), Budget(), tmp_path / "results", evaluator,
+                                   strategy="tune", **kwargs)
+    return run, summary, evaluator
+
+
+def attempts(run):
+    return History.model_validate(run.read_json("history.json")).attempts
+
+
+def test_space_enumeration_with_restrictions():
+    space = TuneSpace(tunables={"X": [16, 32, 64], "Y": [1, 2, 4, 8, 16, 32], "T": [1, 2, 4, 8]},
+                      restrictions=["X == Y * T"])
+    configs = space.configurations()
+    assert all(c["X"] == c["Y"] * c["T"] for c in configs)
+    assert len(configs) == 11 and space.size() == 72
+    assert TuneSpace(tunables={"A": [0, 1]}, restrictions=["4 // A > 1"]).configurations() == [{"A": 1}]
+
+
+def test_the_example_space():
+    from cudaopt.experiment import load_experiment
+
+    space = load_experiment(SGEMM / "experiment.json").tuning.space
+    configs = space.configurations()
+    assert 100 < len(configs) < space.size()
+    assert all(64 <= (c["BM"] // c["TM"]) * (c["BN"] // c["TN"]) <= 512 for c in configs)
+
+
+def test_space_from_a_kernel_comment_block():
+    source = '/* cudaopt-tune {"tunables": {"B": [64, 128]}, "launch": {"grid": ["cdiv(n, B)"], "block": ["B"]}} */\n'
+    space = from_source(source + 'extern "C" __global__ void f(float* x, int n) {}')
+    assert space.configurations() == [{"B": 64}, {"B": 128}] and space.launch.block == ["B"]
+    assert from_source("no block here") is None
+    with pytest.raises(SpaceError, match="not valid JSON"):
+        from_source("/* cudaopt-tune {nope} */")
+    with pytest.raises(SpaceError, match="tunables"):
+        from_source('/* cudaopt-tune {"tunables": {"B": []}} */')
+
+
+def test_exhaustive_tuning_leaves_the_audit_pack(tmp_path, experiment):
+    run, summary, evaluator = tune(tmp_path, experiment(SMALL), max_evals=100)
+    tuned = [a for a in attempts(run) if a.kind == "tune"]
+    assert len(tuned) == 8 and summary.stop_reason == "search space exhausted"
+    failed = [a for a in tuned if a.defines["FAIL"] == 1]
+    assert all(a.status == "compile_error" and a.score_us is None for a in failed)  # never timed as zero
+    assert summary.strategy == "tune" and summary.model == {"model": None}
+    assert summary.best_defines == {"BM": 32, "BN": 32, "FAIL": 0}
+    best = run.file("best.cu").read_text()
+    assert best.startswith("// tuned values") and "#define BM 32\n" in best and "#define FAIL 0\n" in best
+    assert run.read_json("best-launch.json")["grid"] == ["cdiv(n, 32)", "cdiv(m, 32)"]
+    request = from_dict(EvalRequest, run.read_json("best-case-1.json"))
+    assert request.kernel.defines == {"BM": 32, "BN": 32, "FAIL": 0}
+    assert summary.speedup > 1
+    assert run.file("heatmap.png").is_file()
+
+
+def test_large_spaces_are_sampled_within_the_budget_and_repeatably(tmp_path, experiment):
+    space = {"BM": [16, 32, 64, 128], "BN": [16, 32, 64, 128], "BK": [8, 16, 32]}
+    args = experiment(space, ["BM * BN <= 8192"])
+    first, summary, _ = tune(tmp_path / "a", args, max_evals=10, seed=3, use_cache=False)
+    second, _, _ = tune(tmp_path / "b", args, max_evals=10, seed=3, use_cache=False)
+    picked = [a.defines for a in attempts(first) if a.kind == "tune"]
+    assert len(picked) == 10 and len({tuple(sorted(d.items())) for d in picked}) == 10
+    assert all(d["BM"] * d["BN"] <= 8192 for d in picked)
+    assert picked == [a.defines for a in attempts(second) if a.kind == "tune"]
+    assert summary.stop_reason == "evaluation budget exhausted"
+
+
+def test_identical_configurations_are_never_measured_twice(tmp_path, experiment):
+    args = experiment(SMALL)
+    tune(tmp_path, args, max_evals=100)
+    run, summary, evaluator = tune(tmp_path, args, max_evals=100)  # same results/cache
+    assert evaluator.requests == []
+    assert all(a.cached and a.eval_seconds == 0 for a in attempts(run))
+    assert summary.totals.gpu_seconds == 0
+
+
+def test_tune_needs_a_tunable_kernel(tmp_path):
+    folder = tmp_path / "exp"
+    shutil.copytree(SGEMM, folder)
+    config = json.loads((folder / "experiment.json").read_text())
+    del config["tune"]
+    (folder / "experiment.json").write_text(json.dumps(config))
+    with pytest.raises(ExperimentError, match="tune: the experiment declares no tunable kernel"):
+        tune(tmp_path, ExperimentArgs(config=str(folder / "experiment.json")))
+
+
+def tunable_answer(tunables: dict) -> str:
+    text = answer("ok 0.8", "tile sizes to sweep", launch={"grid": ["cdiv(n, BN)", "cdiv(m, BM)"], "block": [256]})
+    return text.replace('"rationale"', f'"tunables": {json.dumps(tunables)}, "rationale"')
+
+
+def test_agent_plus_tune_sweeps_the_tunables_a_proposal_declares(tmp_path, experiment, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    args = experiment(SMALL)
+    with FakeOpenAI([tunable_answer({"BM": [16, 32], "BN": [32, 64]})]) as server:
+        settings = ModelSettings(base_url=server.url)
+        run, summary = start_or_resume(args, settings, Budget(max_iterations=1), tmp_path / "results",
+                                       ScriptedEvaluator(), strategy="agent+tune")
+    history = attempts(run)
+    assert [a.kind for a in history] == ["baseline", "proposal", "tune", "tune", "tune"]
+    assert all(a.parent == 1 for a in history[2:])
+    assert summary.best_defines == {"BM": 32, "BN": 64}
+    assert "tunables" in server.requests[0]["messages"][0]["content"]  # the system prompt offers them
+
+
+def test_agent_alone_rejects_tunables(tmp_path, experiment, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    with FakeOpenAI([tunable_answer({"BM": [16, 32]})]) as server:
+        run, _ = start_or_resume(experiment(SMALL), ModelSettings(base_url=server.url), Budget(max_iterations=1),
+                                 tmp_path / "results", ScriptedEvaluator(), strategy="agent")
+    assert "only swept with --strategy agent+tune" in attempts(run)[1].reason
+
+
+def test_ablation_reports_what_the_agent_added_beyond_tuning(tmp_path, experiment, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    with FakeOpenAI([answer("ok 0.1", "a much better idea")]) as server:
+        run, summary = start_or_resume(experiment(SMALL), ModelSettings(base_url=server.url), Budget(max_iterations=1),
+                                       tmp_path / "results", ScriptedEvaluator(), strategy="agent", ablation=True,
+                                       max_evals=100)
+    ablation = summary.ablation
+    assert ablation["run"] == "ablation" and run.file("ablation/history.json").is_file()
+    assert ablation["tune_only_best_defines"] == {"BM": 32, "BN": 32, "FAIL": 0}
+    assert ablation["agent_gain_over_tuning"] == pytest.approx(ablation["tune_only_best_score_us"]
+                                                               / ablation["final_best_score_us"])
+    assert ablation["agent_gain_over_tuning"] > 1

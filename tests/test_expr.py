@@ -56,8 +56,3 @@ def test_evaluate_int_accepts_integral_floats_only():
     assert expr.evaluate_int("n / 2", {"n": 8}) == 4
     with pytest.raises(expr.ExprError, match="not an integer"):
         expr.evaluate_int("n / 3", {"n": 8})
-
-
-def test_names_in_ignores_functions():
-    assert expr.names_in("cdiv(m, BLOCK) * max(n, 1)") == {"m", "BLOCK", "n"}
-    assert expr.names_in(16) == set()

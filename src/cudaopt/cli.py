@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .experiment import Experiment, ExperimentError, load_experiment, load_launch
+from .record.rundir import write_json
 
 app = typer.Typer(
     help="Turn a workload description into a fast CUDA kernel you can trust.",
@@ -21,13 +20,15 @@ app = typer.Typer(
     add_completion=False,
 )
 
-
-def console() -> Console:
-    return Console()
-
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_NO_GPU = 3
+
+
+def console() -> Console:
+    """Made per command, so the terminal width is read when the command runs."""
+    return Console()
+
 
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="Experiment config file (JSON); flags override it.")]
 DescriptionOpt = Annotated[Optional[str], typer.Option("--description", help="What the kernel computes.")]
@@ -38,7 +39,7 @@ CasesOpt = Annotated[Optional[Path], typer.Option("--input-cases", help="Input c
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    Console(stderr=True).print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -50,14 +51,6 @@ def _experiment(config, description, signature, reference, initial_kernel, input
         )
     except ExperimentError as exc:
         raise fail(str(exc)) from None
-
-
-def _write_json_atomic(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=2, allow_nan=True)
-    os.replace(tmp, path)
 
 
 @app.command()
@@ -109,7 +102,7 @@ def evaluate(
     for line in failure_lines(result):
         out.print(line, markup=False, highlight=False, soft_wrap=True)
     if json_out:
-        _write_json_atomic(json_out, result.to_dict())
+        write_json(json_out, result.to_dict())
         out.print(f"result written to {json_out}", soft_wrap=True)
     if not result.candidate.ok:
         raise typer.Exit(EXIT_FAILED)

@@ -120,17 +120,6 @@ def evaluate_int(text: str | Number, names: Mapping[str, Number]) -> int:
     return int(value)
 
 
-def names_in(text: str | Number) -> set[str]:
-    """The free names an expression refers to (functions excluded)."""
-    if not isinstance(text, str):
-        return set()
-    return {
-        node.id
-        for node in ast.walk(parse(text))
-        if isinstance(node, ast.Name) and node.id not in FUNCTIONS
-    }
-
-
 def _eval(node: ast.AST, names: Mapping[str, Number], text: str):
     if isinstance(node, ast.Constant):
         return node.value

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..harness.protocol import STATUSES
 
 
 class _Model(BaseModel):
@@ -35,6 +37,14 @@ class Attempt(_Model):
     cached: bool = False  # the result came from the result cache, not a new measurement
     started_at: str
     finished_at: str
+
+
+    @field_validator("status")
+    @classmethod
+    def _known_status(cls, value: str) -> str:
+        if value not in (*STATUSES, "rejected"):
+            raise ValueError(f"unknown status {value!r}")
+        return value
 
 
 class History(_Model):

@@ -45,6 +45,8 @@ class ScriptedEvaluator:
             if defines.get("FAIL"):
                 what = "compile_error"
             arg = str(float(arg or 1.0) * 16 / (16 + sum(v for v in defines.values() if isinstance(v, int))))
+        if what == "interrupt":
+            raise KeyboardInterrupt
         if what == "slow":
             time.sleep(float(arg))
             what, arg = "ok", "1.0"

@@ -234,3 +234,13 @@ def test_resume_refuses_a_changed_experiment(tmp_path):
     with pytest.raises(ExperimentError, match="lock.json: lock: the reference, the input cases"):
         start_or_resume(ExperimentArgs(), ModelSettings(), Budget(max_iterations=2), tmp_path / "results",
                         ScriptedEvaluator(), resume=run.path)
+
+
+def test_ctrl_c_records_the_finished_attempts_and_the_stop_reason(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        run_agent(tmp_path, [answer("ok 0.7"), answer("interrupt")])
+    run = tmp_path / "results" / "run-001"
+    summary = Summary.model_validate_json((run / "summary.json").read_text())
+    assert summary.stop_reason == "interrupted" and summary.best_attempt == 1
+    assert [a.status for a in History.model_validate_json((run / "history.json").read_text()).attempts] == ["ok", "ok"]
+    assert (run / "heatmap.png").is_file()

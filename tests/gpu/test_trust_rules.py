@@ -108,6 +108,13 @@ def test_too_much_dynamic_shared_memory_is_a_launch_error_never_a_time(superviso
     assert all(c.timing is None for c in result.cases)
 
 
+def test_dynamic_shared_memory_above_48_kib_is_allowed_up_to_the_device_limit(supervisor, small_request):
+    launch = LaunchSpec(grid=["cdiv(n, 16)", "cdiv(m, 16)"], block=[16, 16], shared_bytes=100 * 1024)
+    result = supervisor.evaluate(small_request(kernel_source("big_smem.cu"), launch=launch))
+    assert result.status == "ok", result.reason
+    assert all(c.launch["shared_bytes"] == 100 * 1024 for c in result.cases)
+
+
 def test_too_many_threads_per_block_is_a_launch_error(supervisor, small_request):
     launch = LaunchSpec(grid=["cdiv(n, 64)", "cdiv(m, 32)"], block=[64, 32])
     result = supervisor.evaluate(small_request(kernel_source("naive.cu"), launch=launch))

@@ -134,6 +134,8 @@ def optimize(
     seed: Annotated[int, typer.Option(help="Seed of the tuner's sampler.")] = 0,
     ablation: Annotated[bool, typer.Option(help="Also tune only, and report what the agent added beyond tuning.")] = False,
     cache: Annotated[bool, typer.Option(help="Reuse results of identical configurations (results/cache/).")] = True,
+    nvidia_research: Annotated[bool, typer.Option("--nvidia-research", help="Give the model a search tool over "
+                                                   "bundled CUDA optimisation guidance (see `cudaopt docs`).")] = False,
 ) -> None:
     """Improve a kernel (a model in the loop, a tuner, or both); every step lands in results/run-NNN/."""
     from .agent.graph import Budget
@@ -176,7 +178,7 @@ def optimize(
         with Supervisor(devices=[device]) as supervisor, OptimizeProgress(out, max_evals if strategy == "tune" else budget.max_iterations) as progress:
             run, summary = start_or_resume(args, settings, budget, results_dir, supervisor, strategy=strategy,
                                            resume=resume, on_progress=progress, max_evals=max_evals, seed=seed,
-                                           ablation=ablation, use_cache=cache)
+                                           ablation=ablation, use_cache=cache, research=nvidia_research)
     except ExperimentError as exc:
         raise fail(str(exc)) from None
     except WorkerError as exc:
@@ -216,6 +218,27 @@ def _stored_iterations(run_dir: Path) -> int:
         return int(json.loads((run_dir / "settings.json").read_text())["budget"]["max_iterations"])
     except (OSError, KeyError, ValueError) as exc:
         raise fail(f"{run_dir}: not a resumable run directory ({exc.__class__.__name__}: {exc})") from None
+
+
+@app.command()
+def docs(
+    query: Annotated[str, typer.Argument(help="What to look up, e.g. 'shared memory bank conflicts'.")],
+    top: Annotated[int, typer.Option("--top", "-k", min=1, help="How many entries to show.")] = 3,
+) -> None:
+    """Search the bundled CUDA optimisation guidance (offline); every entry names its NVIDIA source."""
+    from .agent.research import search
+
+    hits = search(query, k=top)
+    out = console()
+    if not hits:
+        out.print(f"nothing matches {query!r}", highlight=False)
+        raise typer.Exit(EXIT_FAILED)
+    for hit in hits:
+        e = hit.entry
+        out.print(f"[bold]{escape(e.title)}[/]  (score {hit.score:.2f})", highlight=False)
+        out.print(f"source: {e.section} — {e.source}", highlight=False, soft_wrap=True)
+        out.print(e.text, highlight=False, markup=False)
+        out.print()
 
 
 @app.command()

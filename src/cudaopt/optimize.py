@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .agent.graph import Budget, Optimizer
 from .agent.model import ModelClient, ModelSettings, make_chat_model
+from .agent.research import search_cuda_docs
 from .experiment import Experiment, ExperimentError, load_experiment
 from .record.recorder import Evaluator, Recorder, ResultCache
 from .record.rundir import RunDir
@@ -90,6 +91,7 @@ def start_or_resume(
     seed: int = 0,
     ablation: bool = False,
     use_cache: bool = True,
+    research: bool = False,
 ) -> tuple[RunDir, Summary]:
     """Run a strategy (``agent``, ``agent+tune`` or ``tune``) to a stop reason.
 
@@ -118,7 +120,7 @@ def start_or_resume(
             _need_tuning(experiment, args)
         run = RunDir.create(results)
         run.write_json("lock.json", experiment.lock())
-        run.write_json("settings.json", {"experiment": asdict(args), "strategy": strategy,
+        run.write_json("settings.json", {"experiment": asdict(args), "strategy": strategy, "research": research,
                                          "model": settings.public(), "budget": asdict(budget)})
         run.write_json("env.json", environment(device))
     cache = ResultCache(results / "cache", device) if use_cache else None
@@ -136,9 +138,13 @@ def start_or_resume(
                 """The GPU the kernels run on: name, architecture, SM count, L2 size, shared memory limit, peak bandwidth."""
                 return device
 
+            tools = {"gpu_info": gpu_info}
+            if research:
+                tools["search_cuda_docs"] = search_cuda_docs
             model_client = ModelClient(chat_model if chat_model is not None else make_chat_model(settings),
-                                       settings, {"gpu_info": gpu_info})
-            summary = Optimizer(recorder, model_client, budget, tune=strategy == "agent+tune").execute()
+                                       settings, tools)
+            summary = Optimizer(recorder, model_client, budget, tune=strategy == "agent+tune",
+                                research=research).execute()
         if ablation and strategy != "tune":
             summary = _ablation(recorder, evaluator, cache, budget, max_evals, seed, on_progress)
     finally:

@@ -41,11 +41,13 @@ class State(TypedDict, total=False):
 class Optimizer:
     """Runs the graph over a recorder, with a model client."""
 
-    def __init__(self, recorder: Recorder, client: ModelClient, budget: Budget, tune: bool = False):
+    def __init__(self, recorder: Recorder, client: ModelClient, budget: Budget, tune: bool = False,
+                 research: bool = False):
         self.rec = recorder
         self.client = client
         self.budget = budget
         self.tune = tune
+        self.research = research
         self.pending: Proposal | None = None
         self.pending_parent: int | None = None
         self.pending_calls: list[int] = []
@@ -98,7 +100,8 @@ class Optimizer:
         repairing = last is not None and last.status not in ("ok", "rejected") and last.source_file is not None
         parent = last.id if repairing else (best.id if best else 0)
         rec.on_progress({"type": "attempt", "id": attempt_id, "what": "proposing"})
-        system = prompts.system_prompt(rec.exp.signature_text, rec.cases, tunables=self.tune)
+        system = prompts.system_prompt(rec.exp.signature_text, rec.cases, tunables=self.tune,
+                                       research=self.research)
         user = prompts.task_message(
             rec.exp.description, rec.cases, rec.attempts, best, rec.baseline, rec.source(best),
             last, rec.source(last) if last and last.status != "ok" else None,

@@ -45,10 +45,16 @@ with -DNAME=value, may be used in the launch expressions, and is checked and tim
 the best one."""
 
 
-def system_prompt(signature: str, cases: list[CaseSpec], tunables: bool = False) -> str:
+RESEARCH = """
+
+Before you write code, call search_cuda_docs for the techniques you plan to use (and again \
+when a result surprises you); it returns CUDA optimisation guidance with its NVIDIA sources."""
+
+
+def system_prompt(signature: str, cases: list[CaseSpec], tunables: bool = False, research: bool = False) -> str:
     scalars = sorted({name for case in cases for name in case.scalars})
     text = SYSTEM.format(signature=signature, scalars=", ".join(scalars) or "none")
-    return text + (TUNABLES if tunables else "")
+    return text + (TUNABLES if tunables else "") + (RESEARCH if research else "")
 
 
 def _cases_text(cases: list[CaseSpec]) -> str:

@@ -60,12 +60,17 @@ class ScriptedEvaluator:
                                   first_bad_index=[30, 0], expected=1.5, actual=0.0, max_abs_error=2.0)
                 cases.append(CaseResult(case.name, case.role, "mismatch", "c: 37/1147 wrong", checks=[check]))
                 continue
-            timing = None
+            timing, roofline = None, {}
             if case.role == "performance":
                 median = BASE_US[case.name] * float(arg or 1.0)
                 timing = TimingStats(median, median, 0.1, median * 0.9, median * 1.1, median * 0.95,
                                      median * 1.05, 100, "scripted")
-            cases.append(CaseResult(case.name, case.role, "ok", timing=timing))
+                m, n, k = (case.scalars[x] for x in "mnk")
+                flops, nbytes = 2.0 * m * n * k, 4.0 * (m * k + k * n + m * n)
+                roofline = {"flops": flops, "bytes": nbytes, "achieved_tflops": round(flops / median / 1e6, 3),
+                            "peak_tflops": 535.3, "peak_gbps": 4814.3,
+                            "floor_us": max(flops / 535.3e12, nbytes / 4814.3e9) * 1e6}
+            cases.append(CaseResult(case.name, case.role, "ok", timing=timing, roofline=roofline))
         status = next((c.status for c in cases if c.status != "ok"), "ok")
         return EvalResult(status=status, reason="" if status == "ok" else "case odd: mismatch",
                           compile=compile_info, cases=cases, wall_s=0.01)

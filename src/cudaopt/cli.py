@@ -221,6 +221,40 @@ def _stored_iterations(run_dir: Path) -> int:
 
 
 @app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (results/run-NNN).")],
+    engineer_hours: Annotated[Optional[float], typer.Option(min=0, help="Engineer time spent on the pilot.")] = None,
+    engineer_rate_usd: Annotated[Optional[float], typer.Option(min=0, help="Engineer cost per hour.")] = None,
+    gpu_hour_usd: Annotated[Optional[float], typer.Option(min=0, help="Price of one GPU hour.")] = None,
+    calls_per_month: Annotated[Optional[float], typer.Option(min=0, help="Kernel calls per month in production.")] = None,
+    payback_window_months: Annotated[Optional[float], typer.Option(min=0.01, help="Longest acceptable payback.")] = None,
+    roi_case: Annotated[Optional[str], typer.Option(help="The case whose latency the calls pay (default: the slowest).")] = None,
+) -> None:
+    """Rebuild report.html for a run: verdict, per-case table, charts, attempts, usage, ROI."""
+    import json
+
+    from .report.build import build
+    from .report.roi import RoiInputs
+
+    if not (run_dir / "summary.json").is_file():
+        raise fail(f"{run_dir}: not a run directory (no summary.json)")
+    base = {}
+    settings = run_dir / "settings.json"
+    if settings.is_file():  # start from the experiment's roi section, when the config still loads
+        from .optimize import ExperimentArgs
+
+        try:
+            base = ExperimentArgs(**json.loads(settings.read_text())["experiment"]).load().roi.model_dump()
+        except (ExperimentError, KeyError, TypeError):
+            base = {}
+    given = {"engineer_hours": engineer_hours, "engineer_rate_usd": engineer_rate_usd, "gpu_hour_usd": gpu_hour_usd,
+             "calls_per_month": calls_per_month, "payback_window_months": payback_window_months, "case": roi_case}
+    inputs = RoiInputs(**{**base, **{k: v for k, v in given.items() if v is not None}})
+    path = build(run_dir, inputs)
+    console().print(f"report written to {path}", highlight=False, soft_wrap=True)
+
+
+@app.command()
 def docs(
     query: Annotated[str, typer.Argument(help="What to look up, e.g. 'shared memory bank conflicts'.")],
     top: Annotated[int, typer.Option("--top", "-k", min=1, help="How many entries to show.")] = 3,

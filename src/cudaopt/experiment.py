@@ -30,6 +30,7 @@ from .harness.protocol import (
     Timeouts,
 )
 from .harness.signature import Signature, SignatureError, parse_signature
+from .report.roi import RoiInputs
 
 
 class ExperimentError(Exception):
@@ -170,6 +171,7 @@ class ConfigModel(_Model):
     max_iterations: int | None = Field(None, ge=1)
     timing: TimingModel = Field(default_factory=TimingModel)
     tune: TuneModel | None = None
+    roi: RoiInputs = Field(default_factory=RoiInputs)
 
 
 @dataclass
@@ -188,7 +190,7 @@ class Experiment:
     def __init__(self, *, description: str, signature: Signature, signature_text: str,
                  reference_path: Path, reference_entry: str, initial_kernel_path: Path | None,
                  cases_path: Path, cases: CasesFile, timing: TimingModel, max_iterations: int,
-                 tuning: Tuning | None = None):
+                 tuning: Tuning | None = None, roi: RoiInputs | None = None):
         self.description = description
         self.signature = signature
         self.signature_text = signature_text
@@ -201,6 +203,7 @@ class Experiment:
         self.timing = timing
         self.max_iterations = max_iterations
         self.tuning = tuning
+        self.roi = roi or RoiInputs()
         self.case_specs = [self._case_spec(c) for c in cases.cases]
 
     @property
@@ -404,6 +407,7 @@ def load_experiment(
         timing=model.timing,
         max_iterations=max_iterations or model.max_iterations or 7,
         tuning=tuning,
+        roi=model.roi,
     )
 
 

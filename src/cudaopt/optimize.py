@@ -18,6 +18,7 @@ from .experiment import Experiment, ExperimentError, load_experiment
 from .record.recorder import Evaluator, Recorder, ResultCache
 from .record.rundir import RunDir
 from .record.schema import Summary
+from .report.build import build as build_report
 from .search.tune import Tuner
 
 PACKAGES = ("cudaopt", "cuda-core", "cuda-bindings", "numpy", "pydantic", "langgraph", "langchain",
@@ -151,6 +152,8 @@ def start_or_resume(
         env = run.read_json("env.json")
         env["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         run.write_json("env.json", env)
+        if run.file("summary.json").is_file():
+            build_report(run.path, experiment.roi)
     return run, summary
 
 

@@ -1,0 +1,112 @@
+"""report.html: one self-contained page per run directory, rebuilt with ``cudaopt report``.
+
+The verdict is "go" only when the holdout cases passed verification, a replay beat the baseline
+beyond noise, and the pilot pays back within the declared window; the page says which rule
+decided. Verification and replay results are read from ``verify.json`` and ``replay.json`` in
+the run directory when they exist.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+
+from ..record.rundir import RunDir, write_atomic
+from ..record.schema import History, ModelCall, Summary
+from . import charts
+from .roi import Roi, RoiInputs, compute
+
+
+def verdict(verify: dict | None, replay: dict | None, roi: Roi | None) -> tuple[str, list[str]]:
+    """("go" | "no-go", the reasons): every rule is listed, met or not."""
+    reasons, go = [], True
+    if verify is None:
+        go = False
+        reasons.append("holdout: not verified yet")
+    elif not verify.get("passed"):
+        go = False
+        reasons.append("holdout: verification failed")
+    else:
+        reasons.append("holdout: passed")
+    if replay is None:
+        go = False
+        reasons.append("replay: not run yet")
+    elif not replay.get("beats_baseline"):
+        go = False
+        reasons.append("replay: the winner does not beat the baseline beyond noise")
+    else:
+        reasons.append("replay: beats the baseline beyond noise")
+    if roi is None or roi.payback_months is None:
+        go = False
+        reasons.append("payback: nothing saved, never pays back")
+    elif not roi.fits_window:
+        go = False
+        reasons.append(f"payback: {roi.payback_months:.1f} months, longer than the window")
+    else:
+        reasons.append(f"payback: {roi.payback_months:.2f} months, within the window")
+    return ("go" if go else "no-go"), reasons
+
+
+def _optional_json(run: RunDir, name: str) -> dict | None:
+    path = run.file(name)
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _diff(run: RunDir, attempt, parent) -> str:
+    if attempt.source_file is None:
+        return ""
+    new = run.file(attempt.source_file).read_text().splitlines()
+    if parent is None or parent.source_file is None:
+        return ""
+    old = run.file(parent.source_file).read_text().splitlines()
+    return "\n".join(difflib.unified_diff(old, new, f"#{parent.id}", f"#{attempt.id}", lineterm="", n=2))
+
+
+def build(path: Path, roi_inputs: RoiInputs | None = None) -> Path:
+    """Write ``report.html`` in the run directory ``path`` and return its path."""
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    run = RunDir.open(path)
+    summary = Summary.model_validate(run.read_json("summary.json"))
+    attempts = History.model_validate(run.read_json("history.json")).attempts
+    by_id = {a.id: a for a in attempts}
+    env = _optional_json(run, "env.json") or {}
+    lock = _optional_json(run, "lock.json") or {}
+    calls = sorted((ModelCall.model_validate_json(p.read_text()) for p in run.path.glob("model-*.json")),
+                   key=lambda c: c.id)
+    roi_inputs = roi_inputs or RoiInputs()
+    roi = None
+    timed = [c for c in summary.cases if c.baseline_median_us and c.best_median_us]
+    if timed:
+        target = next((c for c in timed if c.name == roi_inputs.case), None) or max(
+            timed, key=lambda c: c.baseline_median_us)
+        roi = compute(roi_inputs, target.name, target.baseline_median_us, target.best_median_us,
+                      summary.totals.cost_usd, summary.totals.gpu_seconds)
+    verify, replay = _optional_json(run, "verify.json"), _optional_json(run, "replay.json")
+    decision, reasons = verdict(verify, replay, roi)
+    best = by_id.get(summary.best_attempt) if summary.best_attempt is not None else None
+    roof_cases, peak_tflops, peak_gbps = [], None, None
+    for case in (best.cases if best else []):
+        roof = case.get("roofline") or {}
+        if roof:
+            roof_cases.append({"name": case["name"], **roof})
+            peak_tflops, peak_gbps = roof.get("peak_tflops"), roof.get("peak_gbps")
+    heatmap = run.file("heatmap.svg").read_text() if run.file("heatmap.svg").is_file() else ""
+    rows = []
+    for a in attempts:
+        parent = by_id.get(a.parent) if a.parent is not None else None
+        rows.append({"a": a, "diff": _diff(run, a, parent), "reason": (a.reason or "").strip()[:2000]})
+    template = Environment(loader=PackageLoader("cudaopt.report", "templates"),
+                           autoescape=select_autoescape(["html", "j2"])).get_template("report.html.j2")
+    html = template.render(
+        summary=summary, attempts=rows, env=env, lock=lock, calls=calls, roi=roi, roi_inputs=roi_inputs,
+        decision=decision, reasons=reasons, verify=verify, replay=replay, best=best,
+        roof_by_case={c["name"]: c for c in roof_cases},
+        progress_svg=charts.progress([(a.id, a.score_us, a.status) for a in attempts]),
+        roofline_svg=charts.roofline(roof_cases, peak_tflops, peak_gbps),
+        heatmap_svg=heatmap[heatmap.index("<svg"):] if "<svg" in heatmap else "",
+    )
+    out = run.file("report.html")
+    write_atomic(out, html)
+    return out

@@ -1,0 +1,74 @@
+"""Charts for the HTML report, as inline SVG text (the report must work offline)."""
+
+from __future__ import annotations
+
+import io
+
+
+def _svg(fig) -> str:
+    import matplotlib.pyplot as plt
+
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    text = buffer.getvalue()
+    return text[text.index("<svg"):]  # drop the XML prologue so it can sit inside HTML
+
+
+def _figure(width: float = 6.5, height: float = 3.2):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=(width, height))
+
+
+def progress(points: list[tuple[int, float | None, str]]) -> str:
+    """Score per attempt (geomean µs, log scale), best so far as a step line, failures marked."""
+    fig, ax = _figure()
+    ok = [(i, s) for i, s, _ in points if s is not None]
+    failed = [i for i, s, _ in points if s is None]
+    if ok:
+        ax.plot([i for i, _ in ok], [s for _, s in ok], "o", color="#1f77b4", label="passed")
+        best, line = float("inf"), []
+        for i, s, _ in points:
+            if s is not None:
+                best = min(best, s)
+            line.append((i, best if best < float("inf") else None))
+        xs = [i for i, b in line if b is not None]
+        ax.step(xs, [b for _, b in line if b is not None], where="post", color="#2ca02c", label="best so far")
+        ax.set_yscale("log")
+        top = max(s for _, s in ok)
+        ax.plot(failed, [top * 1.15] * len(failed), "x", color="#d62728", label="failed")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("attempt")
+    ax.set_ylabel("score: geomean of medians (µs)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _svg(fig)
+
+
+def roofline(cases: list[dict], peak_tflops: float | None, peak_gbps: float | None) -> str | None:
+    """Achieved TFLOP/s against arithmetic intensity for each case, under the two roofs."""
+    points = [c for c in cases if c.get("flops") and c.get("bytes") and c.get("achieved_tflops")]
+    if not points or not peak_tflops or not peak_gbps:
+        return None
+    fig, ax = _figure()
+    intensities = [c["flops"] / c["bytes"] for c in points]
+    lo, hi = min(intensities) / 4, max(intensities) * 4
+    ridge = peak_tflops * 1e12 / (peak_gbps * 1e9)
+    xs = [lo, min(max(ridge, lo), hi), hi]
+    ax.plot(xs, [min(peak_tflops, x * peak_gbps / 1e3) for x in xs], color="#444", label="roof (peak)")
+    for c, x in zip(points, intensities, strict=True):
+        ax.plot([x], [c["achieved_tflops"]], "o")
+        ax.annotate(c["name"], (x, c["achieved_tflops"]), fontsize=7, xytext=(4, 4), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP/byte, declared work)")
+    ax.set_ylabel("TFLOP/s")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return _svg(fig)

@@ -1,0 +1,60 @@
+"""Return on investment of a kernel found by cudaopt: does the speed-up pay for the experiment?
+
+pilot cost            = engineer hours x hourly rate + model charges + GPU hours x GPU hourly price
+saved GPU hours/month = ms saved per call x calls per month / 3,600,000
+payback (months)      = pilot cost / (saved GPU hours per month x GPU hourly price)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RoiInputs(BaseModel):
+    """What only the user knows; given in the experiment's ``roi`` section or as flags."""
+
+    model_config = ConfigDict(extra="forbid")
+    engineer_hours: float = Field(2.0, ge=0)
+    engineer_rate_usd: float = Field(100.0, ge=0)
+    gpu_hour_usd: float = Field(3.0, ge=0)
+    calls_per_month: float = Field(1e6, ge=0)
+    payback_window_months: float = Field(3.0, gt=0)
+    case: str | None = None  # the case whose latency the calls pay; default: the slowest performance case
+
+
+@dataclass
+class Roi:
+    case: str
+    baseline_ms: float
+    best_ms: float
+    ms_saved_per_call: float
+    engineer_cost_usd: float
+    model_cost_usd: float
+    gpu_cost_usd: float
+    pilot_cost_usd: float
+    saved_gpu_hours_per_month: float
+    monthly_saving_usd: float
+    payback_months: float | None  # None: nothing is saved, the pilot never pays back
+    fits_window: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def compute(inputs: RoiInputs, case: str, baseline_us: float, best_us: float, model_cost_usd: float,
+            gpu_seconds: float) -> Roi:
+    ms_saved = max(0.0, (baseline_us - best_us) / 1000.0)
+    engineer = inputs.engineer_hours * inputs.engineer_rate_usd
+    gpu = gpu_seconds / 3600.0 * inputs.gpu_hour_usd
+    pilot = engineer + model_cost_usd + gpu
+    hours = ms_saved * inputs.calls_per_month / 3_600_000.0
+    monthly = hours * inputs.gpu_hour_usd
+    payback = pilot / monthly if monthly > 0 else None
+    return Roi(
+        case=case, baseline_ms=baseline_us / 1000.0, best_ms=best_us / 1000.0, ms_saved_per_call=ms_saved,
+        engineer_cost_usd=engineer, model_cost_usd=model_cost_usd, gpu_cost_usd=gpu, pilot_cost_usd=pilot,
+        saved_gpu_hours_per_month=hours, monthly_saving_usd=monthly, payback_months=payback,
+        fits_window=payback is not None and payback <= inputs.payback_window_months,
+    )

@@ -65,3 +65,8 @@ def test_no_gpu_leaves_no_run_directory(monkeypatch, tmp_path):
                                  "--results-dir", str(tmp_path / "results")])
     assert result.exit_code == 3 and "did not start" in result.output
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
+
+
+def test_verify_of_something_that_is_not_a_run(tmp_path):
+    result = runner.invoke(app, ["verify", str(tmp_path)])
+    assert result.exit_code == 2 and "is not a run directory" in result.output

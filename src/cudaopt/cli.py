@@ -221,6 +221,43 @@ def _stored_iterations(run_dir: Path) -> int:
 
 
 @app.command()
+def verify(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (results/run-NNN).")],
+    cases: Annotated[Optional[Path], typer.Option("--cases", help="Extra input cases (JSON) besides the holdout.")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Base seed for the inputs (default: a fresh random one).")] = None,
+    device: Annotated[int, typer.Option(min=0, help="GPU ordinal.")] = 0,
+) -> None:
+    """Check the winner on the holdout cases (and --cases) with fresh seeds; exit 1 on any failure."""
+    from .evaluation.supervisor import Supervisor, WorkerError
+    from .report.build import build
+    from .verify import verify as run_verify
+
+    try:
+        with Supervisor(devices=[device]) as supervisor:
+            outcome = run_verify(run_dir, supervisor, cases, seed)
+    except ExperimentError as exc:
+        raise fail(str(exc)) from None
+    except WorkerError as exc:
+        raise fail(str(exc), EXIT_NO_GPU) from None
+    table = Table(title=f"verify attempt #{outcome['attempt']} (seed {outcome['seed']}): "
+                        f"{'PASSED' if outcome['passed'] else 'FAILED'}", title_justify="left")
+    for column in ("case", "role", "outcome", "max abs error", "max rel error"):
+        table.add_column(column)
+    fmt = lambda v: f"{v:.3g}" if v is not None else "-"  # noqa: E731
+    for c in outcome["cases"]:
+        table.add_row(c["name"], c["role"], c["status"], fmt(c["max_abs_error"]), fmt(c["max_rel_error"]))
+    out = console()
+    out.print(table)
+    for c in outcome["cases"]:
+        if c["status"] != "ok":
+            out.print(f"{c['name']}: {' '.join(c['reason'].split())}", markup=False, highlight=False, soft_wrap=True)
+    if (run_dir / "summary.json").is_file():
+        build(run_dir)  # the report's verdict reads verify.json
+    if not outcome["passed"]:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command()
 def report(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (results/run-NNN).")],
     engineer_hours: Annotated[Optional[float], typer.Option(min=0, help="Engineer time spent on the pilot.")] = None,
@@ -231,24 +268,15 @@ def report(
     roi_case: Annotated[Optional[str], typer.Option(help="The case whose latency the calls pay (default: the slowest).")] = None,
 ) -> None:
     """Rebuild report.html for a run: verdict, per-case table, charts, attempts, usage, ROI."""
-    import json
-
-    from .report.build import build
+    from .record.rundir import RunDir
+    from .report.build import build, run_roi
     from .report.roi import RoiInputs
 
-    if not (run_dir / "summary.json").is_file():
+    if not (run_dir / "summary.json").is_file() or not (run_dir / "history.json").is_file():
         raise fail(f"{run_dir}: not a run directory (no summary.json)")
-    base = {}
-    settings = run_dir / "settings.json"
-    if settings.is_file():  # start from the experiment's roi section, when the config still loads
-        from .optimize import ExperimentArgs
-
-        try:
-            base = ExperimentArgs(**json.loads(settings.read_text())["experiment"]).load().roi.model_dump()
-        except (ExperimentError, KeyError, TypeError):
-            base = {}
     given = {"engineer_hours": engineer_hours, "engineer_rate_usd": engineer_rate_usd, "gpu_hour_usd": gpu_hour_usd,
              "calls_per_month": calls_per_month, "payback_window_months": payback_window_months, "case": roi_case}
+    base = run_roi(RunDir.open(run_dir)).model_dump()
     inputs = RoiInputs(**{**base, **{k: v for k, v in given.items() if v is not None}})
     path = build(run_dir, inputs)
     console().print(f"report written to {path}", highlight=False, soft_wrap=True)

@@ -211,26 +211,12 @@ class Experiment:
         return "cu" if self.reference_path.suffix == ".cu" else "py"
 
     def _case_spec(self, case: CaseModel) -> CaseSpec:
-        inputs = {}
-        for name, model in case.inputs.items():
-            init = InitSpec(**model.init.model_dump(exclude={"file"}))
-            if model.init.file:
-                path = (self.cases_path.parent / model.init.file).resolve()
-                init.file = str(path)
-                init.sha256 = _sha256_file(path)
-            inputs[name] = InputSpec(shape=list(model.shape), init=init)
-        launch = case.launch or self.cases_file.launch
-        return CaseSpec(
-            name=case.name,
-            role=case.role,
-            scalars=dict(case.scalars),
-            inputs=inputs,
-            outputs={k: OutputSpec(shape=list(v.shape), rtol=v.rtol, atol=v.atol) for k, v in case.outputs.items()},
-            launch=launch.spec() if launch else None,
-            flops=case.flops,
-            bytes=case.bytes,
-            seed=case.seed,
-        )
+        return case_spec(case, self.cases_path.parent, self.cases_file.launch)
+
+    def extra_cases(self, path: Path) -> list[CaseSpec]:
+        """Cases from another input-cases file (for verification), checked against the signature."""
+        extra = load_cases(path, self.signature)
+        return [case_spec(c, path.parent, extra.launch) for c in extra.cases]
 
     def cases(self, roles: set[str] | None = None) -> list[CaseSpec]:
         return [c for c in self.case_specs if roles is None or c.role in roles]
@@ -270,6 +256,30 @@ class Experiment:
         body = {"harness_version": HARNESS_VERSION, "signature": self.signature_text, **files, "input_files": inputs}
         body["lock"] = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
         return body
+
+
+def case_spec(case: CaseModel, folder: Path, default_launch: LaunchModel | None) -> CaseSpec:
+    """The harness's view of a validated case; ``.npy`` inputs resolved from ``folder`` and hashed."""
+    inputs = {}
+    for name, model in case.inputs.items():
+        init = InitSpec(**model.init.model_dump(exclude={"file"}))
+        if model.init.file:
+            path = (folder / model.init.file).resolve()
+            init.file = str(path)
+            init.sha256 = _sha256_file(path)
+        inputs[name] = InputSpec(shape=list(model.shape), init=init)
+    launch = case.launch or default_launch
+    return CaseSpec(
+        name=case.name,
+        role=case.role,
+        scalars=dict(case.scalars),
+        inputs=inputs,
+        outputs={k: OutputSpec(shape=list(v.shape), rtol=v.rtol, atol=v.atol) for k, v in case.outputs.items()},
+        launch=launch.spec() if launch else None,
+        flops=case.flops,
+        bytes=case.bytes,
+        seed=case.seed,
+    )
 
 
 def _sha256_file(path: Path) -> str:

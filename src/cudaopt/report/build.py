@@ -63,6 +63,17 @@ def _diff(run: RunDir, attempt, parent) -> str:
     return "\n".join(difflib.unified_diff(old, new, f"#{parent.id}", f"#{attempt.id}", lineterm="", n=2))
 
 
+def run_roi(run: RunDir) -> RoiInputs:
+    """The ROI inputs of the run's experiment (its ``roi`` section), or the defaults."""
+    from ..experiment import ExperimentError
+    from ..verify import load_run_experiment
+
+    try:
+        return load_run_experiment(run).roi
+    except (ExperimentError, OSError, KeyError, TypeError):
+        return RoiInputs()
+
+
 def build(path: Path, roi_inputs: RoiInputs | None = None) -> Path:
     """Write ``report.html`` in the run directory ``path`` and return its path."""
     from jinja2 import Environment, PackageLoader, select_autoescape
@@ -75,7 +86,7 @@ def build(path: Path, roi_inputs: RoiInputs | None = None) -> Path:
     lock = _optional_json(run, "lock.json") or {}
     calls = sorted((ModelCall.model_validate_json(p.read_text()) for p in run.path.glob("model-*.json")),
                    key=lambda c: c.id)
-    roi_inputs = roi_inputs or RoiInputs()
+    roi_inputs = roi_inputs or run_roi(run)
     roi = None
     timed = [c for c in summary.cases if c.baseline_median_us and c.best_median_us]
     if timed:

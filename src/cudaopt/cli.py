@@ -221,6 +221,44 @@ def _stored_iterations(run_dir: Path) -> int:
 
 
 @app.command()
+def replay(
+    target: Annotated[Path, typer.Argument(help="A run directory, or one best-case-N.json request.")],
+    repeats: Annotated[int, typer.Option(min=1, help="Interleaved winner/baseline measurements per case.")] = 5,
+    device: Annotated[int, typer.Option(min=0, help="GPU ordinal.")] = 0,
+) -> None:
+    """Measure the winner again beside the baseline; exit 1 if a check fails or the GPU/driver differ."""
+    from .evaluation.supervisor import Supervisor, WorkerError
+    from .replay import replay as run_replay
+    from .report.build import build
+
+    try:
+        with Supervisor(devices=[device]) as supervisor:
+            outcome = run_replay(target, supervisor, repeats)
+    except ExperimentError as exc:
+        raise fail(str(exc)) from None
+    except WorkerError as exc:
+        raise fail(str(exc), EXIT_NO_GPU) from None
+    table = Table(title="replay", title_justify="left")
+    for column in ("case", "outcome", "recorded µs", "now µs", "within noise", "vs baseline", "beats baseline"):
+        table.add_column(column)
+    fmt = lambda v, spec=".2f": format(v, spec) if isinstance(v, (int, float)) else "-"  # noqa: E731
+    for c in outcome["cases"]:
+        table.add_row(c["name"], c["status"], fmt(c.get("recorded_us")), fmt(c.get("now_us")),
+                      str(c.get("within_noise", "-")), fmt(c.get("speedup_vs_baseline"), ".2f") + ("×" if c.get("speedup_vs_baseline") else ""),
+                      str(c.get("beats_baseline", "-")))
+    out = console()
+    out.print(table)
+    for line in outcome["environment_differences"]:
+        out.print(f"environment differs: {line}", markup=False, highlight=False)
+    for line in outcome["failures"]:
+        out.print(f"failed: {line}", markup=False, highlight=False, soft_wrap=True)
+    if target.is_dir() and (target / "summary.json").is_file():
+        build(target)  # the report's verdict reads replay.json
+    if not outcome["passed"]:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command()
 def verify(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (results/run-NNN).")],
     cases: Annotated[Optional[Path], typer.Option("--cases", help="Extra input cases (JSON) besides the holdout.")] = None,

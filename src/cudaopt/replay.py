@@ -1,0 +1,125 @@
+"""``cudaopt replay``: measure the winner again, beside the baseline, on this GPU.
+
+Each performance case is measured ``repeats`` times, interleaved with the baseline (the initial
+kernel) — winner, baseline, winner, baseline, ... — so both see the same clocks and temperature.
+Two questions are answered per case:
+
+- *within noise of the record*: the new median lies within the recorded p10–p90 band widened
+  by the spread of the new medians (or 2%, whichever is larger);
+- *beats the baseline beyond noise*: the winner was faster in every interleaved pair (a sign
+  test: with 5 pairs, 1 chance in 32 if the two were equally fast).
+
+The result goes to ``replay.json`` in the run directory, where the report's verdict reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from .experiment import ExperimentError
+from .harness.protocol import EvalRequest, from_dict
+from .record.recorder import Evaluator
+from .record.rundir import RunDir
+from .record.schema import History, Summary
+from .verify import load_run_experiment
+
+MATTERS = ("name", "arch", "driver_cuda_version")  # environment differences that invalidate a replay
+
+
+def environment_differences(recorded: dict, now: dict) -> list[str]:
+    return [f"{key}: recorded {recorded.get(key)!r}, now {now.get(key)!r}"
+            for key in MATTERS if recorded.get(key) != now.get(key)]
+
+
+def _median_of(result, case: str) -> float | None:
+    found = next((c for c in result.cases if c.name == case), None)
+    return found.timing.median_us if found and found.status == "ok" and found.timing else None
+
+
+def replay(target: Path, evaluator: Evaluator, repeats: int = 5) -> dict:
+    """Replay a run directory (every best-case-N.json, beside the baseline) or one request file."""
+    if target.is_file():
+        return _replay_request(target, evaluator)
+    try:
+        run = RunDir.open(target)
+    except FileNotFoundError as exc:
+        raise ExperimentError(target, "", str(exc)) from None
+    experiment = load_run_experiment(run)
+    summary = Summary.model_validate(run.read_json("summary.json"))
+    history = {a.id: a for a in History.model_validate(run.read_json("history.json")).attempts}
+    if summary.best_attempt is None:
+        raise ExperimentError(run.file("summary.json"), "best_attempt", "the run has no winner to replay")
+    best = history[summary.best_attempt]
+    recorded = {c["name"]: c["timing"] for c in best.cases if c.get("timing")}
+    differences = environment_differences(run.read_json("env.json").get("gpu", {}), evaluator.device_info())
+    baseline_source = experiment.initial_kernel_path.read_text()
+    cases, failures = [], []
+    for path in sorted(run.path.glob("best-case-*.json")):
+        request = from_dict(EvalRequest, json.loads(path.read_text()))
+        (case,) = request.cases
+        if case.role != "performance":
+            result = evaluator.evaluate(request)
+            if not result.ok:
+                failures.append(f"{case.name}: {result.status}: {result.reason}")
+            cases.append({"name": case.name, "role": case.role, "status": result.status})
+            continue
+        baseline = experiment.request(baseline_source, request_id=f"replay-baseline-{case.name}")
+        baseline.cases = [case]
+        winner_us, baseline_us = [], []
+        status = "ok"
+        for _ in range(repeats):
+            mine, theirs = evaluator.evaluate(request), evaluator.evaluate(baseline)
+            if not mine.ok:
+                status = mine.status
+                failures.append(f"{case.name}: {mine.status}: {mine.reason}")
+                break
+            winner_us.append(_median_of(mine, case.name))
+            baseline_us.append(_median_of(theirs, case.name))
+        cases.append(_compare(case.name, status, recorded.get(case.name), winner_us, baseline_us))
+    timed = [c for c in cases if c.get("role") == "performance"]
+    outcome = {
+        "passed": not failures and not differences,
+        "environment_differences": differences,
+        "failures": failures,
+        "beats_baseline": bool(timed) and all(c["beats_baseline"] for c in timed),
+        "repeats": repeats,
+        "cases": cases,
+    }
+    run.write_json("replay.json", outcome)
+    run.log(f"replay: {'passed' if outcome['passed'] else 'failed'}, beats baseline: {outcome['beats_baseline']}")
+    return outcome
+
+
+def _compare(name: str, status: str, recorded: dict | None, winner_us: list, baseline_us: list) -> dict:
+    pairs = [(w, b) for w, b in zip(winner_us, baseline_us, strict=True) if w and b]
+    now = statistics.median(w for w, _ in pairs) if pairs else None
+    within = None
+    if recorded and now:
+        spread = (max(w for w, _ in pairs) - min(w for w, _ in pairs)) / now if len(pairs) > 1 else 0.0
+        slack = max(spread, 0.02) * recorded["median_us"]
+        within = recorded["p10_us"] - slack <= now <= recorded["p90_us"] + slack
+    return {
+        "name": name, "role": "performance", "status": status,
+        "recorded_us": recorded["median_us"] if recorded else None,
+        "now_us": now, "winner_medians_us": winner_us, "baseline_medians_us": baseline_us,
+        "within_noise": within,
+        "speedup_vs_baseline": statistics.median(b / w for w, b in pairs) if pairs else None,
+        "beats_baseline": bool(pairs) and status == "ok" and all(w < b for w, b in pairs),
+    }
+
+
+def _replay_request(path: Path, evaluator: Evaluator) -> dict:
+    try:
+        request = from_dict(EvalRequest, json.loads(path.read_text()))
+    except (ValueError, json.JSONDecodeError) as exc:
+        raise ExperimentError(path, "", f"not an evaluation request: {exc}") from None
+    result = evaluator.evaluate(request)
+    return {
+        "passed": result.ok,
+        "failures": [] if result.ok else [f"{result.status}: {result.reason}"],
+        "environment_differences": [],
+        "cases": [{"name": c.name, "role": c.role, "status": c.status,
+                   "now_us": c.timing.median_us if c.timing else None} for c in result.cases],
+    }

@@ -1,0 +1,70 @@
+"""`cudaopt replay`: the winner measured again beside the baseline, interleaved."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from cudaopt.agent.graph import Budget
+from cudaopt.agent.model import ModelSettings
+from cudaopt.optimize import ExperimentArgs, start_or_resume
+from cudaopt.replay import replay
+from tests.conftest import SGEMM
+from tests.fake_openai import FakeOpenAI
+from tests.scripted import ScriptedEvaluator, answer
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    with FakeOpenAI([answer("ok 0.5", "register blocking")]) as server:
+        run, _ = start_or_resume(ExperimentArgs(config=str(SGEMM / "experiment.json")),
+                                 ModelSettings(base_url=server.url), Budget(max_iterations=1), tmp_path / "results",
+                                 ScriptedEvaluator())
+    return run.path
+
+
+def test_replay_interleaves_winner_and_baseline(run_dir):
+    evaluator = ScriptedEvaluator()
+    outcome = replay(run_dir, evaluator, repeats=3)
+    perf = [r for r in evaluator.requests if r.cases[0].role == "performance"]
+    sources = ["ok 0.5" in r.kernel.source for r in perf]
+    assert sources[:6] == [True, False, True, False, True, False]  # winner, baseline, ... per case
+    assert outcome["passed"] and outcome["beats_baseline"]
+    big = next(c for c in outcome["cases"] if c["name"] == "square-4096")
+    assert big["recorded_us"] == big["now_us"] == 8500.0 and big["within_noise"]
+    assert big["speedup_vs_baseline"] == pytest.approx(2.0)
+    assert json.loads((run_dir / "replay.json").read_text())["beats_baseline"]
+
+
+class OtherGpu(ScriptedEvaluator):
+    def device_info(self):
+        return {"name": "Another GPU", "arch": "sm_80", "sm_count": 108}
+
+
+def test_a_different_gpu_is_named_and_fails_the_replay(run_dir):
+    outcome = replay(run_dir, OtherGpu(), repeats=1)
+    assert not outcome["passed"]
+    assert any("name: recorded 'Scripted GPU', now 'Another GPU'" in d for d in outcome["environment_differences"])
+
+
+class Slower(ScriptedEvaluator):
+    def evaluate(self, request, on_event=None):
+        if "ok 0.5" in request.kernel.source:
+            request.kernel.source = request.kernel.source.replace("ok 0.5", "ok 1.5")
+        return super().evaluate(request, on_event)
+
+
+def test_a_winner_that_no_longer_wins_is_reported(run_dir):
+    outcome = replay(run_dir, Slower(), repeats=2)
+    assert not outcome["beats_baseline"]
+    big = next(c for c in outcome["cases"] if c["name"] == "square-4096")
+    assert big["within_noise"] is False and big["speedup_vs_baseline"] < 1
+
+
+def test_replay_cli_without_a_run(tmp_path):
+    from cudaopt.cli import app
+
+    result = CliRunner().invoke(app, ["replay", str(tmp_path)])
+    assert result.exit_code == 2 and "is not a run directory" in result.output

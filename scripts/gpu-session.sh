@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the GPU tests and the benchmarks on a GPU machine in one go.
 # Usage: scripts/gpu-session.sh [tests|bench|all] [pytest args...]
-# Wheels for packages the machine lacks may be placed in .whl/ (installed to /tmp/site).
+# Wheels for packages the machine lacks go in .whl/ (scripts/fetch-wheels.sh; installed to /tmp/site).
 # Logs and figures go to $OUT (or ./out when OUT is unset).
 set -uo pipefail
 what=${1:-all}; shift || true

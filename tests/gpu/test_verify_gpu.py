@@ -1,4 +1,4 @@
-"""`cudaopt verify` on the GPU: a tuned winner on the holdout case, fresh seeds."""
+"""`cudaopt verify` and `cudaopt replay` on the GPU, on a short tuning run of the example."""
 
 from __future__ import annotations
 
@@ -11,14 +11,19 @@ from cudaopt.cli import app
 from tests.conftest import SGEMM
 
 pytestmark = pytest.mark.gpu
+runner = CliRunner(env={"COLUMNS": "200", "OPENAI_API_KEY": ""})
 
 
-def test_verify_a_tuned_winner_on_the_holdout(tmp_path):
-    runner = CliRunner(env={"COLUMNS": "200", "OPENAI_API_KEY": ""})
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    results = tmp_path_factory.mktemp("results")
     result = runner.invoke(app, ["optimize", "--config", str(SGEMM / "experiment.json"), "--strategy", "tune",
-                                 "--max-evals", "2", "--results-dir", str(tmp_path)])
+                                 "--max-evals", "2", "--results-dir", str(results)])
     assert result.exit_code == 0, result.output
-    run = tmp_path / "run-001"
+    return results / "run-001"
+
+
+def test_verify_a_tuned_winner_on_the_holdout(run):
     result = runner.invoke(app, ["verify", str(run), "--seed", "99"])
     assert result.exit_code == 0, result.output
     outcome = json.loads((run / "verify.json").read_text())
@@ -28,12 +33,7 @@ def test_verify_a_tuned_winner_on_the_holdout(tmp_path):
     assert "holdout: passed" in (run / "report.html").read_text()
 
 
-def test_replay_a_run_beside_its_baseline(tmp_path):
-    runner = CliRunner(env={"COLUMNS": "200", "OPENAI_API_KEY": ""})
-    result = runner.invoke(app, ["optimize", "--config", str(SGEMM / "experiment.json"), "--strategy", "tune",
-                                 "--max-evals", "2", "--results-dir", str(tmp_path)])
-    assert result.exit_code == 0, result.output
-    run = tmp_path / "run-001"
+def test_replay_a_run_beside_its_baseline(run):
     result = runner.invoke(app, ["replay", str(run), "--repeats", "2"])
     assert result.exit_code == 0, result.output
     outcome = json.loads((run / "replay.json").read_text())

@@ -105,3 +105,14 @@ def test_the_report_renders_in_a_real_browser(run_dir, tmp_path):
     for element in ('id="verdict"', 'id="cases"', 'id="progress"', 'id="heatmap"', 'id="roofline"'):
         assert element in dom
     assert "<svg" in dom
+
+
+def test_a_speedup_above_ten_times_is_flagged_for_review(tmp_path):
+    from tests.scripted import ScriptedEvaluator
+
+    with FakeOpenAI([answer("ok 0.05", "too good to be true")]) as server:
+        run, summary = start_or_resume(ExperimentArgs(config=str(SGEMM / "experiment.json")),
+                                       ModelSettings(base_url=server.url), Budget(max_iterations=1),
+                                       tmp_path / "results", ScriptedEvaluator())
+    assert summary.review and summary.review[0].startswith("square-256: 20.0x over the baseline")
+    assert 'id="review"' in (run.path / "report.html").read_text()

@@ -193,6 +193,8 @@ def optimize(
               f"GPU {t.gpu_seconds:.1f} s, wall {t.wall_seconds:.1f} s", highlight=False)
     if summary.best_defines:
         out.print(f"best tunables: {summary.best_defines}", highlight=False)
+    for flag in summary.review:
+        out.print(f"[bold yellow]review:[/] {escape(flag)}", highlight=False)
     if summary.ablation:
         gain = summary.ablation["agent_gain_over_tuning"]
         out.print(f"ablation: tuning alone reached {summary.ablation['tune_only_best_score_us']} µs; "

@@ -24,6 +24,7 @@ from .rundir import RunDir, write_atomic
 from .schema import Attempt, CaseSummary, History, ModelCall, Summary, Totals
 
 ROLES = {"correctness", "performance"}  # holdout cases are never evaluated here
+REVIEW_SPEEDUP = 10.0  # a larger speed-up over the baseline is flagged for review
 
 
 class Evaluator(Protocol):
@@ -267,6 +268,8 @@ class Recorder:
             ),
             prices_usd_per_million_tokens=self.prices,
             ablation=self.ablation,
+            review=[f"{c.name}: {c.speedup:.1f}x over the baseline; check it before trusting it"
+                    for c in cases if c.speedup and c.speedup > REVIEW_SPEEDUP],
         )
 
     def write_summary(self) -> Summary:

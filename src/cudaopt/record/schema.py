@@ -113,3 +113,4 @@ class Summary(_Model):
     totals: Totals
     prices_usd_per_million_tokens: dict[str, float]
     ablation: dict[str, Any] | None = None  # --ablation: tune-only on the same experiment, for comparison
+    review: list[str] = Field(default_factory=list)  # speed-ups too large to take on trust (> 10x)

@@ -104,20 +104,14 @@ def start_or_resume(
             run = RunDir.open(resume)
         except FileNotFoundError as exc:
             raise ExperimentError(resume, "", str(exc)) from None
-        stored = run.read_json("settings.json")
-        args = ExperimentArgs(**stored["experiment"])
-        strategy = stored.get("strategy", strategy)
-        experiment = args.load()
-        if run.read_json("lock.json")["lock"] != experiment.lock()["lock"]:
-            raise ExperimentError(run.file("lock.json"), "lock",
-                                  "the reference, the input cases or the harness changed since this run started; "
-                                  "start a new run")
+        strategy = run.read_json("settings.json").get("strategy", strategy)
+        experiment = load_run_experiment(run)
     else:
         experiment = args.load()
         if experiment.initial_kernel_path is None:
             raise ExperimentError(args.config or "command line", "initial_kernel",
                                   "missing (give --initial-kernel or set it in --config)")
-        if strategy in ("tune",) or ablation:
+        if strategy == "tune" or ablation:
             _need_tuning(experiment, args)
         run = RunDir.create(results)
         run.write_json("lock.json", experiment.lock())
@@ -155,6 +149,16 @@ def start_or_resume(
         if run.file("summary.json").is_file():
             build_report(run.path, experiment.roi)
     return run, summary
+
+
+def load_run_experiment(run: RunDir) -> Experiment:
+    """A run's experiment, refused when what defines right and wrong changed since the run started."""
+    experiment = ExperimentArgs(**run.read_json("settings.json")["experiment"]).load()
+    if run.read_json("lock.json")["lock"] != experiment.lock()["lock"]:
+        raise ExperimentError(run.file("lock.json"), "lock",
+                              "the reference, the input cases or the harness changed since this run started; "
+                              "start a new run")
+    return experiment
 
 
 def _need_tuning(experiment: Experiment, args: ExperimentArgs) -> None:

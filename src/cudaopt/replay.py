@@ -23,7 +23,7 @@ from .harness.protocol import EvalRequest, from_dict
 from .record.recorder import Evaluator
 from .record.rundir import RunDir
 from .record.schema import History, Summary
-from .verify import load_run_experiment
+from .optimize import load_run_experiment
 
 MATTERS = ("name", "arch", "driver_cuda_version")  # environment differences that invalidate a replay
 

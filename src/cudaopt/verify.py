@@ -13,8 +13,9 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from .experiment import Experiment, ExperimentError
+from .experiment import ExperimentError
 from .harness.protocol import LaunchSpec, from_dict
+from .optimize import load_run_experiment
 from .record.recorder import Evaluator
 from .record.rundir import RunDir
 from .record.schema import History, Summary
@@ -36,17 +37,6 @@ def winner(run: RunDir) -> Winner:
                    if a.id == summary.best_attempt)
     launch = from_dict(LaunchSpec, attempt.launch) if attempt.launch else None
     return Winner(attempt.id, run.file(attempt.source_file).read_text(), launch, dict(attempt.defines))
-
-
-def load_run_experiment(run: RunDir) -> Experiment:
-    """The run's experiment, refused when what defines right and wrong changed since the run."""
-    from .optimize import ExperimentArgs
-
-    experiment = ExperimentArgs(**run.read_json("settings.json")["experiment"]).load()
-    if run.read_json("lock.json")["lock"] != experiment.lock()["lock"]:
-        raise ExperimentError(run.file("lock.json"), "lock",
-                              "the reference, the input cases or the harness changed since this run")
-    return experiment
 
 
 def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed: int | None = None) -> dict:

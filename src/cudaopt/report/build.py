@@ -66,7 +66,7 @@ def _diff(run: RunDir, attempt, parent) -> str:
 def run_roi(run: RunDir) -> RoiInputs:
     """The ROI inputs of the run's experiment (its ``roi`` section), or the defaults."""
     from ..experiment import ExperimentError
-    from ..verify import load_run_experiment
+    from ..optimize import load_run_experiment
 
     try:
         return load_run_experiment(run).roi

@@ -16,10 +16,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from cudaopt.evaluate import evaluate_kernel  # noqa: E402
-from cudaopt.evaluation.supervisor import Supervisor  # noqa: E402
-from cudaopt.experiment import load_experiment  # noqa: E402
-from cudaopt.harness.protocol import CaseSpec, EvalRequest, KernelSpec, LaunchSpec, TimingProtocol  # noqa: E402
+from cudaopt.evaluate import evaluate_kernel
+from cudaopt.evaluation.supervisor import Supervisor
+from cudaopt.experiment import load_experiment
+from cudaopt.harness.protocol import (
+    CaseSpec,
+    EvalRequest,
+    KernelSpec,
+    LaunchSpec,
+    TimingProtocol,
+)
 
 EMPTY = (ROOT / "tests" / "kernels" / "empty.cu").read_text()
 

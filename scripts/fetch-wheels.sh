@@ -4,7 +4,7 @@
 # scripts/gpu-session.sh installs whatever lies in .whl/ before running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mkdir -p .whl
+rm -rf .whl && mkdir -p .whl  # one version of each: pip refuses two
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
   --platform manylinux_2_39_x86_64 --platform any -d .whl \

@@ -32,6 +32,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def no_real_nvidia_docs(tmp_path_factory, monkeypatch):
+    """No test reaches docs.nvidia.com or the user's cache: an empty cache, pages from a closed loopback port."""
+    import socket
+
+    from cudaopt.agent.research import default_library
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("CUDAOPT_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.setenv("CUDAOPT_DOCS_MIRROR", f"http://127.0.0.1:{port}")
+    default_library.cache_clear()
+    yield
+    default_library.cache_clear()
+
+
 @pytest.fixture
 def sgemm():
     from cudaopt.experiment import load_experiment

@@ -27,7 +27,7 @@ class FakeOpenAI:
             def log_message(self, *args):  # keep test output clean
                 pass
 
-            def do_POST(self):  # noqa: N802 (http.server naming)
+            def do_POST(self):
                 length = int(self.headers.get("content-length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 with fake._lock:

@@ -1,7 +1,9 @@
 """A stand-in GPU worker that speaks the worker protocol, for supervisor tests without a GPU.
 
 The kernel's entry decides what it does: ``hang`` hangs in the second case's check phase,
-``die`` exits there, anything else passes every case. ``--no-start`` exits at once.
+``die`` exits there, anything else passes every case (with the request's vendor timed on the
+performance cases). Prefetched kernels are counted in each result's ``device``.
+``--no-start`` exits at once.
 """
 
 import json
@@ -20,8 +22,12 @@ def main():
         print("no GPU here", file=sys.stderr)
         return 1
     send({"type": "ready", "device": {"name": "fake", "pid": os.getpid()}})
+    prefetched = 0
     for line in sys.stdin:
         request = json.loads(line)
+        if "prefetch" in request:  # never answered, counted in the next result
+            prefetched += len(request["prefetch"])
+            continue
         entry = request["kernel"]["entry"]
         send({"type": "phase", "phase": "compile", "case": ""})
         send({"type": "compiled", "compile": {"ok": True, "log": ""}})
@@ -34,9 +40,13 @@ def main():
                 print("simulated fatal error", file=sys.stderr)
                 os._exit(1)
             result = {"name": case["name"], "role": case["role"], "status": "ok"}
+            if request.get("vendor") and case["role"] == "performance":
+                timing = {"median_us": 7.0, "mean_us": 7.1, "stdev_us": 0.2, "min_us": 6.8, "max_us": 7.9,
+                          "p10_us": 6.9, "p90_us": 7.4, "n": 100, "method": "fake"}
+                result["vendor"] = {"label": request["vendor"]["label"], "status": "ok", "timing": timing}
             cases.append(result)
             send({"type": "case", "case": result})
-        send({"type": "result", "result": {"status": "ok", "cases": cases, "device": {"pid": os.getpid()}}})
+        send({"type": "result", "result": {"status": "ok", "cases": cases, "device": {"pid": os.getpid(), "prefetched": prefetched}}})
     return 0
 
 

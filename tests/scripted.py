@@ -2,7 +2,9 @@
 
 A kernel's source says what its evaluation returns: ``// RESULT: ok 0.5`` passes every case with
 medians 0.5x the base figures, ``// RESULT: compile_error``, ``// RESULT: mismatch``,
-``// RESULT: slow 20`` (sleeps 20 s, for kill tests).
+``// RESULT: slow 20`` (sleeps 20 s, for kill tests). A request with a vendor gets it timed at
+``VENDOR`` x the base figures on every performance case; a vendor labelled with "mismatch" in its
+label mismatches on square-4096.
 """
 
 from __future__ import annotations
@@ -11,11 +13,19 @@ import json
 import re
 import time
 
-from cudaopt.harness.protocol import CaseResult, CheckInfo, CompileInfo, EvalResult, TimingStats
+from cudaopt.harness.protocol import (
+    CaseResult,
+    CheckInfo,
+    CompileInfo,
+    EvalResult,
+    TimingStats,
+    VendorResult,
+)
 
 SIGNATURE = 'extern "C" __global__ void matmul_f32(const float* a, const float* b, float* c, int m, int n, int k)'
 BASE_US = {"square-256": 20.0, "rect-384x256x320": 25.0, "square-4096": 17000.0}
 LAUNCH = {"grid": ["cdiv(n, 16)", "cdiv(m, 16)"], "block": [16, 16], "shared_bytes": 0}
+VENDOR = 0.6
 
 
 def kernel(result: str, body: str = "") -> str:
@@ -70,7 +80,21 @@ class ScriptedEvaluator:
                 roofline = {"flops": flops, "bytes": nbytes, "achieved_tflops": round(flops / median / 1e6, 3),
                             "peak_tflops": 535.3, "peak_gbps": 4814.3,
                             "floor_us": max(flops / 535.3e12, nbytes / 4814.3e9) * 1e6}
-            cases.append(CaseResult(case.name, case.role, "ok", timing=timing, roofline=roofline))
+            cases.append(CaseResult(case.name, case.role, "ok", timing=timing, roofline=roofline,
+                                    vendor=_vendor(request.vendor, case.name) if timing else None))
         status = next((c.status for c in cases if c.status != "ok"), "ok")
         return EvalResult(status=status, reason="" if status == "ok" else "case odd: mismatch",
                           compile=compile_info, cases=cases, wall_s=0.01)
+
+
+def _vendor(spec, case: str) -> VendorResult | None:
+    if spec is None:
+        return None
+    if "mismatch" in spec.label and case == "square-4096":
+        check = CheckInfo(output="c", input_set=0, phase="check", ok=False, elements=16777216, mismatches=9,
+                          max_abs_error=0.01, first_bad_index=[7, 7], expected=1.0, actual=1.01)
+        return VendorResult(spec.label, "mismatch", "c (input set 0, check): 9/16777216 wrong", checks=[check])
+    median = BASE_US[case] * VENDOR
+    timing = TimingStats(median, median, 0.1, median * 0.9, median * 1.1, median * 0.95, median * 1.05, 100,
+                         "scripted, chunks interleaved with the candidate")
+    return VendorResult(spec.label, "ok", timing=timing)

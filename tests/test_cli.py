@@ -38,7 +38,7 @@ def test_missing_config_is_one_line_and_exit_2(tmp_path):
 
 
 def test_bad_case_field_is_one_line_and_exit_2(tmp_path):
-    for name in ("experiment.json", "reference.cu", "initial.cu", "tunable.cu"):
+    for name in ("experiment.json", "reference.cu", "initial.cu", "tunable.cu", "vendor.py"):
         shutil.copy(SGEMM / name, tmp_path / name)
     cases = json.loads((SGEMM / "input_cases.json").read_text())
     cases["cases"][0]["role"] = "fastest"

@@ -12,7 +12,7 @@ from tests.conftest import SGEMM
 @pytest.fixture
 def example(tmp_path):
     """A writable copy of the sgemm example; returns (dir, edit) where edit(file, fn) rewrites JSON."""
-    for name in ("experiment.json", "input_cases.json", "reference.cu", "initial.cu", "tunable.cu"):
+    for name in ("experiment.json", "input_cases.json", "reference.cu", "initial.cu", "tunable.cu", "vendor.py"):
         shutil.copy(SGEMM / name, tmp_path / name)
 
     def edit(name, change):
@@ -120,6 +120,48 @@ def test_unknown_config_field(example):
     folder, edit = example
     edit("experiment.json", lambda d: d.update(max_iteration=3))
     expect_error(folder, "max_iteration", "Extra inputs are not permitted")
+
+
+def test_the_example_declares_cublas_through_cupy(sgemm):
+    vendor = sgemm.vendor
+    assert (vendor.entry, vendor.label, vendor.arrays, vendor.allow_tf32) == ("sgemm", "cuBLAS SGEMM (cupy)", "cupy", False)
+    assert "cupy.matmul(a, b, out=c)" in vendor.source
+    assert sgemm.request("x").vendor is None  # only requests that ask for it time the vendor
+    assert sgemm.request("x", vendor=True).vendor == vendor
+    assert sgemm.request("x", vendor=True, check=False).vendor is None  # timing the reference: no vendor
+
+
+def test_vendor_defaults(example):
+    folder, edit = example
+    (folder / "lib.py").write_text("def matmul_f32(**arrays):\n    pass\n")
+    edit("experiment.json", lambda d: d.update(vendor={"file": "lib.py"}))
+    vendor = load_experiment(folder / "experiment.json").vendor
+    assert (vendor.entry, vendor.label, vendor.arrays, vendor.allow_tf32) == ("matmul_f32", "lib.py:matmul_f32", "cupy", False)
+
+
+@pytest.mark.parametrize(
+    "vendor,source,where,message",
+    [
+        ({"file": "gone.py", "function": "f"}, None, "experiment.json: vendor.file", "not found"),
+        ({"file": "lib.cu", "function": "f"}, None, "experiment.json: vendor.file", "must be a .py file"),
+        ({"function": "f"}, None, "experiment.json: vendor.file", "Field required"),
+        ({"file": "lib.py", "function": "f", "arrays": "jax"}, "", "experiment.json: vendor.arrays", "'cupy' or 'torch'"),
+        ({"file": "lib.py", "function": "f", "allow_tf32": "maybe"}, "", "vendor.allow_tf32", "valid boolean"),
+        ({"file": "lib.py", "function": "f", "speed": 1}, "", "vendor.speed", "Extra inputs are not permitted"),
+        ({"file": "lib.py", "function": "f"}, "def g(): pass\n", "lib.py: vendor.function", "no function named 'f'"),
+        ({"file": "lib.py", "function": "f"}, "def f(:\n", "lib.py: line 1", "not valid Python"),
+        ({"file": "lib.py", "function": "f"}, "def f(a, b, c):\n    pass\n", "lib.py: vendor.function",
+         "f() must accept m, n, k: every signature argument is passed by name (a, b, c, m, n, k)"),
+        ({"file": "lib.py", "function": "f"}, "def f(a, b, c, *, m, n, k, alpha):\n    pass\n",
+         "lib.py: vendor.function", "f() requires alpha, which the signature does not have"),
+    ],
+)
+def test_bad_vendor_section_names_file_and_field(example, vendor, source, where, message):
+    folder, edit = example
+    if source is not None:
+        (folder / "lib.py").write_text(source)
+    edit("experiment.json", lambda d: d.update(vendor=vendor))
+    expect_error(folder, where, message)
 
 
 def test_load_launch_from_json_or_file(tmp_path):

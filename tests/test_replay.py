@@ -36,6 +36,10 @@ def test_replay_interleaves_winner_and_baseline(run_dir):
     assert big["recorded_us"] == big["now_us"] == 8500.0 and big["within_noise"]
     assert big["speedup_vs_baseline"] == pytest.approx(2.0)
     assert json.loads((run_dir / "replay.json").read_text())["beats_baseline"]
+    # the winner's requests carry the vendor (timed beside it in the same request); the baseline's do not
+    assert all(r.vendor for r in perf if "ok 0.5" in r.kernel.source)
+    assert not any(r.vendor for r in perf if "ok 0.5" not in r.kernel.source)
+    assert big["vendor_medians_us"] == [10200.0] * 3 and big["speedup_vs_vendor"] == pytest.approx(1.2)
 
 
 class OtherGpu(ScriptedEvaluator):
@@ -61,6 +65,21 @@ def test_a_winner_that_no_longer_wins_is_reported(run_dir):
     assert not outcome["beats_baseline"]
     big = next(c for c in outcome["cases"] if c["name"] == "square-4096")
     assert big["within_noise"] is False and big["speedup_vs_baseline"] < 1
+
+
+class SlowerOnTheSmallCase(ScriptedEvaluator):
+    def evaluate(self, request, on_event=None):
+        if "ok 0.5" in request.kernel.source and request.cases[0].name == "square-256":
+            request.kernel.source = request.kernel.source.replace("ok 0.5", "ok 1.2")
+        return super().evaluate(request, on_event)
+
+
+def test_the_run_beats_the_baseline_on_its_score_and_names_a_slower_case(run_dir):
+    outcome = replay(run_dir, SlowerOnTheSmallCase(), repeats=3)
+    small = next(c for c in outcome["cases"] if c["name"] == "square-256")
+    assert not small["beats_baseline"] and small["speedup_vs_baseline"] < 1
+    assert outcome["beats_baseline"]  # the geomean over the performance cases still wins in every repeat
+    assert outcome["slower_cases"] == ["square-256"]
 
 
 def test_replay_cli_without_a_run(tmp_path):

@@ -28,6 +28,21 @@ def test_a_good_request_passes(supervisor, sgemm):
     assert result.status == "ok" and len(result.cases) == 4
 
 
+def test_prefetch_reaches_the_worker_without_an_answer(supervisor, sgemm):
+    kernels = [sgemm.request("// source", entry="ok", defines={"B": b}).kernel for b in (1, 2, 3)]
+    supervisor.prefetch(kernels)
+    result = supervisor.evaluate(request(sgemm, "ok"))  # the next answer is this request's result
+    assert result.status == "ok" and result.device["prefetched"] == 3
+
+
+def test_vendor_results_pass_through_the_supervisor(supervisor, sgemm):
+    req = sgemm.request("// source", entry="ok", vendor=True)
+    result = supervisor.evaluate(req)
+    vendor = result.case("square-256").vendor
+    assert vendor.label == "cuBLAS SGEMM (cupy)" and vendor.status == "ok" and vendor.timing.median_us == 7.0
+    assert result.case("odd-31x37x29").vendor is None  # correctness cases are not timed
+
+
 def test_a_hang_is_killed_at_its_phase_timeout_and_the_worker_replaced(supervisor, sgemm):
     first_pid = supervisor.device_info()["pid"]
     start = time.monotonic()

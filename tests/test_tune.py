@@ -63,8 +63,9 @@ def test_the_example_space():
 
     space = load_experiment(SGEMM / "experiment.json").tuning.space
     configs = space.configurations()
-    assert 100 < len(configs) < space.size()
-    assert all(64 <= (c["BM"] // c["TM"]) * (c["BN"] // c["TN"]) <= 512 for c in configs)
+    assert 30 < len(configs) <= 40 < space.size()  # exhaustive within the default --max-evals
+    assert all(64 <= (c["BM"] // c["TM"]) * (c["BN"] // c["TN"]) <= 256 for c in configs)
+    assert {c["SK"] for c in configs} == {16, 32, 64}
 
 
 def test_space_from_a_kernel_comment_block():
@@ -93,6 +94,21 @@ def test_exhaustive_tuning_leaves_the_audit_pack(tmp_path, experiment):
     assert request.kernel.defines == {"BM": 32, "BN": 32, "FAIL": 0}
     assert summary.speedup > 1
     assert run.file("heatmap.png").is_file()
+
+
+def test_an_exhaustive_sweep_asks_to_compile_its_uncached_configurations_up_front(tmp_path, experiment):
+    class Prefetching(ScriptedEvaluator):
+        prefetched: list = []
+
+        def prefetch(self, kernels):
+            assert not self.requests or self.requests[-1].kernel.defines == {}  # before any configuration
+            self.prefetched.append([k.defines for k in kernels])
+
+    args = experiment(SMALL)
+    tune(tmp_path, args, Prefetching(), max_evals=100)
+    assert len(Prefetching.prefetched[0]) == 8
+    tune(tmp_path, args, Prefetching(), max_evals=100)  # all cached now: nothing to compile
+    assert Prefetching.prefetched[1] == []
 
 
 def test_large_spaces_are_sampled_within_the_budget_and_repeatably(tmp_path, experiment):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -30,12 +30,12 @@ def console() -> Console:
     return Console()
 
 
-ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="Experiment config file (JSON); flags override it.")]
-DescriptionOpt = Annotated[Optional[str], typer.Option("--description", help="What the kernel computes.")]
-SignatureOpt = Annotated[Optional[str], typer.Option("--signature", help='Kernel signature: extern "C" __global__ void name(...).')]
-ReferenceOpt = Annotated[Optional[Path], typer.Option("--reference", help="Trusted reference: a .cu kernel or a .py NumPy function.")]
-InitialOpt = Annotated[Optional[Path], typer.Option("--initial-kernel", help="The kernel to start from (.cu).")]
-CasesOpt = Annotated[Optional[Path], typer.Option("--input-cases", help="Input cases (JSON).")]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="Experiment config file (JSON); flags override it.")]
+DescriptionOpt = Annotated[str | None, typer.Option("--description", help="What the kernel computes.")]
+SignatureOpt = Annotated[str | None, typer.Option("--signature", help='Kernel signature: extern "C" __global__ void name(...).')]
+ReferenceOpt = Annotated[Path | None, typer.Option("--reference", help="Trusted reference: a .cu kernel or a .py NumPy function.")]
+InitialOpt = Annotated[Path | None, typer.Option("--initial-kernel", help="The kernel to start from (.cu).")]
+CasesOpt = Annotated[Path | None, typer.Option("--input-cases", help="Input cases (JSON).")]
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
@@ -61,12 +61,12 @@ def evaluate(
     reference: ReferenceOpt = None,
     initial_kernel: InitialOpt = None,
     input_cases: CasesOpt = None,
-    kernel: Annotated[Optional[Path], typer.Option("--kernel", help="Kernel to evaluate (default: the initial kernel).")] = None,
-    entry: Annotated[Optional[str], typer.Option("--entry", help="Entry point name (default: the signature's name).")] = None,
-    launch: Annotated[Optional[str], typer.Option("--launch", help='Launch configuration as JSON or a JSON file: {"grid": [...], "block": [...], "shared_bytes": 0}.')] = None,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the full result here.")] = None,
-    warmup: Annotated[Optional[int], typer.Option(min=0, help="Warm-up launches per case (default 10).")] = None,
-    iterations: Annotated[Optional[int], typer.Option(min=1, help="Timed launches per case (default 100).")] = None,
+    kernel: Annotated[Path | None, typer.Option("--kernel", help="Kernel to evaluate (default: the initial kernel).")] = None,
+    entry: Annotated[str | None, typer.Option("--entry", help="Entry point name (default: the signature's name).")] = None,
+    launch: Annotated[str | None, typer.Option("--launch", help='Launch configuration as JSON or a JSON file: {"grid": [...], "block": [...], "shared_bytes": 0}.')] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the full result here.")] = None,
+    warmup: Annotated[int | None, typer.Option(min=0, help="Warm-up launches per case (default 10).")] = None,
+    iterations: Annotated[int | None, typer.Option(min=1, help="Timed launches per case (default 100).")] = None,
     device: Annotated[int, typer.Option(min=0, help="GPU ordinal.")] = 0,
     time_reference: Annotated[bool, typer.Option(help="Also time a .cu reference, for the speed-up column.")] = True,
 ) -> None:
@@ -116,17 +116,17 @@ def optimize(
     reference: ReferenceOpt = None,
     initial_kernel: InitialOpt = None,
     input_cases: CasesOpt = None,
-    max_iterations: Annotated[Optional[int], typer.Option(min=1, help="Improvement attempts (default 7, or the config's).")] = None,
+    max_iterations: Annotated[int | None, typer.Option(min=1, help="Improvement attempts (default 7, or the config's).")] = None,
     model: Annotated[str, typer.Option(help="provider:model for LangChain's init_chat_model.")] = "openai:gpt-5-mini",
     reasoning_effort: Annotated[str, typer.Option(help="For reasoning models (gpt-5, o-series).")] = "medium",
-    base_url: Annotated[Optional[str], typer.Option(help="An OpenAI-compatible server (vLLM, Ollama, llama.cpp).")] = None,
+    base_url: Annotated[str | None, typer.Option(help="An OpenAI-compatible server (vLLM, Ollama, llama.cpp).")] = None,
     results_dir: Annotated[Path, typer.Option(help="Where run-NNN directories go.")] = Path("results"),
-    max_model_calls: Annotated[Optional[int], typer.Option(min=1, help="Stop after this many requests to the model.")] = None,
-    max_cost_usd: Annotated[Optional[float], typer.Option(min=0, help="Stop once the estimated cost reaches this.")] = None,
-    time_limit: Annotated[Optional[float], typer.Option(min=1, help="Stop after this many seconds of wall time.")] = None,
-    patience: Annotated[Optional[int], typer.Option(min=1, help="Stop after this many attempts without a new best.")] = None,
-    prices: Annotated[Optional[Path], typer.Option(help='JSON {"model": {"input": USD/M, "output": USD/M}} overriding the price table.')] = None,
-    resume: Annotated[Optional[Path], typer.Option(help="Continue an interrupted run directory.")] = None,
+    max_model_calls: Annotated[int | None, typer.Option(min=1, help="Stop after this many requests to the model.")] = None,
+    max_cost_usd: Annotated[float | None, typer.Option(min=0, help="Stop once the estimated cost reaches this.")] = None,
+    time_limit: Annotated[float | None, typer.Option(min=1, help="Stop after this many seconds of wall time.")] = None,
+    patience: Annotated[int | None, typer.Option(min=1, help="Stop after this many attempts without a new best.")] = None,
+    prices: Annotated[Path | None, typer.Option(help='JSON {"model": {"input": USD/M, "output": USD/M}} overriding the price table.')] = None,
+    resume: Annotated[Path | None, typer.Option(help="Continue an interrupted run directory.")] = None,
     device: Annotated[int, typer.Option(min=0, help="GPU ordinal.")] = 0,
     strategy: Annotated[str, typer.Option(help="auto | agent | agent+tune | tune. auto: agent+tune when the model's "
                                                 "credentials are set, tune otherwise.")] = "auto",
@@ -135,7 +135,12 @@ def optimize(
     ablation: Annotated[bool, typer.Option(help="Also tune only, and report what the agent added beyond tuning.")] = False,
     cache: Annotated[bool, typer.Option(help="Reuse results of identical configurations (results/cache/).")] = True,
     nvidia_research: Annotated[bool, typer.Option("--nvidia-research", help="Give the model a search tool over "
-                                                   "bundled CUDA optimisation guidance (see `cudaopt docs`).")] = False,
+                                                   "CUDA optimisation guidance: the bundled entries and the NVIDIA "
+                                                   "pages they cite, fetched once and cached (see `cudaopt docs`).")] = False,
+    use_nsight: Annotated[bool, typer.Option("--use-nsight", help="Give the model its instruments: Nsight Compute "
+                                             "bottleneck cards (profile_kernel; the loop also profiles the best "
+                                             "kernel when progress stalls) and compiled-code summaries "
+                                             "(inspect_compiled).")] = False,
 ) -> None:
     """Improve a kernel (a model in the loop, a tuner, or both); every step lands in results/run-NNN/."""
     from .agent.graph import Budget
@@ -152,7 +157,7 @@ def optimize(
             raise fail(str(exc)) from None
     if strategy not in STRATEGIES:
         raise fail(f"--strategy: {strategy!r} is not one of {', '.join(STRATEGIES)}")
-    absolute = lambda p: str(p.resolve()) if p else None  # noqa: E731
+    absolute = lambda p: str(p.resolve()) if p else None
     args = ExperimentArgs(config=absolute(config), description=description, signature=signature,
                           reference=absolute(reference), initial_kernel=absolute(initial_kernel),
                           input_cases=absolute(input_cases), max_iterations=max_iterations)
@@ -171,6 +176,11 @@ def optimize(
         problem = None
     if problem:
         raise fail(problem)
+    if nvidia_research and strategy != "tune":
+        from .agent.research import default_library
+
+        for notice in default_library().notices:  # fetched here, before the run, so notices precede the progress
+            Console(stderr=True).print(notice, highlight=False, markup=False, soft_wrap=True)
     budget = Budget(max_iterations=iterations, max_model_calls=max_model_calls, max_cost_usd=max_cost_usd,
                     time_limit_s=time_limit, patience=patience)
     out = console()
@@ -178,7 +188,8 @@ def optimize(
         with Supervisor(devices=[device]) as supervisor, OptimizeProgress(out, max_evals if strategy == "tune" else budget.max_iterations) as progress:
             run, summary = start_or_resume(args, settings, budget, results_dir, supervisor, strategy=strategy,
                                            resume=resume, on_progress=progress, max_evals=max_evals, seed=seed,
-                                           ablation=ablation, use_cache=cache, research=nvidia_research)
+                                           ablation=ablation, use_cache=cache, research=nvidia_research,
+                                           use_nsight=use_nsight, device_index=device)
     except ExperimentError as exc:
         raise fail(str(exc)) from None
     except WorkerError as exc:
@@ -241,13 +252,15 @@ def replay(
     except WorkerError as exc:
         raise fail(str(exc), EXIT_NO_GPU) from None
     table = Table(title="replay", title_justify="left")
-    for column in ("case", "outcome", "recorded µs", "now µs", "within noise", "vs baseline", "beats baseline"):
+    for column in ("case", "outcome", "recorded µs", "now µs", "within noise", "vs baseline", "beats baseline",
+                   "vs vendor"):
         table.add_column(column)
-    fmt = lambda v, spec=".2f": format(v, spec) if isinstance(v, (int, float)) else "-"  # noqa: E731
+    fmt = lambda v, spec=".2f": format(v, spec) if isinstance(v, (int, float)) else "-"
     for c in outcome["cases"]:
         table.add_row(c["name"], c["status"], fmt(c.get("recorded_us")), fmt(c.get("now_us")),
                       str(c.get("within_noise", "-")), fmt(c.get("speedup_vs_baseline"), ".2f") + ("×" if c.get("speedup_vs_baseline") else ""),
-                      str(c.get("beats_baseline", "-")))
+                      str(c.get("beats_baseline", "-")),
+                      f"{c['speedup_vs_vendor']:.2f}×" if c.get("speedup_vs_vendor") else "-")
     out = console()
     out.print(table)
     for line in outcome["environment_differences"]:
@@ -263,8 +276,8 @@ def replay(
 @app.command()
 def verify(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (results/run-NNN).")],
-    cases: Annotated[Optional[Path], typer.Option("--cases", help="Extra input cases (JSON) besides the holdout.")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Base seed for the inputs (default: a fresh random one).")] = None,
+    cases: Annotated[Path | None, typer.Option("--cases", help="Extra input cases (JSON) besides the holdout.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Base seed for the inputs (default: a fresh random one).")] = None,
     device: Annotated[int, typer.Option(min=0, help="GPU ordinal.")] = 0,
 ) -> None:
     """Check the winner on the holdout cases (and --cases) with fresh seeds; exit 1 on any failure."""
@@ -283,7 +296,7 @@ def verify(
                         f"{'PASSED' if outcome['passed'] else 'FAILED'}", title_justify="left")
     for column in ("case", "role", "outcome", "max abs error", "max rel error"):
         table.add_column(column)
-    fmt = lambda v: f"{v:.3g}" if v is not None else "-"  # noqa: E731
+    fmt = lambda v: f"{v:.3g}" if v is not None else "-"
     for c in outcome["cases"]:
         table.add_row(c["name"], c["role"], c["status"], fmt(c["max_abs_error"]), fmt(c["max_rel_error"]))
     out = console()
@@ -300,12 +313,12 @@ def verify(
 @app.command()
 def report(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (results/run-NNN).")],
-    engineer_hours: Annotated[Optional[float], typer.Option(min=0, help="Engineer time spent on the pilot.")] = None,
-    engineer_rate_usd: Annotated[Optional[float], typer.Option(min=0, help="Engineer cost per hour.")] = None,
-    gpu_hour_usd: Annotated[Optional[float], typer.Option(min=0, help="Price of one GPU hour.")] = None,
-    calls_per_month: Annotated[Optional[float], typer.Option(min=0, help="Kernel calls per month in production.")] = None,
-    payback_window_months: Annotated[Optional[float], typer.Option(min=0.01, help="Longest acceptable payback.")] = None,
-    roi_case: Annotated[Optional[str], typer.Option(help="The case whose latency the calls pay (default: the slowest).")] = None,
+    engineer_hours: Annotated[float | None, typer.Option(min=0, help="Engineer time spent on the pilot.")] = None,
+    engineer_rate_usd: Annotated[float | None, typer.Option(min=0, help="Engineer cost per hour.")] = None,
+    gpu_hour_usd: Annotated[float | None, typer.Option(min=0, help="Price of one GPU hour.")] = None,
+    calls_per_month: Annotated[float | None, typer.Option(min=0, help="Kernel calls per month in production.")] = None,
+    payback_window_months: Annotated[float | None, typer.Option(min=0.01, help="Longest acceptable payback.")] = None,
+    roi_case: Annotated[str | None, typer.Option(help="The case whose latency the calls pay (default: the slowest).")] = None,
 ) -> None:
     """Rebuild report.html for a run: verdict, per-case table, charts, attempts, usage, ROI."""
     from .record.rundir import RunDir
@@ -324,29 +337,59 @@ def report(
 
 @app.command()
 def docs(
-    query: Annotated[str, typer.Argument(help="What to look up, e.g. 'shared memory bank conflicts'.")],
+    query: Annotated[str | None, typer.Argument(help="What to look up, e.g. 'shared memory bank conflicts'.")] = None,
     top: Annotated[int, typer.Option("--top", "-k", min=1, help="How many entries to show.")] = 3,
+    online: Annotated[bool, typer.Option("--online/--offline", help="--online: fetch the NVIDIA pages missing from "
+                                         "the cache or older than 30 days (when that fails: a notice, and the "
+                                         "bundled entries and cached pages are searched); --offline: no network, the "
+                                         "bundled entries and cached pages only.")] = True,
+    fetch: Annotated[bool, typer.Option("--fetch", help="Fill the page cache now and list what it holds "
+                                        "(no QUERY needed); exit 1 if a page could not be fetched.")] = False,
+    refresh: Annotated[bool, typer.Option("--refresh", help="Fetch every page again, however recent.")] = False,
+    page: Annotated[list[str] | None, typer.Option("--page", help="Another documentation page (URL) to fetch, "
+                                                      "cache and search from now on; repeatable.")] = None,
 ) -> None:
-    """Search the bundled CUDA optimisation guidance (offline); every entry names its NVIDIA source."""
-    from .agent.research import search
+    """Search CUDA optimisation guidance: the bundled entries and the NVIDIA pages they cite (cached).
 
-    hits = search(query, k=top)
+    Every hit names its source: a bundled entry the NVIDIA section it summarises, a fetched section its URL.
+    """
+    from .agent.nvidia_docs import cache_dir
+    from .agent.research import load_library
+
+    if query is None and not fetch:
+        raise fail("give a QUERY to search for, or --fetch")
+    library = load_library(online=online, refresh=refresh, pages=page or ())
+    for notice in library.notices:
+        Console(stderr=True).print(notice, highlight=False, markup=False, soft_wrap=True)
     out = console()
+    if fetch:
+        for p in library.pages:
+            out.print(f"{p.url}: {len(p.sections)} sections, fetched {p.fetched_at}", highlight=False, soft_wrap=True)
+        out.print(f"cache: {cache_dir()}", highlight=False, soft_wrap=True)
+        if library.notices:
+            raise typer.Exit(EXIT_FAILED)
+    if query is None:
+        return
+    hits = library.search(query, k=top)
     if not hits:
         out.print(f"nothing matches {query!r}", highlight=False)
         raise typer.Exit(EXIT_FAILED)
     for hit in hits:
         e = hit.entry
-        out.print(f"[bold]{escape(e.title)}[/]  (score {hit.score:.2f})", highlight=False)
-        out.print(f"source: {e.section} — {e.source}", highlight=False, soft_wrap=True)
-        out.print(e.text, highlight=False, markup=False)
+        out.print(f"[bold]{escape(e.title)}[/]  ({e.origin}, score {hit.score:.2f})", highlight=False)
+        out.print(f"source: {e.section} — {e.source}", highlight=False, soft_wrap=True, markup=False)
+        out.print(hit.excerpt, highlight=False, markup=False)
         out.print()
 
 
 @app.command()
-def doctor() -> None:
+def doctor(
+    measure: Annotated[bool, typer.Option("--measure", help="Measure the GPU's memory bandwidth and FP32/FP64 FMA "
+                                          "peaks now (cached for the roofline) and show them beside the spec.")] = False,
+    device: Annotated[int, typer.Option(min=0, help="GPU ordinal (for --measure).")] = 0,
+) -> None:
     """Report the GPU, driver, CUDA, NVRTC, cuda-core, ncu and model credentials."""
-    from .doctor import run_checks
+    from .doctor import measure_peaks, run_checks
 
     table = Table(title="cudaopt doctor", title_justify="left")
     for column in ("check", "status", "value", "what to do"):
@@ -359,6 +402,17 @@ def doctor() -> None:
     essential = {"cuda-core", "NVRTC", "GPU"}
     if any(not c.ok for c in checks if c.name in essential):
         raise typer.Exit(EXIT_FAILED)
+    if measure:
+        rows, path = measure_peaks(device)
+        peaks = Table(title="peaks: spec vs measured", title_justify="left",
+                      caption="spec FP32/FP64: matrix-unit rates (the speed-of-light floor's bound); measured: "
+                              "a device-to-device copy and FMA kernels, best of 10", caption_justify="left")
+        for column in ("peak", "unit", "spec", "measured", "measured / spec"):
+            peaks.add_column(column, justify="left" if column in ("peak", "unit") else "right")
+        for row in rows:
+            peaks.add_row(row.name, row.unit, f"{row.spec:,.1f}", f"{row.measured:,.1f}", f"{row.measured / row.spec:.0%}")
+        console().print(peaks)
+        console().print(f"cached in {path}", highlight=False, soft_wrap=True)
 
 
 def main() -> None:  # pragma: no cover

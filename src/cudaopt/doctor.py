@@ -87,3 +87,30 @@ def _profiling_restricted() -> bool:
             return any(line.strip() == "RmProfilingAdminOnly: 1" for line in fh)
     except OSError:
         return False
+
+
+@dataclass
+class PeakRow:
+    name: str
+    unit: str
+    spec: float
+    measured: float
+
+
+def measure_peaks(device: int = 0) -> tuple[list[PeakRow], str]:
+    """Measure the GPU's peaks now, replace its cached figures, and set them beside the spec ones.
+
+    Returns the rows and the cache file. The spec FP32/FP64 figures are the matrix-unit rates the
+    speed-of-light floor uses; the measured ones are FMA rates on the CUDA cores.
+    """
+    from .harness.gpu import Gpu
+    from .harness.peaks import measure, save
+
+    gpu = Gpu(device)
+    found = measure(gpu)
+    path = save(found)
+    spec = gpu.peaks
+    rows = [PeakRow("memory bandwidth", "GB/s", spec.bytes_per_s / 1e9, found.bytes_per_s / 1e9)]
+    for kind, label in (("float32", "FP32"), ("float64", "FP64")):
+        rows.append(PeakRow(label, "TFLOP/s", spec.flops_per_s[kind] / 1e12, found.flops_per_s[kind] / 1e12))
+    return rows, str(path)

@@ -43,8 +43,10 @@ def evaluate_kernel(
     protocol: TimingProtocol | None = None,
     time_reference: bool = True,
 ) -> Evaluation:
-    """Check and time ``source`` on the correctness and performance cases (never the holdout)."""
-    request = experiment.request(source, entry=entry, launch=launch, protocol=protocol, request_id="candidate")
+    """Check and time ``source`` on the correctness and performance cases (never the holdout), with the
+    experiment's vendor baseline timed beside it when it declares one."""
+    request = experiment.request(source, entry=entry, launch=launch, protocol=protocol, request_id="candidate",
+                                 vendor=True)
     candidate = supervisor.evaluate(request)
     reference = None
     if time_reference and experiment.reference_kind == "cu":

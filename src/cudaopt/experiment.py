@@ -7,13 +7,21 @@ Every problem is reported as one :class:`ExperimentError` naming the file and th
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .harness import expr
 from .harness.protocol import (
@@ -26,8 +34,9 @@ from .harness.protocol import (
     LaunchSpec,
     OutputSpec,
     ReferenceSpec,
-    TimingProtocol,
     Timeouts,
+    TimingProtocol,
+    VendorSpec,
 )
 from .harness.signature import Signature, SignatureError, parse_signature
 from .report.roi import RoiInputs
@@ -161,6 +170,16 @@ class TuneModel(_Model):
     launch: LaunchModel | None = None
 
 
+class VendorModel(_Model):
+    """A library call timed beside the candidate as the bar to beat (e.g. cuBLAS through cupy)."""
+
+    file: str  # a .py file, relative to the config
+    function: str | None = None  # default: the signature's name
+    label: str = ""  # how tables name it (default: file:function)
+    arrays: Literal["cupy", "torch"] = "cupy"
+    allow_tf32: bool = False
+
+
 class ConfigModel(_Model):
     description: str | None = None
     signature: str | None = None
@@ -171,6 +190,7 @@ class ConfigModel(_Model):
     max_iterations: int | None = Field(None, ge=1)
     timing: TimingModel = Field(default_factory=TimingModel)
     tune: TuneModel | None = None
+    vendor: VendorModel | None = None
     roi: RoiInputs = Field(default_factory=RoiInputs)
 
 
@@ -190,7 +210,7 @@ class Experiment:
     def __init__(self, *, description: str, signature: Signature, signature_text: str,
                  reference_path: Path, reference_entry: str, initial_kernel_path: Path | None,
                  cases_path: Path, cases: CasesFile, timing: TimingModel, max_iterations: int,
-                 tuning: Tuning | None = None, roi: RoiInputs | None = None):
+                 tuning: Tuning | None = None, roi: RoiInputs | None = None, vendor: VendorSpec | None = None):
         self.description = description
         self.signature = signature
         self.signature_text = signature_text
@@ -204,6 +224,7 @@ class Experiment:
         self.max_iterations = max_iterations
         self.tuning = tuning
         self.roi = roi or RoiInputs()
+        self.vendor = vendor
         self.case_specs = [self._case_spec(c) for c in cases.cases]
 
     @property
@@ -233,8 +254,12 @@ class Experiment:
     def request(self, source: str, *, entry: str | None = None, launch: LaunchSpec | None = None,
                 defines: dict | None = None, roles: set[str] | None = None, check: bool = True,
                 protocol: TimingProtocol | None = None, timeouts: Timeouts | None = None,
-                request_id: str = "") -> EvalRequest:
-        """A self-contained request to evaluate ``source`` on this experiment's cases."""
+                request_id: str = "", vendor: bool = False) -> EvalRequest:
+        """A self-contained request to evaluate ``source`` on this experiment's cases.
+
+        ``vendor``: also time the experiment's vendor baseline, interleaved, on every timed case
+        (the baseline evaluation, ``cudaopt evaluate`` and replays ask for it; tuning does not).
+        """
         return EvalRequest(
             signature=self.signature_text,
             kernel=KernelSpec(source=source, entry=entry or self.signature.name, defines=dict(defines or {})),
@@ -244,6 +269,7 @@ class Experiment:
             protocol=protocol or self.protocol(),
             timeouts=timeouts or Timeouts(),
             check=check,
+            vendor=self.vendor if vendor and check else None,
             id=request_id,
         )
 
@@ -405,6 +431,7 @@ def load_experiment(
         raise ExperimentError(origin, "initial_kernel", f"{init_path} not found")
     cases = load_cases(cases_path, sig)
     tuning = _load_tuning(model.tune, base, origin, sig, cases) if model.tune else None
+    vendor = _load_vendor(model.vendor, base, origin, sig) if model.vendor else None
     return Experiment(
         description=description or model.description or "",
         signature=sig,
@@ -418,7 +445,41 @@ def load_experiment(
         max_iterations=max_iterations or model.max_iterations or 7,
         tuning=tuning,
         roi=model.roi,
+        vendor=vendor,
     )
+
+
+def _load_vendor(vendor: VendorModel, base: Path, origin: str, sig: Signature) -> VendorSpec:
+    """The vendor file read and its function checked: defined, taking every signature argument by name."""
+    path = (base / vendor.file).resolve()
+    if path.suffix != ".py":
+        raise ExperimentError(origin, "vendor.file", f"{vendor.file} must be a .py file")
+    if not path.is_file():
+        raise ExperimentError(origin, "vendor.file", f"{path} not found")
+    source = path.read_text()
+    name = vendor.function or sig.name
+    try:
+        tree = ast.parse(source, str(path))
+    except SyntaxError as exc:
+        raise ExperimentError(path, f"line {exc.lineno}", f"not valid Python: {exc.msg}") from None
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    if fn is None:
+        raise ExperimentError(path, "vendor.function", f"no function named {name!r} at the top level")
+    params = fn.args
+    accepted = {p.arg for p in params.args + params.kwonlyargs}
+    wanted = [a.name for a in sig.args]
+    missing = [n for n in wanted if n not in accepted]
+    if missing and params.kwarg is None:
+        raise ExperimentError(path, "vendor.function", f"{name}() must accept {', '.join(missing)}: every "
+                                                       f"signature argument is passed by name ({', '.join(wanted)})")
+    required = [p.arg for p in params.args[:len(params.args) - len(params.defaults)]]
+    required += [p.arg for p, default in zip(params.kwonlyargs, params.kw_defaults, strict=True) if default is None]
+    extra = [n for n in required if n not in wanted]
+    if extra:
+        raise ExperimentError(path, "vendor.function", f"{name}() requires {', '.join(extra)}, which the signature "
+                                                       f"does not have ({', '.join(wanted)})")
+    return VendorSpec(source=source, entry=name, path=str(path), label=vendor.label or f"{path.name}:{name}",
+                      arrays=vendor.arrays, allow_tf32=vendor.allow_tf32)
 
 
 def _load_tuning(tune: TuneModel, base: Path, origin: str, sig: Signature, cases: CasesFile) -> Tuning:

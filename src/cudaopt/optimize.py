@@ -12,9 +12,11 @@ from importlib import metadata
 from pathlib import Path
 
 from .agent.graph import Budget, Optimizer
+from .agent.instruments import Instruments
 from .agent.model import ModelClient, ModelSettings, make_chat_model
 from .agent.research import search_cuda_docs
 from .experiment import Experiment, ExperimentError, load_experiment
+from .insight.locate import find_tool
 from .record.recorder import Evaluator, Recorder, ResultCache
 from .record.rundir import RunDir
 from .record.schema import Summary
@@ -38,7 +40,7 @@ class ExperimentArgs:
     max_iterations: int | None = None
 
     def load(self) -> Experiment:
-        p = lambda v: Path(v) if v else None  # noqa: E731
+        p = lambda v: Path(v) if v else None
         return load_experiment(p(self.config), description=self.description, signature=self.signature,
                                reference=p(self.reference), initial_kernel=p(self.initial_kernel),
                                input_cases=p(self.input_cases), max_iterations=self.max_iterations)
@@ -57,7 +59,7 @@ def environment(device: dict) -> dict:
         "platform": platform.platform(),
         "packages": versions,
         "git": _git_state(),
-        "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "finished_at": None,
     }
 
@@ -93,10 +95,13 @@ def start_or_resume(
     ablation: bool = False,
     use_cache: bool = True,
     research: bool = False,
+    use_nsight: bool = False,
+    device_index: int = 0,
 ) -> tuple[RunDir, Summary]:
     """Run a strategy (``agent``, ``agent+tune`` or ``tune``) to a stop reason.
 
-    On --resume, the stored experiment, strategy and lock are used.
+    On --resume, the stored experiment, strategy and lock are used. ``use_nsight`` gives the model its
+    instruments (agent/instruments.py), profiling on GPU ``device_index``.
     """
     device = evaluator.device_info()  # starts the GPU worker before anything is written
     if resume is not None:
@@ -116,7 +121,8 @@ def start_or_resume(
         run = RunDir.create(results)
         run.write_json("lock.json", experiment.lock())
         run.write_json("settings.json", {"experiment": asdict(args), "strategy": strategy, "research": research,
-                                         "model": settings.public(), "budget": asdict(budget)})
+                                         "use_nsight": use_nsight, "model": settings.public(),
+                                         "budget": asdict(budget)})
         run.write_json("env.json", environment(device))
     cache = ResultCache(results / "cache", device) if use_cache else None
     model = settings.public() if strategy != "tune" else {"model": None}
@@ -136,15 +142,20 @@ def start_or_resume(
             tools = {"gpu_info": gpu_info}
             if research:
                 tools["search_cuda_docs"] = search_cuda_docs
+            instruments = None
+            if use_nsight:
+                instruments = Instruments(recorder, ncu_path=find_tool("ncu"), device=device_index,
+                                          arch=device.get("arch") or "sm_90", patience=budget.patience)
+                tools.update(instruments.tools())
             model_client = ModelClient(chat_model if chat_model is not None else make_chat_model(settings),
                                        settings, tools)
             summary = Optimizer(recorder, model_client, budget, tune=strategy == "agent+tune",
-                                research=research).execute()
+                                research=research, instruments=instruments).execute()
         if ablation and strategy != "tune":
             summary = _ablation(recorder, evaluator, cache, budget, max_evals, seed, on_progress)
     finally:
         env = run.read_json("env.json")
-        env["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        env["finished_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         run.write_json("env.json", env)
         if run.file("summary.json").is_file():
             build_report(run.path, experiment.roi)

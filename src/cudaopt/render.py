@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
 from .evaluate import Evaluation
@@ -16,7 +17,10 @@ def evaluation_table(evaluation: Evaluation) -> Table:
     if result.device:
         title += f" on {result.device.get('name', '?')} ({result.device.get('arch', '?')})"
     table = Table(title=title, title_justify="left")
-    for column in ("case", "role", "outcome", "median µs", "p10–p90 µs", "vs reference", "regs", "spills"):
+    vendors = [c.vendor for c in result.cases if c.vendor]
+    columns = ["case", "role", "outcome", "median µs", "p10–p90 µs", "vs reference"]
+    columns += ["vendor µs", "vs vendor"] if vendors else []
+    for column in (*columns, "regs", "spills"):
         table.add_column(column, justify="right" if column not in ("case", "role", "outcome") else "left")
     regs = str(comp.registers) if comp and comp.registers is not None else "-"
     spills = (
@@ -26,17 +30,35 @@ def evaluation_table(evaluation: Evaluation) -> Table:
         outcome = case.status
         timing = case.timing
         speedup = evaluation.speedup(case.name)
-        table.add_row(
+        cells = [
             case.name,
             case.role,
             f"[{_STYLE.get(case.status, 'red')}]{outcome}[/]",
             f"{timing.median_us:.2f}" if timing else "-",
             f"{timing.p10_us:.2f}–{timing.p90_us:.2f}" if timing else "-",
             f"{speedup:.2f}×" if speedup else "-",
-            regs,
-            spills,
-        )
+        ]
+        if vendors:
+            cells += _vendor_cells(case)
+        table.add_row(*cells, regs, spills)
+    if vendors:
+        notes = [f"{c.name}: {c.vendor.status}: {' '.join(c.vendor.reason.split())}"
+                 for c in result.cases if c.vendor and c.vendor.status != "ok"]
+        lines = [f"vendor: {vendors[0].label} (timed interleaved with the kernel)", *notes]
+        table.caption = escape("\n".join(lines))
+        table.caption_justify = "left"
     return table
+
+
+def _vendor_cells(case) -> list[str]:
+    """The vendor's median and the kernel's speed-up over it; the vendor's outcome when it failed."""
+    vendor = case.vendor
+    if vendor is None:
+        return ["-", "-"]
+    if vendor.status != "ok" or vendor.timing is None:
+        return [f"[red]{vendor.status}[/]", "-"]
+    mine = case.timing.median_us if case.timing and case.status == "ok" else None
+    return [f"{vendor.timing.median_us:.2f}", f"{vendor.timing.median_us / mine:.2f}×" if mine else "-"]
 
 
 def failure_lines(evaluation: Evaluation) -> list[str]:
@@ -92,12 +114,24 @@ class OptimizeProgress:
 def summary_table(summary) -> Table:
     """Baseline vs best per case, with the score and the stop reason."""
     table = Table(title=f"{summary.run}: stopped ({summary.stop_reason})", title_justify="left")
-    for column in ("case", "role", "baseline µs", "best µs", "speed-up"):
+    columns = ["case", "role", "baseline µs", "best µs", "speed-up"]
+    columns += ["vendor µs", "vs vendor"] if summary.vendor else []
+    for column in columns:
         table.add_column(column, justify="left" if column in ("case", "role") else "right")
-    fmt = lambda v, spec: format(v, spec) if v is not None else "-"  # noqa: E731
+    fmt = lambda v, spec: format(v, spec) if v is not None else "-"
+    times = lambda v: f"{v:.2f}×" if v else "-"
     for case in summary.cases:
-        table.add_row(case.name, case.role, fmt(case.baseline_median_us, ".2f"), fmt(case.best_median_us, ".2f"),
-                      f"{case.speedup:.2f}×" if case.speedup else "-")
-    table.add_row("geomean (score)", "", fmt(summary.baseline_score_us, ".2f"), fmt(summary.best_score_us, ".2f"),
-                  f"{summary.speedup:.2f}×" if summary.speedup else "-", style="bold")
+        cells = [case.name, case.role, fmt(case.baseline_median_us, ".2f"), fmt(case.best_median_us, ".2f"),
+                 times(case.speedup)]
+        if summary.vendor:
+            vendor = fmt(case.vendor_median_us, ".2f") if case.vendor_status in ("ok", None) else case.vendor_status
+            cells += [vendor, times(case.speedup_vs_vendor)]
+        table.add_row(*cells)
+    total = ["geomean (score)", "", fmt(summary.baseline_score_us, ".2f"), fmt(summary.best_score_us, ".2f"),
+             times(summary.speedup)]
+    if summary.vendor:
+        total += [fmt(summary.vendor_score_us, ".2f"), times(summary.speedup_vs_vendor)]
+        table.caption = escape(f"vendor: {summary.vendor} (timed interleaved with the baseline)")
+        table.caption_justify = "left"
+    table.add_row(*total, style="bold")
     return table

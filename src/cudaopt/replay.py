@@ -9,6 +9,10 @@ Two questions are answered per case:
 - *beats the baseline beyond noise*: the winner was faster in every interleaved pair (a sign
   test: with 5 pairs, 1 chance in 32 if the two were equally fast).
 
+The run as a whole beats the baseline when its score (the geometric mean over the performance
+cases, the quantity the search ranked by) is lower in every repeat; cases where the winner was
+slower in every pair are listed as ``slower_cases``.
+
 The result goes to ``replay.json`` in the run directory, where the report's verdict reads it.
 """
 
@@ -20,10 +24,10 @@ from pathlib import Path
 
 from .experiment import ExperimentError
 from .harness.protocol import EvalRequest, from_dict
+from .optimize import load_run_experiment
 from .record.recorder import Evaluator
 from .record.rundir import RunDir
 from .record.schema import History, Summary
-from .optimize import load_run_experiment
 
 MATTERS = ("name", "arch", "driver_cuda_version")  # environment differences that invalidate a replay
 
@@ -36,6 +40,13 @@ def environment_differences(recorded: dict, now: dict) -> list[str]:
 def _median_of(result, case: str) -> float | None:
     found = next((c for c in result.cases if c.name == case), None)
     return found.timing.median_us if found and found.status == "ok" and found.timing else None
+
+
+def _vendor_median_of(result, case: str) -> float | None:
+    """The vendor baseline's median, timed interleaved with the winner in the same request."""
+    found = next((c for c in result.cases if c.name == case), None)
+    vendor = found.vendor if found else None
+    return vendor.timing.median_us if vendor and vendor.status == "ok" and vendor.timing else None
 
 
 def replay(target: Path, evaluator: Evaluator, repeats: int = 5) -> dict:
@@ -67,7 +78,7 @@ def replay(target: Path, evaluator: Evaluator, repeats: int = 5) -> dict:
             continue
         baseline = experiment.request(baseline_source, request_id=f"replay-baseline-{case.name}")
         baseline.cases = [case]
-        winner_us, baseline_us = [], []
+        winner_us, baseline_us, vendor_us = [], [], []
         status = "ok"
         for _ in range(repeats):
             mine, theirs = evaluator.evaluate(request), evaluator.evaluate(baseline)
@@ -77,13 +88,16 @@ def replay(target: Path, evaluator: Evaluator, repeats: int = 5) -> dict:
                 break
             winner_us.append(_median_of(mine, case.name))
             baseline_us.append(_median_of(theirs, case.name))
-        cases.append(_compare(case.name, status, recorded.get(case.name), winner_us, baseline_us))
+            vendor_us.append(_vendor_median_of(mine, case.name))
+        cases.append(_compare(case.name, status, recorded.get(case.name), winner_us, baseline_us, vendor_us))
     timed = [c for c in cases if c.get("role") == "performance"]
     outcome = {
         "passed": not failures and not differences,
         "environment_differences": differences,
         "failures": failures,
-        "beats_baseline": bool(timed) and all(c["beats_baseline"] for c in timed),
+        "beats_baseline": _score_beats(timed, repeats),
+        "slower_cases": [c["name"] for c in timed if c["winner_medians_us"] and all(
+            w > b for w, b in zip(c["winner_medians_us"], c["baseline_medians_us"], strict=True))],
         "repeats": repeats,
         "cases": cases,
     }
@@ -92,8 +106,19 @@ def replay(target: Path, evaluator: Evaluator, repeats: int = 5) -> dict:
     return outcome
 
 
-def _compare(name: str, status: str, recorded: dict | None, winner_us: list, baseline_us: list) -> dict:
+def _score_beats(timed: list[dict], repeats: int) -> bool:
+    """The winner's geomean over the timed cases is below the baseline's in every repeat."""
+    if not timed or any(c["status"] != "ok" or len(c["winner_medians_us"]) != repeats for c in timed):
+        return False
+    mean = statistics.geometric_mean
+    return all(mean([c["winner_medians_us"][r] for c in timed]) < mean([c["baseline_medians_us"][r] for c in timed])
+               for r in range(repeats))
+
+
+def _compare(name: str, status: str, recorded: dict | None, winner_us: list, baseline_us: list,
+             vendor_us: list) -> dict:
     pairs = [(w, b) for w, b in zip(winner_us, baseline_us, strict=True) if w and b]
+    vendor_pairs = [(w, v) for w, v in zip(winner_us, vendor_us, strict=True) if w and v]
     now = statistics.median(w for w, _ in pairs) if pairs else None
     within = None
     if recorded and now:
@@ -106,6 +131,8 @@ def _compare(name: str, status: str, recorded: dict | None, winner_us: list, bas
         "now_us": now, "winner_medians_us": winner_us, "baseline_medians_us": baseline_us,
         "within_noise": within,
         "speedup_vs_baseline": statistics.median(b / w for w, b in pairs) if pairs else None,
+        "vendor_medians_us": vendor_us,
+        "speedup_vs_vendor": statistics.median(v / w for w, v in vendor_pairs) if vendor_pairs else None,
         "beats_baseline": bool(pairs) and status == "ok" and all(w < b for w, b in pairs),
     }
 
@@ -121,5 +148,6 @@ def _replay_request(path: Path, evaluator: Evaluator) -> dict:
         "failures": [] if result.ok else [f"{result.status}: {result.reason}"],
         "environment_differences": [],
         "cases": [{"name": c.name, "role": c.role, "status": c.status,
-                   "now_us": c.timing.median_us if c.timing else None} for c in result.cases],
+                   "now_us": c.timing.median_us if c.timing else None,
+                   "vendor_us": _vendor_median_of(result, c.name)} for c in result.cases],
     }

@@ -150,7 +150,13 @@ def test_time_below_the_speed_of_light_floor_is_implausible(supervisor, small_re
 
 def test_gate_keeps_host_launch_latency_out(supervisor, sgemm):
     """An empty kernel timed behind the gate is far below the ~6.5 us of naive event timing."""
-    from cudaopt.harness.protocol import CaseSpec, EvalRequest, KernelSpec, LaunchSpec, TimingProtocol
+    from cudaopt.harness.protocol import (
+        CaseSpec,
+        EvalRequest,
+        KernelSpec,
+        LaunchSpec,
+        TimingProtocol,
+    )
 
     case = CaseSpec(name="empty", role="performance", scalars={}, inputs={}, outputs={},
                     launch=LaunchSpec(grid=[1], block=[32]))

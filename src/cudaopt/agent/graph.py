@@ -18,6 +18,7 @@ from typing import TypedDict
 from ..record.recorder import Recorder
 from ..record.schema import ModelCall, ModelUsage
 from . import prompts
+from .instruments import Instruments
 from .model import ModelClient
 from .proposal import Proposal, ProposalError, parse
 
@@ -42,12 +43,13 @@ class Optimizer:
     """Runs the graph over a recorder, with a model client."""
 
     def __init__(self, recorder: Recorder, client: ModelClient, budget: Budget, tune: bool = False,
-                 research: bool = False):
+                 research: bool = False, instruments: Instruments | None = None):
         self.rec = recorder
         self.client = client
         self.budget = budget
         self.tune = tune
         self.research = research
+        self.instruments = instruments
         self.pending: Proposal | None = None
         self.pending_parent: int | None = None
         self.pending_calls: list[int] = []
@@ -101,11 +103,13 @@ class Optimizer:
         parent = last.id if repairing else (best.id if best else 0)
         rec.on_progress({"type": "attempt", "id": attempt_id, "what": "proposing"})
         system = prompts.system_prompt(rec.exp.signature_text, rec.cases, tunables=self.tune,
-                                       research=self.research)
+                                       research=self.research,
+                                       instruments=self.instruments.offered if self.instruments else ())
         user = prompts.task_message(
             rec.exp.description, rec.cases, rec.attempts, best, rec.baseline, rec.source(best),
             last, rec.source(last) if last and last.status != "ok" else None,
             self.budget.max_iterations - self.iterations,
+            profile=self.instruments.stalled_card() if self.instruments else None,
         )
         reply = self.client.ask(system, user, budget_left=lambda: not self._over_call_budget())
         call = ModelCall(

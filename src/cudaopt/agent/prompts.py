@@ -51,10 +51,23 @@ Before you write code, call search_cuda_docs for the techniques you plan to use 
 when a result surprises you); it returns CUDA optimisation guidance with its NVIDIA sources."""
 
 
-def system_prompt(signature: str, cases: list[CaseSpec], tunables: bool = False, research: bool = False) -> str:
+INSTRUMENTS = {
+    "profile_kernel": "- profile_kernel(attempt_id): Nsight Compute on a passed attempt: what bounds it (memory, \
+compute, latency or occupancy), why, and the numbers behind it.",
+    "inspect_compiled": "- inspect_compiled(attempt_id): what the compiler made of an attempt (SASS or PTX): \
+global load/store widths, shared-memory traffic, FMAs per global load, spills.",
+}
+
+
+def system_prompt(signature: str, cases: list[CaseSpec], tunables: bool = False, research: bool = False,
+                  instruments: tuple[str, ...] = ()) -> str:
     scalars = sorted({name for case in cases for name in case.scalars})
     text = SYSTEM.format(signature=signature, scalars=", ".join(scalars) or "none")
-    return text + (TUNABLES if tunables else "") + (RESEARCH if research else "")
+    text += (TUNABLES if tunables else "") + (RESEARCH if research else "")
+    if instruments:
+        text += ("\n\nInstruments: find out what limits a kernel before you change it (attempt ids as in the "
+                 "digest):\n" + "\n".join(INSTRUMENTS[name] for name in instruments))
+    return text
 
 
 def _cases_text(cases: list[CaseSpec]) -> str:
@@ -137,7 +150,7 @@ def digest(attempts: list[Attempt]) -> str:
 
 def task_message(description: str, cases: list[CaseSpec], attempts: list[Attempt], best: Attempt | None,
                  baseline: Attempt, best_source: str | None, last: Attempt | None, last_source: str | None,
-                 iterations_left: int) -> str:
+                 iterations_left: int, profile: str | None = None) -> str:
     parts = [
         f"Task: {description}" if description else "Task: make this kernel faster.",
         "Cases (score = geometric mean of the median latency over the performance cases; every case must pass):\n"
@@ -157,5 +170,7 @@ def task_message(description: str, cases: list[CaseSpec], attempts: list[Attempt
         parts.append(text)
     elif last is not None and last is not best:
         parts.append("Your last attempt passed but was not faster than the best:\n" + attempt_text(last, baseline, best))
+    if profile:
+        parts.append("Progress has stalled, so the best kernel was profiled with Nsight Compute:\n" + profile)
     parts.append(f"Propose the next version ({iterations_left} attempt(s) left).")
     return "\n\n".join(parts)

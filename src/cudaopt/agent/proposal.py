@@ -43,7 +43,7 @@ class Proposal:
     configurations: list[dict] = field(default_factory=list)  # tunable values to sweep (agent+tune)
 
 
-_FENCE = re.compile(r"```([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.S)
+_FENCE = re.compile(r"```([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
 _HOST_CODE = [
     (re.compile(r"\bint\s+main\s*\("), "defines main()"),
     (re.compile(r"<<<"), "launches kernels from host code (<<<...>>>)"),

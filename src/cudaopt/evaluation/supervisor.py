@@ -24,7 +24,9 @@ from ..harness.protocol import (
     CompileInfo,
     EvalRequest,
     EvalResult,
+    KernelSpec,
     from_dict,
+    to_dict,
     to_json,
 )
 
@@ -140,6 +142,17 @@ class Worker:
             reason = f"the worker died during the {phase} phase ({exc}); log: {self._tail()}"
             return self._unfinished(partial, request, "crashed", reason, case, start)
 
+    def prefetch(self, kernels: list[KernelSpec]) -> None:
+        """Have the worker compile these kernels in the background; no answer is awaited."""
+        if not self.alive:
+            self.start()
+        assert self.proc is not None
+        try:
+            self.proc.stdin.write((json.dumps({"prefetch": [to_dict(k) for k in kernels]}) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self.kill()  # the next request starts a fresh worker and compiles as usual
+
     def _reap_if_exiting(self) -> None:
         if self.proc is None:
             return
@@ -235,6 +248,11 @@ class Supervisor:
             return worker.evaluate(request, on_event)
         finally:
             self._free.put(worker)
+
+    def prefetch(self, kernels: list[KernelSpec]) -> None:
+        """Start compiling a sweep's kernels on every worker, ahead of their requests."""
+        for worker in self.workers:
+            worker.prefetch(kernels)
 
     def evaluate_many(self, requests: list[EvalRequest]) -> list[EvalResult]:
         """Evaluate in parallel across the GPUs; results in request order."""

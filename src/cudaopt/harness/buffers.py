@@ -51,6 +51,7 @@ class CaseBuffers:
     set_data: list[dict[str, object]] = field(default_factory=list)  # device copy per set
     slots: list[dict[str, object]] = field(default_factory=list)  # timed outputs per set
     refs: list[dict[str, object]] = field(default_factory=list)  # float64 reference values per set
+    key: str = ""  # what the buffers hold (case, input sets), for reuse across requests
 
     def __post_init__(self):
         for arg in self.signature.inputs:
@@ -155,6 +156,11 @@ class CaseBuffers:
                 element = first // max(self.sets[s][name].data.itemsize, 1)
                 changed.append(f"{name}: {count} bytes changed, first in element {element}")
         return changed
+
+    def device_bytes(self) -> int:
+        bufs = [g.buffer for g in [*self.inputs.values(), *self.outputs.values()]]
+        bufs += [b for d in self.set_data + self.slots + self.refs for b in d.values()]
+        return sum(int(b.size) for b in bufs)
 
     def close(self) -> None:
         self.gpu.stream.sync()

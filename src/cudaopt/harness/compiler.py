@@ -45,21 +45,53 @@ def header_options() -> dict:
     return {"use_bundled_headers": True}
 
 
-def compile_kernel(spec: KernelSpec, arch: str = DEFAULT_ARCH) -> Compiled:
-    """Compile ``spec`` for ``arch``; raise :class:`CompileError` with the full log on failure."""
-    from cuda.core import Program, ProgramOptions
+def program_options(spec: KernelSpec, arch: str, **extra):
+    """NVRTC options for ``spec``: the same defines, flags and headers for a cubin and for PTX."""
+    from cuda.core import ProgramOptions
 
     defines = [(k, str(v)) for k, v in sorted(spec.defines.items())]
-    options = ProgramOptions(
+    return ProgramOptions(
         arch=arch,
         std="c++17",
-        ptxas_options="--verbose",
-        no_cache=True,  # a cached compile skips ptxas, and with it the resource report
         use_fast_math=spec.fast_math or None,
         max_register_count=spec.max_registers,
         define_macro=defines or None,
         **header_options(),
+        **extra,
     )
+
+
+def compile_ptx(spec: KernelSpec, arch: str = DEFAULT_ARCH) -> str:
+    """The PTX NVRTC makes of ``spec``; raise :class:`CompileError` on failure.
+
+    Through NVRTC itself: cuda.core's PTX target asks the driver whether it could load the PTX,
+    and there is no driver on a machine without a GPU.
+    """
+    from cuda.bindings import nvrtc
+
+    options = program_options(spec, arch).as_bytes("nvrtc")
+    _, program = nvrtc.nvrtcCreateProgram(spec.source.encode(), b"kernel.cu", 0, [], [])
+    try:
+        (status,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+        if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            _, size = nvrtc.nvrtcGetProgramLogSize(program)
+            log = b" " * size
+            nvrtc.nvrtcGetProgramLog(program, log)
+            raise CompileError(_clean(log.decode(errors="replace")))
+        _, size = nvrtc.nvrtcGetPTXSize(program)
+        ptx = b" " * size
+        nvrtc.nvrtcGetPTX(program, ptx)
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+    return _clean(ptx.decode(errors="replace"))
+
+
+def compile_kernel(spec: KernelSpec, arch: str = DEFAULT_ARCH) -> Compiled:
+    """Compile ``spec`` for ``arch``; raise :class:`CompileError` with the full log on failure."""
+    from cuda.core import Program
+
+    # no_cache: a cached compile skips ptxas, and with it the resource report
+    options = program_options(spec, arch, ptxas_options="--verbose", no_cache=True)
     log = io.StringIO()
     start = time.perf_counter()
     try:
@@ -90,10 +122,7 @@ def parse_ptxas(log: str) -> dict[str, dict[str, int]]:
     usage: dict[str, dict[str, int]] = {}
     current: str | None = None
     for line in log.splitlines():
-        if m := re.search(r"Compiling entry function '([^']+)'", line):
-            current = m.group(1)
-            usage.setdefault(current, {})
-        elif m := _FUNC.search(line):
+        if (m := re.search(r"Compiling entry function '([^']+)'", line)) or (m := _FUNC.search(line)):
             current = m.group(1)
             usage.setdefault(current, {})
         elif current and (m := _STACK.search(line)):

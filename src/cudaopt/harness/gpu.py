@@ -88,7 +88,8 @@ def call(name: str, *args):
 
 @dataclass
 class Peaks:
-    """Upper bounds used for the speed-of-light floor (generous on purpose)."""
+    """Spec peaks from the device's properties (generous on purpose): the speed-of-light floor uses
+    the larger of these and the measured peaks (harness/peaks.py)."""
 
     bytes_per_s: float
     flops_per_s: dict[str, float]
@@ -128,6 +129,7 @@ class Gpu:
         self._utils = self._compile_utilities()
         self._stats = self.device.allocate(256, stream=self.stream)
         self._stats_ptr = int(self._stats.handle)
+        self.measured = None  # MeasuredPeaks, set by the worker (harness/peaks.py)
         self.stream.sync()
 
     # --- memory --------------------------------------------------------------------------
@@ -274,6 +276,10 @@ class Gpu:
             "nvrtc": nvrtc_version(),
             "pci_bus_id": self.device.pci_bus_id,
             "peak_bytes_per_s": self.peaks.bytes_per_s,
+            "measured_peaks": None if self.measured is None else {
+                "bytes_per_s": self.measured.bytes_per_s, "flops_per_s": self.measured.flops_per_s,
+                "measured_at": self.measured.measured_at,
+            },
         }
 
     def clocks(self) -> dict:
@@ -288,6 +294,19 @@ def nvrtc_version() -> str:
         return f"{major}.{minor}"
     except Exception as exc:  # reported, not fatal: only used for the environment record
         return f"unknown ({exc.__class__.__name__})"
+
+
+def driver_version() -> str:
+    """The driver's version (NVML's, e.g. 580.159.04), else the CUDA version the driver supports."""
+    nvml = _nvml()
+    if nvml is not None:
+        try:
+            version = nvml.nvmlSystemGetDriverVersion()
+            return version.decode() if isinstance(version, bytes) else str(version)
+        except Exception:
+            pass  # fall back to the Driver API below
+    version = call("cuDriverGetVersion")
+    return f"cuda {version // 1000}.{version % 1000 // 10}"
 
 
 @functools.lru_cache(maxsize=1)

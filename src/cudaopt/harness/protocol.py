@@ -110,6 +110,23 @@ class ReferenceSpec:
 
 
 @dataclass
+class VendorSpec:
+    """A library call timed beside the candidate as the bar to beat (cuBLAS through cupy, torch, ...).
+
+    ``entry`` in ``source`` takes every signature argument by name: pointers as device arrays
+    (``arrays``: cupy or torch) over the harness's own buffers, scalars as numbers; it writes
+    the outputs in place. Never the reference: its outputs are checked like a candidate's.
+    """
+
+    source: str
+    entry: str
+    path: str = ""
+    label: str = ""
+    arrays: Literal["cupy", "torch"] = "cupy"
+    allow_tf32: bool = False
+
+
+@dataclass
 class TimingProtocol:
     warmup: int = 10
     iterations: int = 100
@@ -137,6 +154,7 @@ class EvalRequest:
     timeouts: Timeouts = field(default_factory=Timeouts)
     time_roles: list[Role] = field(default_factory=lambda: ["performance"])
     check: bool = True  # False: time only (used to time the trusted reference itself)
+    vendor: VendorSpec | None = None  # timed, interleaved with the candidate, on every timed case
     id: str = ""
     harness_version: str = HARNESS_VERSION
 
@@ -191,6 +209,21 @@ class TimingStats:
 
 
 @dataclass
+class VendorResult:
+    """The vendor baseline on one case: checked once against the reference, then timed.
+
+    ``error``: it could not run (library missing, an exception); ``mismatch``: its outputs
+    disagree with the reference. Neither ever fails the candidate; only ``ok`` gets a timing.
+    """
+
+    label: str
+    status: Literal["ok", "mismatch", "error"]
+    reason: str = ""
+    checks: list[CheckInfo] = field(default_factory=list)
+    timing: TimingStats | None = None
+
+
+@dataclass
 class CaseResult:
     name: str
     role: Role
@@ -203,6 +236,7 @@ class CaseResult:
     clocks: dict[str, Any] = field(default_factory=dict)
     roofline: dict[str, Any] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=dict)  # wall seconds per step
+    vendor: VendorResult | None = None
 
 
 @dataclass

@@ -9,9 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
@@ -19,8 +21,9 @@ from . import expr
 from .buffers import CaseBuffers
 from .check import compare, describe
 from .compiler import CompileError, compile_kernel
-from .gpu import CudaCallError, Gpu, is_sticky
+from .gpu import CudaCallError, Gpu, call, is_sticky
 from .inputs import InputError, generate, names_for, shape_of
+from .peaks import roofline
 from .protocol import (
     CaseResult,
     CaseSpec,
@@ -30,11 +33,14 @@ from .protocol import (
     EvalResult,
     KernelSpec,
     LaunchSpec,
+    TimingProtocol,
+    VendorResult,
     to_dict,
 )
 from .reference import ReferenceFailure, call_python, load_python
 from .signature import DTYPES, Signature, find_entry, parse_signature
 from .stats import summarize
+from .vendor import BoundVendor, Vendor, VendorError
 
 DEFAULT_SHARED_LIMIT = 48 * 1024
 _CACHE_BYTES = 4 << 30
@@ -98,7 +104,7 @@ def resolve_launch(spec: LaunchSpec, names: dict) -> dict:
             raise ValueError(f"{label} {dims} has a dimension below 1")
     if shared < 0:
         raise ValueError(f"shared_bytes {shared} is negative")
-    pad = lambda d: tuple(d) + (1,) * (3 - len(d))  # noqa: E731
+    pad = lambda d: tuple(d) + (1,) * (3 - len(d))
     return {"grid": pad(grid), "block": pad(block), "shared_bytes": shared}
 
 
@@ -114,8 +120,25 @@ class Runner:
         self._inputs = _Lru(_CACHE_BYTES)
         self._refs = _Lru(_CACHE_BYTES)
         self._modules: dict[str, object] = {}
+        self._prefetched: dict[str, Future] = {}
+        self._compilers: ThreadPoolExecutor | None = None
+        self._devices = _DeviceCases(self.gpu)
+        self._vendors: dict[str, Vendor] = {}
 
     # --- the request ---------------------------------------------------------------------
+
+    def prefetch(self, specs: list[KernelSpec]) -> None:
+        """Start compiling kernels that later requests will name, on all CPU cores.
+
+        A sweep knows its configurations up front; compiling them in parallel while earlier
+        ones are measured takes compilation off the critical path. Nothing is launched here.
+        """
+        if self._compilers is None:
+            self._compilers = ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 2))
+        for spec in specs:
+            key = _compile_key(spec, self.gpu.arch)
+            if key not in self._prefetched:
+                self._prefetched[key] = self._compilers.submit(compile_kernel, spec, self.gpu.arch)
 
     def evaluate(self, req: EvalRequest) -> EvalResult:
         start = time.perf_counter()
@@ -151,7 +174,8 @@ class Runner:
                 "bad_signature", f"{spec.entry} is declared as '{declared}', the experiment needs '{signature}'"
             )
         try:
-            compiled = compile_kernel(spec, self.gpu.arch)
+            pending = self._prefetched.pop(_compile_key(spec, self.gpu.arch), None)
+            compiled = pending.result() if pending else compile_kernel(spec, self.gpu.arch)
         except CompileError as exc:
             raise CaseFailure("compile_error", exc.log) from None
         try:
@@ -198,11 +222,11 @@ class Runner:
             out.occupancy = self._occupancy(kernel, launch)
             clock = _Stopwatch(out.phases)
             n_sets = max(1, req.protocol.input_sets)
-            sets, shapes = self._input_sets(case, signature, n_sets, names)
-            buffers = CaseBuffers(self.gpu, signature, sets, shapes)
+            sets, shapes, data_key = self._input_sets(case, signature, n_sets, names)
+            buffers = self._devices.take(data_key, signature, sets, shapes)
             clock.lap("setup_s")
             refs = self._reference(req, signature, case, buffers, names) if req.check else None
-            if refs is not None:
+            if refs is not None and not buffers.refs:
                 buffers.load_references(refs)
             clock.lap("reference_s")
             if req.check:
@@ -214,7 +238,8 @@ class Runner:
             clock.lap("check_s")
             if case.role in req.time_roles:
                 self.on_event({"type": "phase", "phase": "timing", "case": case.name})
-                self._time(out, req, kernel, launch, buffers, case)
+                vendor = self._vendor(out, req, signature, case, buffers, refs) if req.vendor and req.check else None
+                self._time(out, req, kernel, launch, buffers, case, vendor)
                 clock.lap("timing_s")
                 if req.check:
                     for s in check_order(n_sets):
@@ -232,7 +257,7 @@ class Runner:
             out.reason = str(exc)
         finally:
             if buffers is not None and not self.dead:
-                buffers.close()
+                self._devices.give_back(buffers, keep=out.status == "ok")
         return out
 
     def _occupancy(self, kernel, launch: dict) -> dict:
@@ -254,19 +279,21 @@ class Runner:
         missing = [a.name for a in signature.outputs if a.name not in case.outputs]
         if missing:
             raise InputError(f"case {case.name!r}: no output spec for {missing}")
-        key = _key(to_dict(case), n_sets, names, str(signature))
+        inputs = {n: shape_of(i.shape, names, f"case {case.name!r} input {n!r}") for n, i in case.inputs.items()}
+        # keyed by resolved shapes, not by every name: a sweep's configurations share one case's data
+        key = _key(to_dict(case), n_sets, inputs, shapes, str(signature))
         sets = self._inputs.get(key)
         if sets is None:
             sets = generate(case, signature, n_sets, names)
             self._inputs.put(key, sets, sum(t.data.nbytes for s in sets for t in s.values()))
-        return sets, shapes
+        return sets, shapes, key
 
     def _reference(self, req: EvalRequest, signature, case, buffers: CaseBuffers, names) -> list[dict]:
         ref = req.reference
         if ref is None:
             raise ReferenceFailure("the request has no reference")
         key = _key(ref.source, ref.entry, ref.kind, to_dict(ref.launch) if ref.launch else None,
-                   to_dict(case), len(buffers.sets), names, self.gpu.arch)
+                   buffers.key, self.gpu.arch)
         cached = self._refs.get(key)
         if cached is not None:
             return cached
@@ -360,104 +387,213 @@ class Runner:
             if changed:
                 raise CaseFailure("input_modified", "; ".join(changed))
         for arg in signature.outputs:
-            tol = case.outputs[arg.name]
-            slot = s if from_slot else None
-            stats = self.gpu.compare(buffers.output_ptr(arg.name, slot), int(buffers.refs[s][arg.name].handle),
-                                     buffers.elements(arg.name), arg.dtype, tol.rtol, tol.atol)
-            if stats["bad"]:
-                # the details (first bad index, expected and actual) come from the host comparison
-                raw = buffers.read_output(arg.name, arg.dtype, from_slot=slot)
-                info = compare(arg.name, raw, refs[s][arg.name], arg.dtype, tol.rtol, tol.atol, s, phase)
-            else:
-                info = CheckInfo(
-                    output=arg.name, input_set=s, phase=phase, ok=True, elements=buffers.elements(arg.name),
-                    nan_count=stats["nan"], inf_count=stats["inf"], max_abs_error=stats["max_abs"],
-                    max_rel_error=stats["max_rel"],
-                    rel_l2_error=_rel_l2(stats["err_sq"], stats["ref_sq"]),
-                )
+            info = self._check(buffers, arg, case, refs, s, phase, s if from_slot else None)
             out.checks.append(info)
             if not info.ok:
                 raise CaseFailure("mismatch", describe(info))
 
+    def _check(self, buffers: CaseBuffers, arg, case, refs, s: int, phase: str, slot: int | None) -> CheckInfo:
+        """One output (the working buffer, or a timed slot) against input set ``s``'s reference."""
+        tol = case.outputs[arg.name]
+        stats = self.gpu.compare(buffers.output_ptr(arg.name, slot), int(buffers.refs[s][arg.name].handle),
+                                 buffers.elements(arg.name), arg.dtype, tol.rtol, tol.atol)
+        if stats["bad"]:
+            # the details (first bad index, expected and actual) come from the host comparison
+            raw = buffers.read_output(arg.name, arg.dtype, from_slot=slot)
+            return compare(arg.name, raw, refs[s][arg.name], arg.dtype, tol.rtol, tol.atol, s, phase)
+        return CheckInfo(
+            output=arg.name, input_set=s, phase=phase, ok=True, elements=buffers.elements(arg.name),
+            nan_count=stats["nan"], inf_count=stats["inf"], max_abs_error=stats["max_abs"],
+            max_rel_error=stats["max_rel"], rel_l2_error=_rel_l2(stats["err_sq"], stats["ref_sq"]),
+        )
+
+    # --- the vendor baseline -------------------------------------------------------------
+
+    def _vendor(self, out: CaseResult, req: EvalRequest, signature: Signature, case: CaseSpec,
+                buffers: CaseBuffers, refs) -> BoundVendor | None:
+        """The vendor over this case's buffers, checked once against the reference (input set 0).
+
+        Returns None when it cannot be timed; ``out.vendor`` says why. Never fails the candidate,
+        unless the vendor destroys the GPU context, which ends the case for everyone.
+        """
+        spec = req.vendor
+        out.vendor = VendorResult(label=spec.label or spec.entry, status="ok")
+        pointers = {a.name: (buffers.inputs[a.name].ptr, buffers.sets[0][a.name].data.shape) for a in signature.inputs}
+        pointers |= {a.name: (buffers.outputs[a.name].ptr, buffers.output_shapes[a.name]) for a in signature.outputs}
+        try:
+            key = _key(to_dict(spec))
+            if key not in self._vendors:
+                self._vendors[key] = Vendor(spec, int(self.gpu.stream.handle))
+            bound = self._vendors[key].bind(signature, pointers, case.scalars)
+        except VendorError as exc:
+            out.vendor.status, out.vendor.reason = "error", str(exc)
+            return None
+        buffers.stage(0)
+        bound()
+        try:
+            self._sync()
+        except CaseFailure as failure:
+            if self.dead:
+                raise CaseFailure("crashed", f"the vendor baseline {out.vendor.label} crashed the GPU context: "
+                                             f"{failure.reason}") from None
+            bound.error = bound.error or failure.reason
+        if bound.error:
+            out.vendor.status, out.vendor.reason = "error", bound.error
+            return None
+        for arg in signature.outputs:
+            info = self._check(buffers, arg, case, refs, 0, "check", None)
+            out.vendor.checks.append(info)
+            if not info.ok:
+                out.vendor.status, out.vendor.reason = "mismatch", describe(info)
+                return None
+        return bound
+
     # --- timing --------------------------------------------------------------------------
 
-    def _time(self, out: CaseResult, req: EvalRequest, kernel, launch, buffers: CaseBuffers, case) -> None:
-        from cuda.core import EventOptions
-
+    def _time(self, out: CaseResult, req: EvalRequest, kernel, launch, buffers: CaseBuffers, case,
+              vendor: BoundVendor | None) -> None:
+        """Warm up, then time in gated chunks; with a vendor, its chunks alternate with the candidate's
+        (vendor first, so the inputs checked after timing are the candidate's) and drift hits both."""
         proto = req.protocol
         order = check_order(len(buffers.sets))
         args = buffers.kernel_args(case.scalars)
         buffers.ensure_slots()
-        for i in range(proto.warmup):
-            buffers.stage(order[i % len(order)])
-            self._launch(kernel, launch, args)
+        runs: dict[str, Callable[[], None]] = {"vendor": vendor} if vendor else {}
+        runs["candidate"] = lambda: self._launch(kernel, launch, args)
+        for run in runs.values():
+            for i in range(proto.warmup):
+                buffers.stage(order[i % len(order)])
+                run()
         self._sync()
         out.clocks["before"] = self.gpu.clocks()
-        samples: list[float] = []
-        gate_timeouts = 0
-        timing = EventOptions(timing_enabled=True)
-        stream = self.gpu.stream
+        samples: dict[str, list[float]] = {name: [] for name in runs}
+        gate_timeouts = dict.fromkeys(runs, 0)
         for first in range(0, proto.iterations, max(1, proto.chunk)):
             count = min(proto.chunk, proto.iterations - first)
-            if proto.gate:
-                self.gpu.close_gate()
-            events = []
+            if vendor and vendor.error:
+                runs.pop("vendor", None)
+            for name, run in runs.items():
+                times, timed_out = self._chunk(run, buffers, order, first, count, proto, save=name == "candidate")
+                samples[name].extend(times)
+                gate_timeouts[name] += timed_out
+        out.clocks["after"] = self.gpu.clocks()
+        out.timing = summarize(samples["candidate"], _method(proto, len(order), gate_timeouts["candidate"],
+                                                             "the vendor baseline" if vendor else ""))
+        if vendor and vendor.error:
+            out.vendor.status, out.vendor.reason = "error", vendor.error
+        elif vendor:
+            out.vendor.timing = summarize(samples["vendor"], _method(proto, len(order), gate_timeouts["vendor"],
+                                                                     "the candidate"))
+
+    def _chunk(self, run: Callable[[], None], buffers: CaseBuffers, order: list[int], first: int, count: int,
+               proto: TimingProtocol, save: bool) -> tuple[list[float], bool]:
+        """Queue ``count`` samples behind the gate (stage, flush, event, run, event), release them
+        together; their times in µs and whether the gate timed out."""
+        from cuda.core import EventOptions
+
+        timing = EventOptions(timing_enabled=True)
+        stream = self.gpu.stream
+        if proto.gate:
+            self.gpu.close_gate()
+        events = []
+        try:
             for i in range(first, first + count):
                 s = order[i % len(order)]
                 buffers.stage(s)
                 if proto.flush_l2:
                     self.gpu.flush_l2()
                 start = stream.record(options=timing)
-                self._launch(kernel, launch, args)
+                run()
                 end = stream.record(options=timing)
-                buffers.save_outputs(s)
+                if save:
+                    buffers.save_outputs(s)
                 events.append((start, end))
+        finally:
             if proto.gate:
                 self.gpu.open_gate()
-            self._sync()
-            gate_timeouts += int(proto.gate and self.gpu.gate_timed_out())
-            samples.extend((end - start) * 1000.0 for start, end in events)
-        out.clocks["after"] = self.gpu.clocks()
-        method = "cuda-events"
-        method += ", gated queue" if proto.gate else ", ungated"
-        method += ", L2 flushed" if proto.flush_l2 else ", L2 warm"
-        method += f", {len(order)} rotating input sets"
-        if gate_timeouts:
-            method += f", gate timed out in {gate_timeouts} chunk(s): host latency may be included"
-        out.timing = summarize(samples, method)
+        self._sync()
+        return [(end - start) * 1000.0 for start, end in events], proto.gate and self.gpu.gate_timed_out()
 
     def _judge_plausibility(self, out: CaseResult, case: CaseSpec, names, signature: Signature, req) -> None:
         if out.timing is None or out.status != "ok":
             return
-        seconds = out.timing.median_us * 1e-6
-        floors = {}
-        roof: dict = {}
         try:
-            if case.flops is not None:
-                flops = float(expr.evaluate(case.flops, names))
-                peak = self.gpu.peaks.flops_per_s.get(_compute_class(signature), max(self.gpu.peaks.flops_per_s.values()))
-                floors["compute"] = flops / peak
-                roof.update(flops=flops, achieved_tflops=round(flops / seconds / 1e12, 3),
-                            peak_tflops=round(peak / 1e12, 1))
-            if case.bytes is not None:
-                nbytes = float(expr.evaluate(case.bytes, names))
-                peak_bw = self.gpu.peaks.bytes_per_s
-                roof.update(bytes=nbytes, achieved_gbps=round(nbytes / seconds / 1e9, 1),
-                            peak_gbps=round(peak_bw / 1e9, 1))
-                if req.protocol.flush_l2:
-                    floors["memory"] = nbytes / peak_bw
+            flops = float(expr.evaluate(case.flops, names)) if case.flops is not None else None
+            nbytes = float(expr.evaluate(case.bytes, names)) if case.bytes is not None else None
         except expr.ExprError as exc:
-            roof["error"] = str(exc)
-        if floors:
-            bound, floor = max(floors.items(), key=lambda kv: kv[1])
-            roof.update(floor_us=round(floor * 1e6, 3), bound=bound)
-            if seconds < floor:
-                out.status = "implausible"
-                out.reason = (
-                    f"median {out.timing.median_us:.3f} us is below the speed-of-light floor "
-                    f"{floor * 1e6:.3f} us ({bound}-bound, from the declared work and the device's peaks)"
-                )
-        out.roofline = roof
+            out.roofline = {"error": str(exc)}
+            return
+        spec, measured = self.gpu.peaks, self.gpu.measured
+        kind = _compute_class(signature)
+        out.roofline = roofline(
+            out.timing.median_us * 1e-6, flops, nbytes,
+            spec_flops=spec.flops_per_s.get(kind, max(spec.flops_per_s.values())), spec_bytes=spec.bytes_per_s,
+            measured_flops=measured.flops_per_s.get(kind) if measured else None,
+            measured_bytes=measured.bytes_per_s if measured else None, memory_floor=req.protocol.flush_l2,
+        )
+        floor_us = out.roofline.get("floor_us")
+        if floor_us is not None and out.timing.median_us < floor_us:
+            out.status = "implausible"
+            out.reason = (
+                f"median {out.timing.median_us:.3f} us is below the speed-of-light floor {floor_us:.3f} us "
+                f"({out.roofline['bound']}-bound, from the declared work and the larger of the spec and measured peaks)"
+            )
+
+
+def _method(proto: TimingProtocol, sets: int, gate_timeouts: int, interleaved: str) -> str:
+    method = "cuda-events"
+    method += ", gated queue" if proto.gate else ", ungated"
+    method += ", L2 flushed" if proto.flush_l2 else ", L2 warm"
+    method += f", {sets} rotating input sets"
+    if interleaved:
+        method += f", chunks interleaved with {interleaved}"
+    if gate_timeouts:
+        method += f", gate timed out in {gate_timeouts} chunk(s): host latency may be included"
+    return method
+
+
+class _DeviceCases:
+    """A case's device buffers (input sets, references), kept between requests of a sweep.
+
+    Uploading a large case's input sets and float64 references for every configuration costs
+    more than many of its kernels. Buffers are reused only after a candidate passed on them
+    (a failing one may have scribbled anywhere), with fresh guard bands; a byte budget bounds
+    what is kept.
+    """
+
+    def __init__(self, gpu: Gpu):
+        self.gpu = gpu
+        self.kept: OrderedDict[str, CaseBuffers] = OrderedDict()
+        self._budget: int | None = None
+
+    @property
+    def budget(self) -> int:
+        """A quarter of the device's memory, at most 16 GiB: candidates need the rest."""
+        if self._budget is None:
+            _free, total = call("cuMemGetInfo")
+            self._budget = min(16 << 30, int(total) // 4)
+        return self._budget
+
+    def take(self, key: str, signature: Signature, sets, shapes) -> CaseBuffers:
+        buffers = self.kept.pop(key, None)
+        if buffers is None:
+            buffers = CaseBuffers(self.gpu, signature, sets, shapes)
+            buffers.key = key
+        else:
+            buffers.reset_guards()
+        return buffers
+
+    def give_back(self, buffers: CaseBuffers, keep: bool) -> None:
+        if not keep:
+            buffers.close()
+            return
+        self.kept[buffers.key] = buffers
+        while self.kept and sum(b.device_bytes() for b in self.kept.values()) > self.budget:
+            self.kept.popitem(last=False)[1].close()
+
+
+def _compile_key(spec: KernelSpec, arch: str) -> str:
+    return _key(to_dict(spec), arch)
 
 
 def _rel_l2(err_sq: float, ref_sq: float) -> float:

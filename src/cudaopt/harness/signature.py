@@ -131,7 +131,7 @@ class Signature:
 _HEAD = re.compile(
     r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?'
     r"([A-Za-z_]\w*)\s*\(([^)]*)\)",
-    re.S,
+    re.DOTALL,
 )
 _QUALIFIERS = {"__restrict__", "__restrict", "restrict", "volatile"}
 
@@ -155,7 +155,7 @@ def find_entry(source: str, entry: str) -> Signature | None:
 
 
 def _strip_comments(text: str) -> str:
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.DOTALL)
     return re.sub(r"//[^\n]*", " ", text)
 
 

@@ -4,12 +4,17 @@ Started by the supervisor as ``python -m cudaopt.harness.worker`` with ``CUDA_VI
 pinned. Anything else that writes to stdout (the user's reference, a library) is redirected to
 stderr so it cannot corrupt the message stream. Messages, one JSON object per line:
 
-- ``{"type": "ready", "device": {...}}`` once the GPU is initialised;
+- ``{"type": "ready", "device": {...}}`` once the GPU is initialised and its peaks are known
+  (read from the cache, or measured the first time: harness/peaks.py);
 - ``{"type": "phase", "phase": "compile" | "check" | "timing", "case": NAME}`` as a request
   progresses (the supervisor applies that phase's timeout);
 - ``{"type": "compiled", ...}`` and ``{"type": "case", ...}`` as partial results, so that what
   finished survives a hang or a crash later in the request;
 - ``{"type": "result", "result": {...}}`` when a request is done.
+
+A line ``{"prefetch": [KernelSpec, ...]}`` instead of a request asks the worker to start
+compiling those kernels in the background (a sweep sends its configurations up front); it gets
+no answer.
 
 After a sticky CUDA error the worker sends its result and exits; the supervisor replaces it.
 """
@@ -34,7 +39,8 @@ def main() -> int:
         channel.flush()
 
     from .gpu import Gpu
-    from .protocol import EvalResult, request_from_json, to_dict
+    from .peaks import identity, load, load_or_measure
+    from .protocol import EvalRequest, EvalResult, KernelSpec, from_dict, to_dict
     from .runner import Runner
 
     try:
@@ -42,13 +48,24 @@ def main() -> int:
     except Exception as exc:
         send({"type": "fatal", "message": f"cannot initialise the GPU: {exc}"})
         return 1
+    try:
+        # a profiled worker (CUDAOPT_MEASURE_PEAKS=0) only reads the cache: figures measured under a
+        # profiler would be cached for every later run
+        measure = os.environ.get("CUDAOPT_MEASURE_PEAKS", "1") != "0"
+        gpu.measured = load_or_measure(gpu) if measure else load(identity(gpu))
+    except Exception as exc:  # the roofline falls back to the spec peaks
+        print(f"peaks not measured: {exc.__class__.__name__}: {exc}", file=sys.stderr)
     runner = Runner(gpu, on_event=send)
     send({"type": "ready", "device": gpu.info()})
     for line in sys.stdin:
         if not line.strip():
             continue
         try:
-            request = request_from_json(line)
+            message = json.loads(line)
+            if "prefetch" in message:  # kernels to compile ahead; no answer
+                runner.prefetch([from_dict(KernelSpec, k) for k in message["prefetch"]])
+                continue
+            request = from_dict(EvalRequest, message)
             result = runner.evaluate(request)
         except Exception as exc:
             result = EvalResult(status="internal_error", reason=f"{exc.__class__.__name__}: {exc}")

@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Protocol
 
 from ..experiment import Experiment
-from ..harness.protocol import EvalRequest, EvalResult, LaunchSpec, from_dict, result_from_json, to_dict, to_json
+from ..harness.protocol import (
+    EvalRequest,
+    EvalResult,
+    LaunchSpec,
+    from_dict,
+    result_from_json,
+    to_dict,
+    to_json,
+)
 from ..harness.stats import geomean
 from .rundir import RunDir, write_atomic
 from .schema import Attempt, CaseSummary, History, ModelCall, Summary, Totals
@@ -34,7 +42,7 @@ class Evaluator(Protocol):
 
 
 def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def score(cases: list[dict]) -> float | None:
@@ -49,6 +57,11 @@ def medians(attempt: Attempt | None) -> dict[str, float]:
     if attempt is None:
         return {}
     return {c["name"]: c["timing"]["median_us"] for c in attempt.cases if c.get("timing") and c["status"] == "ok"}
+
+
+def vendor_results(attempt: Attempt | None) -> dict[str, dict]:
+    """The vendor baseline's result per case (status, checks, timing), where it was timed."""
+    return {c["name"]: c["vendor"] for c in (attempt.cases if attempt else []) if c.get("vendor")}
 
 
 def bake(source: str, defines: dict) -> str:
@@ -169,7 +182,7 @@ class Recorder:
         attempt_id = len(self.attempts)
         started = now()
         request = self.exp.request(source, launch=launch, defines=defines, roles=ROLES,
-                                   request_id=f"attempt-{attempt_id}")
+                                   request_id=f"attempt-{attempt_id}", vendor=kind == "baseline")
         result = self.cache.get(request) if self.cache else None
         cached = result is not None
         if result is None:
@@ -190,6 +203,14 @@ class Recorder:
         if attempt.score_us is not None and self.best is attempt:
             self._write_best(attempt, source)
         return attempt
+
+    def prefetch(self, source: str, launch: LaunchSpec | None, configurations: list[dict]) -> None:
+        """Let the evaluator compile a sweep's configurations ahead (those not already cached)."""
+        prefetch = getattr(self.evaluator, "prefetch", None)
+        if prefetch is None:
+            return
+        requests = [self.exp.request(source, launch=launch, defines=d, roles=ROLES) for d in configurations]
+        prefetch([r.kernel for r in requests if not (self.cache and self.cache.get(r))])
 
     def reject(self, parent: int | None, reason: str, calls: list[int]) -> Attempt:
         stamp = now()
@@ -231,7 +252,7 @@ class Recorder:
             old.unlink()
         for index, case in enumerate(self.cases):
             request = self.exp.request(source, launch=launch, defines=attempt.defines, roles=ROLES,
-                                       request_id=f"best-case-{index}")
+                                       request_id=f"best-case-{index}", vendor=True)
             request.cases = [case]
             self.run.write_json(f"best-case-{index}.json", to_dict(request))
 
@@ -239,14 +260,20 @@ class Recorder:
 
     def summary(self) -> Summary:
         baseline, best = self.baseline, self.best
-        base_m, best_m = medians(baseline), medians(best)
+        base_m, best_m, vendor = medians(baseline), medians(best), vendor_results(baseline)
         cases = []
         for case in self.cases:
             b, n = base_m.get(case.name), best_m.get(case.name)
+            v = vendor.get(case.name) or {}
+            v_us = v["timing"]["median_us"] if v.get("status") == "ok" and v.get("timing") else None
             cases.append(CaseSummary(name=case.name, role=case.role, baseline_median_us=b, best_median_us=n,
-                                     speedup=(b / n) if b and n else None))
+                                     speedup=(b / n) if b and n else None, vendor_median_us=v_us,
+                                     vendor_status=v.get("status"),
+                                     speedup_vs_vendor=(v_us / n) if v_us and n else None))
         base_score = baseline.score_us if baseline else None
         best_score = best.score_us if best else None
+        vendor_perf = [c.vendor_median_us for c in cases if c.role == "performance"]
+        vendor_score = geomean(vendor_perf) if vendor_perf and all(vendor_perf) else None
         usage: Counter = Counter()
         for c in self.calls:
             usage.update(c.usage.model_dump())
@@ -257,6 +284,8 @@ class Recorder:
             best_defines=best.defines if best else {},
             cases=cases, baseline_score_us=base_score, best_score_us=best_score,
             speedup=(base_score / best_score) if base_score and best_score else None,
+            vendor=self.exp.vendor.label if self.exp.vendor else None, vendor_score_us=vendor_score,
+            speedup_vs_vendor=(vendor_score / best_score) if vendor_score and best_score else None,
             stop_reason=self.stop_reason or "running",
             attempts=len(self.attempts), valid=sum(1 for a in self.attempts if a.status == "ok"),
             rejected_by_reason=dict(Counter(a.status for a in self.attempts if a.status != "ok")),

@@ -79,7 +79,10 @@ class CaseSummary(_Model):
     role: str
     baseline_median_us: float | None
     best_median_us: float | None
-    speedup: float | None
+    speedup: float | None  # vs the baseline (the initial kernel)
+    vendor_median_us: float | None = None  # the vendor baseline, timed beside the initial kernel
+    vendor_status: str | None = None  # "ok", "mismatch" or "error"; None when no vendor was timed
+    speedup_vs_vendor: float | None = None  # vendor median / best median
 
 
 class Totals(_Model):
@@ -106,6 +109,9 @@ class Summary(_Model):
     baseline_score_us: float | None
     best_score_us: float | None
     speedup: float | None
+    vendor: str | None = None  # the vendor baseline's label, when the experiment declares one
+    vendor_score_us: float | None = None  # geometric mean of the vendor's medians (every performance case)
+    speedup_vs_vendor: float | None = None  # vendor score / best score
     stop_reason: str
     attempts: int
     valid: int

@@ -36,7 +36,9 @@ def verdict(verify: dict | None, replay: dict | None, roi: Roi | None) -> tuple[
         go = False
         reasons.append("replay: the winner does not beat the baseline beyond noise")
     else:
-        reasons.append("replay: beats the baseline beyond noise")
+        reasons.append("replay: beats the baseline beyond noise (geomean over the performance cases)")
+    if replay and replay.get("slower_cases"):
+        reasons.append(f"note: slower than the baseline in every replay pair on {', '.join(replay['slower_cases'])}")
     if roi is None or roi.payback_months is None:
         go = False
         reasons.append("payback: nothing saved, never pays back")
@@ -61,6 +63,12 @@ def _diff(run: RunDir, attempt, parent) -> str:
         return ""
     old = run.file(parent.source_file).read_text().splitlines()
     return "\n".join(difflib.unified_diff(old, new, f"#{parent.id}", f"#{attempt.id}", lineterm="", n=2))
+
+
+def _profiles(run: RunDir) -> list[dict]:
+    """The bottleneck cards of the profiled attempts (``profiles/attempt-N.json``, from --use-nsight)."""
+    paths = sorted(run.path.glob("profiles/attempt-*.json"), key=lambda p: int(p.stem.split("-")[1]))
+    return [{"why": data.get("why", ""), **data["card"]} for data in (json.loads(p.read_text()) for p in paths)]
 
 
 def run_roi(run: RunDir) -> RoiInputs:
@@ -97,12 +105,14 @@ def build(path: Path, roi_inputs: RoiInputs | None = None) -> Path:
     verify, replay = _optional_json(run, "verify.json"), _optional_json(run, "replay.json")
     decision, reasons = verdict(verify, replay, roi)
     best = by_id.get(summary.best_attempt) if summary.best_attempt is not None else None
-    roof_cases, peak_tflops, peak_gbps = [], None, None
+    roof_cases, peak_tflops, peak_gbps, roof_sources = [], None, None, {}
     for case in (best.cases if best else []):
         roof = case.get("roofline") or {}
         if roof:
             roof_cases.append({"name": case["name"], **roof})
             peak_tflops, peak_gbps = roof.get("peak_tflops"), roof.get("peak_gbps")
+            roof_sources = {"compute": roof.get("peak_tflops_from", "spec"),
+                            "memory": roof.get("peak_gbps_from", "spec")}
     heatmap = run.file("heatmap.svg").read_text() if run.file("heatmap.svg").is_file() else ""
     rows = []
     for a in attempts:
@@ -112,8 +122,8 @@ def build(path: Path, roi_inputs: RoiInputs | None = None) -> Path:
                            autoescape=select_autoescape(["html", "j2"])).get_template("report.html.j2")
     html = template.render(
         summary=summary, attempts=rows, env=env, lock=lock, calls=calls, roi=roi, roi_inputs=roi_inputs,
-        decision=decision, reasons=reasons, verify=verify, replay=replay, best=best,
-        roof_by_case={c["name"]: c for c in roof_cases},
+        decision=decision, reasons=reasons, verify=verify, replay=replay, best=best, profiles=_profiles(run),
+        roof_by_case={c["name"]: c for c in roof_cases}, roof_sources=roof_sources,
         progress_svg=charts.progress([(a.id, a.score_us, a.status) for a in attempts]),
         roofline_svg=charts.roofline(roof_cases, peak_tflops, peak_gbps),
         heatmap_svg=heatmap[heatmap.index("<svg"):] if "<svg" in heatmap else "",

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..experiment import LaunchModel
 from ..harness import expr
 
-_BLOCK = re.compile(r"/\*\s*cudaopt-tune\s*(\{.*?\})\s*\*/", re.S)
+_BLOCK = re.compile(r"/\*\s*cudaopt-tune\s*(\{.*?\})\s*\*/", re.DOTALL)
 
 
 class SpaceError(ValueError):

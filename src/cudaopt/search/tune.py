@@ -52,6 +52,7 @@ class Tuner:
 
     def _exhaustive(self, configs: list[dict]) -> str:
         done = self.done()
+        self.rec.prefetch(self.source, self.launch, [c for c in configs if tuple(sorted(c.items())) not in done])
         for config in configs:
             if tuple(sorted(config.items())) in done:
                 continue

@@ -1,0 +1,111 @@
+"""Measured peaks: the on-disk cache, the roofline arithmetic and the implausibility floor (no GPU)."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from cudaopt.harness import peaks
+from cudaopt.harness.gpu import Peaks
+from cudaopt.harness.peaks import MeasuredPeaks, roofline
+from cudaopt.harness.protocol import CaseResult, TimingProtocol, TimingStats
+from cudaopt.harness.runner import Runner
+from cudaopt.harness.signature import parse_signature
+
+H200 = {"name": "NVIDIA H200", "uuid": "GPU-1234", "pci_bus_id": "0000:19:00.0", "driver": "580.159.04"}
+
+
+def measured(**identity) -> MeasuredPeaks:
+    return MeasuredPeaks(bytes_per_s=4.3e12, flops_per_s={"float32": 60e12, "float64": 30e12},
+                         identity={**H200, **identity}, measured_at="2026-11-30T12:00:00+00:00", method="test")
+
+
+@pytest.fixture(autouse=True)
+def cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_the_cache_lives_under_the_users_cache_directory(cache_home):
+    path = peaks.save(measured())
+    assert path.parent == cache_home / "cudaopt" / "peaks" and path.name.startswith("nvidia-h200-")
+    assert json.loads(path.read_text())["bytes_per_s"] == 4.3e12
+    assert peaks.load(H200) == measured()
+
+
+def test_another_gpu_or_driver_does_not_read_the_figures(cache_home):
+    peaks.save(measured())
+    assert peaks.load({**H200, "driver": "590.1"}) is None  # a driver update: measure again
+    assert peaks.load({**H200, "uuid": "GPU-5678"}) is None  # the same model, another card
+    peaks.save(measured(uuid="GPU-5678"))
+    assert peaks.load({**H200, "uuid": "GPU-5678"}).identity["uuid"] == "GPU-5678"
+    assert peaks.load(H200) is not None
+
+
+def test_a_corrupt_or_foreign_file_is_measured_again(cache_home):
+    path = peaks.cache_path(H200)
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    assert peaks.load(H200) is None
+    path.write_text(json.dumps({"bytes_per_s": "fast"}))
+    assert peaks.load(H200) is None
+
+
+def test_load_or_measure_measures_once_and_then_reads_the_cache(monkeypatch):
+    calls = []
+    monkeypatch.setattr(peaks, "identity", lambda gpu: H200)
+    monkeypatch.setattr(peaks, "measure", lambda gpu: calls.append(gpu) or measured())
+    assert peaks.load_or_measure("gpu") == measured()
+    assert peaks.load_or_measure("gpu") == measured()
+    assert len(calls) == 1
+
+
+def test_roofline_uses_measured_roofs_and_says_so():
+    roof = roofline(1e-3, 30e9, 2e9, spec_flops=500e12, spec_bytes=4.8e12, measured_flops=60e12,
+                    measured_bytes=4.0e12)
+    assert roof["achieved_tflops"] == 30.0 and roof["peak_tflops"] == 60.0 and roof["peak_tflops_from"] == "measured"
+    assert roof["compute_pct"] == 50.0
+    assert roof["achieved_gbps"] == 2000.0 and roof["peak_gbps"] == 4000.0 and roof["memory_pct"] == 50.0
+    assert roof["peak_gbps_from"] == "measured"
+
+
+def test_roofline_falls_back_to_spec_roofs():
+    roof = roofline(1e-3, 30e9, 2e9, spec_flops=500e12, spec_bytes=4.8e12)
+    assert roof["peak_tflops_from"] == roof["peak_gbps_from"] == "spec"
+    assert roof["compute_pct"] == 6.0 and roof["memory_pct"] == pytest.approx(41.7)
+
+
+def test_the_floor_uses_the_larger_of_spec_and_measured():
+    # measured below spec (the usual case): the floor stays on the spec, a generous bound
+    low = roofline(1e-3, 1e9, 4.8e6, spec_flops=500e12, spec_bytes=4.8e12, measured_flops=60e12, measured_bytes=4e12)
+    assert low["floor_us"] == 2.0 and low["bound"] == "compute"  # 1e9 / 500e12 s, not 1e9 / 60e12
+    # measured above spec (a spec table that undersells the part): the floor follows the measurement
+    high = roofline(1e-3, None, 6e6, spec_flops=500e12, spec_bytes=3e12, measured_bytes=6e12)
+    assert high["floor_us"] == 1.0 and high["bound"] == "memory"
+    warm = roofline(1e-3, None, 6e9, spec_flops=500e12, spec_bytes=3e12, memory_floor=False)
+    assert "floor_us" not in warm and warm["memory_pct"] == 200.0  # L2 warm: no memory floor
+
+
+def _judge(median_us: float, measured_peaks: MeasuredPeaks | None) -> CaseResult:
+    gpu = SimpleNamespace(peaks=Peaks(bytes_per_s=4.8e12, flops_per_s={"float32": 535e12, "float64": 67e12}),
+                          measured=measured_peaks)
+    out = CaseResult("square-4096", "performance", "ok", timing=TimingStats(median_us, median_us, 0, median_us,
+                                                                             median_us, median_us, median_us, 10))
+    case = SimpleNamespace(flops="2*m*n*k", bytes="4*(m*k + k*n + m*n)")
+    signature = parse_signature('extern "C" __global__ void f(const float* a, const float* b, float* c, '
+                                'int m, int n, int k)')
+    request = SimpleNamespace(protocol=TimingProtocol())
+    Runner(gpu)._judge_plausibility(out, case, {"m": 4096, "n": 4096, "k": 4096}, signature, request)
+    return out
+
+
+def test_a_kernel_faster_than_the_measured_fma_peak_is_not_rejected():
+    # 2*4096^3 flops in 1000 us is 137 TFLOP/s: above the measured FP32 FMA rate (a tensor-core
+    # kernel could do it), below the spec matrix-unit rate: plausible, 229% of the measured roof
+    out = _judge(1000.0, measured())
+    assert out.status == "ok" and out.roofline["peak_tflops_from"] == "measured"
+    assert out.roofline["compute_pct"] == pytest.approx(229.1, abs=0.1)
+    assert _judge(200.0, measured()).status == "implausible"  # 687 TFLOP/s: above every peak
+    assert _judge(1000.0, None).roofline["peak_tflops_from"] == "spec"

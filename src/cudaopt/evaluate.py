@@ -42,11 +42,12 @@ def evaluate_kernel(
     launch: LaunchSpec | None = None,
     protocol: TimingProtocol | None = None,
     time_reference: bool = True,
+    time_vendor: bool = True,
 ) -> Evaluation:
     """Check and time ``source`` on the correctness and performance cases (never the holdout), with the
-    experiment's vendor baseline timed beside it when it declares one."""
+    experiment's vendor baseline timed beside it when it declares one (and ``time_vendor``)."""
     request = experiment.request(source, entry=entry, launch=launch, protocol=protocol, request_id="candidate",
-                                 vendor=True)
+                                 vendor=time_vendor)
     candidate = supervisor.evaluate(request)
     reference = None
     if time_reference and experiment.reference_kind == "cu":

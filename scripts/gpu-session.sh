@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the GPU tests and the benchmarks on a GPU machine in one go.
-# Usage: scripts/gpu-session.sh tests [pytest args...]
+# Usage: scripts/gpu-session.sh tests [pytest paths and options; default: tests]
 #        scripts/gpu-session.sh bench [benchmark names, e.g. tune_sgemm vs_kernel_tuner; default all]
 #        scripts/gpu-session.sh all
 # Wheels for packages the machine lacks go in .whl/ (scripts/fetch-wheels.sh; installed to /tmp/site).
@@ -18,7 +18,8 @@ export PYTHONPATH=$PWD/src:$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv | tee "$out/gpu.txt"
 status=0
 if [[ $what == tests || $what == all ]]; then
-  python3 -m pytest -m gpu -v -rA $([[ $what == tests ]] && echo "$@") tests 2>&1 | tee "$out/pytest-gpu.log"
+  targets=("$@"); [[ ${#targets[@]} -gt 0 && $what == tests ]] || targets=(tests)
+  python3 -m pytest -m gpu -v -rA "${targets[@]}" 2>&1 | tee "$out/pytest-gpu.log"
   status=${PIPESTATUS[0]}
 fi
 if [[ $what == bench || $what == all ]]; then

@@ -47,6 +47,19 @@ def test_write_past_the_end_is_a_guard_violation(supervisor, small_request):
     assert "c: wrote" in failing_case(result).reason and "past the end" in failing_case(result).reason
 
 
+def test_a_case_reused_across_candidates_carries_nothing_from_a_cheater(supervisor, small_request):
+    """A case's device data is kept between requests; after a kernel that scribbled past its output
+    and one that changed an input, a correct kernel still passes on fresh guards and intact inputs."""
+    first = supervisor.evaluate(small_request(kernel_source("tiled.cu")))
+    assert first.status == "ok", first.reason
+    assert supervisor.evaluate(small_request(kernel_source("write_past_end.cu"))).status == "guard_violation"
+    assert supervisor.evaluate(small_request(kernel_source("modifies_input.cu"))).status == "input_modified"
+    again = supervisor.evaluate(small_request(kernel_source("tiled.cu")))
+    assert again.status == "ok", again.reason
+    for before, after in zip(first.cases, again.cases, strict=True):
+        assert [c.max_abs_error for c in before.checks] == [c.max_abs_error for c in after.checks]
+
+
 def test_unwritten_output_is_a_mismatch_with_unwritten_count(supervisor, small_request):
     result = supervisor.evaluate(small_request(kernel_source("partial_write.cu")))
     assert result.status == "mismatch"

@@ -78,7 +78,9 @@ class ScriptedEvaluator:
                 m, n, k = (case.scalars[x] for x in "mnk")
                 flops, nbytes = 2.0 * m * n * k, 4.0 * (m * k + k * n + m * n)
                 roofline = {"flops": flops, "bytes": nbytes, "achieved_tflops": round(flops / median / 1e6, 3),
-                            "peak_tflops": 535.3, "peak_gbps": 4814.3,
+                            "peak_tflops": 535.3, "peak_gbps": 4814.3,  # spec roofs: nothing measured here
+                            "compute_pct": round(flops / median / 1e6 / 535.3 * 100, 1),
+                            "memory_pct": round(nbytes / median / 1e3 / 4814.3 * 100, 1),
                             "floor_us": max(flops / 535.3e12, nbytes / 4814.3e9) * 1e6}
             cases.append(CaseResult(case.name, case.role, "ok", timing=timing, roofline=roofline,
                                     vendor=_vendor(request.vendor, case.name) if timing else None))

@@ -66,6 +66,10 @@ def test_every_run_gets_a_self_contained_report(run_dir):
     assert html.count("<svg") >= 3  # progress, heatmap, roofline, inline
     assert "<script" not in html and 'src="http' not in html and "<link" not in html  # works offline
     assert "square-4096" in html and "2.00×" in html
+    # % of roofline: the bounding roof, from the case's compute and memory percentages
+    best = json.loads((run_dir / "history.json").read_text())["attempts"][-1]
+    roof = next(c["roofline"] for c in best["cases"] if c["name"] == "square-4096")
+    assert roof["compute_pct"] > roof["memory_pct"] and f"{roof['compute_pct']:.1f}% compute" in html
     assert "@@" in html and "RESULT: ok 0.5" in html  # the source diff against the parent
     assert "compile_error" in html and "identifier &#34;x&#34; is undefined" in html
 

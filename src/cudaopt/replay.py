@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .experiment import ExperimentError
 from .harness.protocol import EvalRequest, from_dict
+from .harness.stats import geomean
 from .optimize import load_run_experiment
 from .record.recorder import Evaluator
 from .record.rundir import RunDir
@@ -110,9 +111,9 @@ def _score_beats(timed: list[dict], repeats: int) -> bool:
     """The winner's geomean over the timed cases is below the baseline's in every repeat."""
     if not timed or any(c["status"] != "ok" or len(c["winner_medians_us"]) != repeats for c in timed):
         return False
-    mean = statistics.geometric_mean
-    return all(mean([c["winner_medians_us"][r] for c in timed]) < mean([c["baseline_medians_us"][r] for c in timed])
-               for r in range(repeats))
+    def score(side: str, r: int) -> float:
+        return geomean([c[side][r] for c in timed])
+    return all(score("winner_medians_us", r) < score("baseline_medians_us", r) for r in range(repeats))
 
 
 def _compare(name: str, status: str, recorded: dict | None, winner_us: list, baseline_us: list,

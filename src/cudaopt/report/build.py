@@ -109,7 +109,8 @@ def build(path: Path, roi_inputs: RoiInputs | None = None) -> Path:
     for case in (best.cases if best else []):
         roof = case.get("roofline") or {}
         if roof:
-            roof_cases.append({"name": case["name"], **roof})
+            shares = [(roof[f"{k}_pct"], k) for k in ("compute", "memory") if roof.get(f"{k}_pct") is not None]
+            roof_cases.append({"name": case["name"], **roof, "bounding_roof": max(shares, default=None)})
             peak_tflops, peak_gbps = roof.get("peak_tflops"), roof.get("peak_gbps")
             roof_sources = {"compute": roof.get("peak_tflops_from", "spec"),
                             "memory": roof.get("peak_gbps_from", "spec")}

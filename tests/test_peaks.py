@@ -9,9 +9,8 @@ import pytest
 
 from cudaopt.harness import peaks
 from cudaopt.harness.gpu import Peaks
-from cudaopt.harness.peaks import MeasuredPeaks, roofline
-from cudaopt.harness.protocol import CaseResult, TimingProtocol, TimingStats
-from cudaopt.harness.runner import Runner
+from cudaopt.harness.peaks import MeasuredPeaks, judge_plausibility, roofline
+from cudaopt.harness.protocol import CaseResult, Limits, TimingStats
 from cudaopt.harness.signature import parse_signature
 
 H200 = {"name": "NVIDIA H200", "uuid": "GPU-1234", "pci_bus_id": "0000:19:00.0", "driver": "580.159.04"}
@@ -88,20 +87,22 @@ def test_the_floor_uses_the_larger_of_spec_and_measured():
     assert "floor_us" not in warm and warm["memory_pct"] == 200.0  # L2 warm: no memory floor
 
 
-def _judge(median_us: float, measured_peaks: MeasuredPeaks | None) -> CaseResult:
-    gpu = SimpleNamespace(peaks=Peaks(bytes_per_s=4.8e12, flops_per_s={"float32": 535e12, "float64": 67e12}),
-                          measured=measured_peaks)
+SPEC = Peaks(bytes_per_s=4.8e12, flops_per_s={"float32": 535e12, "float32_cuda_cores": 67e12, "float64": 67e12})
+
+
+def _judge(median_us: float, measured_peaks: MeasuredPeaks | None, allow_tf32: bool = True,
+           scalars: dict | None = None) -> CaseResult:
     out = CaseResult("square-4096", "performance", "ok", timing=TimingStats(median_us, median_us, 0, median_us,
                                                                              median_us, median_us, median_us, 10))
-    case = SimpleNamespace(flops="2*m*n*k", bytes="4*(m*k + k*n + m*n)")
+    case = SimpleNamespace(flops="2*m*n*k", bytes="4*(m*k + k*n + m*n)",
+                           scalars=scalars or {"m": 4096, "n": 4096, "k": 4096})
     signature = parse_signature('extern "C" __global__ void f(const float* a, const float* b, float* c, '
                                 'int m, int n, int k)')
-    request = SimpleNamespace(protocol=TimingProtocol())
-    Runner(gpu)._judge_plausibility(out, case, {"m": 4096, "n": 4096, "k": 4096}, signature, request)
+    judge_plausibility(out, case, signature, Limits(allow_tf32=allow_tf32), True, SPEC, measured_peaks)
     return out
 
 
-def test_a_kernel_faster_than_the_measured_fma_peak_is_not_rejected():
+def test_a_kernel_faster_than_the_measured_fma_peak_is_not_rejected_when_tensor_cores_are_allowed():
     # 2*4096^3 flops in 1000 us is 137 TFLOP/s: above the measured FP32 FMA rate (a tensor-core
     # kernel could do it), below the spec matrix-unit rate: plausible, 229% of the measured roof
     out = _judge(1000.0, measured())
@@ -109,3 +110,19 @@ def test_a_kernel_faster_than_the_measured_fma_peak_is_not_rejected():
     assert out.roofline["compute_pct"] == pytest.approx(229.1, abs=0.1)
     assert _judge(200.0, measured()).status == "implausible"  # 687 TFLOP/s: above every peak
     assert _judge(1000.0, None).roofline["peak_tflops_from"] == "spec"
+
+
+def test_float32_without_tensor_cores_is_held_to_the_cuda_core_rate():
+    # the same 137 TFLOP/s is twice what the CUDA cores can do: a cheat, unless TF32 is allowed
+    strict = _judge(1000.0, measured(), allow_tf32=False)
+    assert strict.status == "implausible" and "float32 cuda cores" in strict.reason
+    assert strict.roofline["floor_rate"] == "float32_cuda_cores"
+    honest = _judge(3000.0, measured(), allow_tf32=False)  # 46 TFLOP/s, cuBLAS territory
+    assert honest.status == "ok"
+
+
+def test_the_floor_uses_the_case_scalars():
+    # the declared work is resolved from the case's own scalars: 16^3 flops in 1000 us is plausible,
+    # 4096^3 in 1 us is not
+    assert _judge(1000.0, None, scalars={"m": 16, "n": 16, "k": 16}).status == "ok"
+    assert _judge(1.0, None).status == "implausible"

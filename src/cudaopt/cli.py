@@ -25,9 +25,9 @@ EXIT_BAD_INPUT = 2
 EXIT_NO_GPU = 3
 
 
-def console() -> Console:
+def console(stderr: bool = False) -> Console:
     """Made per command, so the terminal width is read when the command runs."""
-    return Console()
+    return Console(stderr=stderr)
 
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="Experiment config file (JSON); flags override it.")]
@@ -278,6 +278,9 @@ def verify(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (results/run-NNN).")],
     cases: Annotated[Path | None, typer.Option("--cases", help="Extra input cases (JSON) besides the holdout.")] = None,
     seed: Annotated[int | None, typer.Option(help="Base seed for the inputs (default: a fresh random one).")] = None,
+    sanitize: Annotated[bool, typer.Option("--sanitize", help="Also run the winner under compute-sanitizer "
+                                           "(memcheck, racecheck, initcheck, synccheck) on the correctness and "
+                                           "holdout cases; any error fails verification.")] = False,
     device: Annotated[int, typer.Option(min=0, help="GPU ordinal.")] = 0,
 ) -> None:
     """Check the winner on the holdout cases (and --cases) with fresh seeds; exit 1 on any failure."""
@@ -285,9 +288,11 @@ def verify(
     from .report.build import build
     from .verify import verify as run_verify
 
+    err = console(stderr=True)
     try:
-        with Supervisor(devices=[device]) as supervisor:
-            outcome = run_verify(run_dir, supervisor, cases, seed)
+        with Supervisor(devices=[device]) as supervisor, err.status("verifying") as status:
+            outcome = run_verify(run_dir, supervisor, cases, seed, sanitize_device=device if sanitize else None,
+                                 on_tool=lambda tool: status.update(f"compute-sanitizer --tool {tool}"))
     except ExperimentError as exc:
         raise fail(str(exc)) from None
     except WorkerError as exc:
@@ -304,6 +309,12 @@ def verify(
     for c in outcome["cases"]:
         if c["status"] != "ok":
             out.print(f"{c['name']}: {' '.join(c['reason'].split())}", markup=False, highlight=False, soft_wrap=True)
+    for tool in outcome.get("sanitize", []):
+        detail = "no errors" if tool["passed"] else (
+            f"{tool['errors']} error(s)" if tool["errors"] else f"evaluation {tool['status']}: {tool['reason']}")
+        out.print(f"compute-sanitizer {tool['tool']}: {'ok' if tool['passed'] else 'FAILED'} ({detail}); "
+                  f"log: {run_dir / 'sanitize' / ('sanitize-' + tool['tool'] + '.log')}",
+                  markup=False, highlight=False, soft_wrap=True)
     if (run_dir / "summary.json").is_file():
         build(run_dir)  # the report's verdict reads verify.json
     if not outcome["passed"]:

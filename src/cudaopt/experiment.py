@@ -32,6 +32,7 @@ from .harness.protocol import (
     InputSpec,
     KernelSpec,
     LaunchSpec,
+    Limits,
     OutputSpec,
     ReferenceSpec,
     Timeouts,
@@ -158,6 +159,21 @@ class TimingModel(_Model):
     flush_l2: bool = True
     input_sets: int = Field(3, ge=1, le=8)
     gate: bool = True
+    checked_launches: int = Field(3, ge=1, le=32)
+    seed: int | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> TimingModel:
+        if self.checked_launches > self.iterations:
+            raise ValueError(f"checked_launches ({self.checked_launches}) exceeds iterations ({self.iterations})")
+        return self
+
+
+class LimitsModel(_Model):
+    """What a candidate may keep between launches, and which arithmetic the speed floor assumes."""
+
+    global_bytes: int = Field(1024, ge=0)
+    allow_tf32: bool = False
 
 
 class TuneModel(_Model):
@@ -191,6 +207,7 @@ class ConfigModel(_Model):
     timing: TimingModel = Field(default_factory=TimingModel)
     tune: TuneModel | None = None
     vendor: VendorModel | None = None
+    limits: LimitsModel = Field(default_factory=LimitsModel)
     roi: RoiInputs = Field(default_factory=RoiInputs)
 
 
@@ -210,7 +227,8 @@ class Experiment:
     def __init__(self, *, description: str, signature: Signature, signature_text: str,
                  reference_path: Path, reference_entry: str, initial_kernel_path: Path | None,
                  cases_path: Path, cases: CasesFile, timing: TimingModel, max_iterations: int,
-                 tuning: Tuning | None = None, roi: RoiInputs | None = None, vendor: VendorSpec | None = None):
+                 tuning: Tuning | None = None, roi: RoiInputs | None = None, vendor: VendorSpec | None = None,
+                 limits: LimitsModel | None = None):
         self.description = description
         self.signature = signature
         self.signature_text = signature_text
@@ -225,6 +243,7 @@ class Experiment:
         self.tuning = tuning
         self.roi = roi or RoiInputs()
         self.vendor = vendor
+        self.limits = limits or LimitsModel()
         self.case_specs = [self._case_spec(c) for c in cases.cases]
 
     @property
@@ -245,7 +264,7 @@ class Experiment:
     def protocol(self) -> TimingProtocol:
         t = self.timing
         return TimingProtocol(warmup=t.warmup, iterations=t.iterations, flush_l2=t.flush_l2,
-                              input_sets=t.input_sets, gate=t.gate)
+                              input_sets=t.input_sets, gate=t.gate, checked_launches=t.checked_launches, seed=t.seed)
 
     def reference_spec(self) -> ReferenceSpec:
         return ReferenceSpec(kind=self.reference_kind, source=self.reference_source,
@@ -270,6 +289,7 @@ class Experiment:
             timeouts=timeouts or Timeouts(),
             check=check,
             vendor=self.vendor if vendor and check else None,
+            limits=Limits(global_bytes=self.limits.global_bytes, allow_tf32=self.limits.allow_tf32),
             id=request_id,
         )
 
@@ -446,6 +466,7 @@ def load_experiment(
         tuning=tuning,
         roi=model.roi,
         vendor=vendor,
+        limits=model.limits,
     )
 
 
@@ -483,7 +504,7 @@ def _load_vendor(vendor: VendorModel, base: Path, origin: str, sig: Signature) -
 
 
 def _load_tuning(tune: TuneModel, base: Path, origin: str, sig: Signature, cases: CasesFile) -> Tuning:
-    from .harness.runner import resolve_launch
+    from .harness.launch import resolve_launch, tunable_clashes
     from .harness.signature import find_entry
     from .search.space import SpaceError, TuneSpace, from_source
 
@@ -510,6 +531,9 @@ def _load_tuning(tune: TuneModel, base: Path, origin: str, sig: Signature, cases
     launch = tune.launch or (in_source.launch if in_source else None)
     if launch is None:
         raise ExperimentError(origin, "tune.launch", "missing: launch expressions for the tunable kernel")
+    clashes = tunable_clashes(space.tunables, sig, {n for c in cases.cases for n in c.scalars})
+    if clashes:
+        raise ExperimentError(origin if tune.tunables else path, "tune.tunables", "; ".join(clashes))
     configs = space.configurations()
     if not configs:
         raise ExperimentError(origin, "tune.restrictions", "no configuration satisfies them")

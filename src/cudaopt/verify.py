@@ -2,7 +2,8 @@
 
 The holdout cases of the experiment (never evaluated during the run, never shown to a model)
 and any extra cases are checked — not timed — with the winner's source, tunable values and
-launch expressions. The outcome goes to ``verify.json`` in the run directory, where the report's
+launch expressions (shapes always from each case's own scalars). With ``--sanitize`` the
+winner also runs under compute-sanitizer (sanitize.py). The outcome goes to ``verify.json`` in the run directory, where the report's
 verdict reads it.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +41,10 @@ def winner(run: RunDir) -> Winner:
     return Winner(attempt.id, run.file(attempt.source_file).read_text(), launch, dict(attempt.defines))
 
 
-def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed: int | None = None) -> dict:
+def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed: int | None = None,
+           sanitize_device: int | None = None, on_tool: Callable[[str], None] = lambda tool: None) -> dict:
+    """Check the winner on the holdout (and extra) cases; with ``sanitize_device``, also run it under
+    compute-sanitizer on that GPU, on the correctness and holdout cases."""
     try:
         run = RunDir.open(run_dir)
     except FileNotFoundError as exc:
@@ -71,6 +76,13 @@ def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed:
             for c in result.cases
         ],
     }
+    if sanitize_device is not None:
+        from .sanitize import sanitize
+
+        checked = [dataclasses.replace(c, seed=seed + len(fresh) + i) for i, c in enumerate(experiment.cases({"correctness"}))]
+        request.cases = checked + fresh
+        outcome["sanitize"] = sanitize(request, sanitize_device, run.file("sanitize"), on_tool=on_tool)
+        outcome["passed"] = outcome["passed"] and all(r["passed"] for r in outcome["sanitize"])
     run.write_json("verify.json", outcome)
     run.log(f"verify: attempt {best.attempt} on {len(fresh)} case(s), seed {seed}: {result.status}")
     return outcome

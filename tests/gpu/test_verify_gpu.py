@@ -33,6 +33,21 @@ def test_verify_a_tuned_winner_on_the_holdout(run):
     assert "holdout: passed" in (run / "report.html").read_text()
 
 
+def test_verify_sanitize_runs_every_tool_on_the_winner(run):
+    from cudaopt.sanitize import find_sanitizer
+
+    try:
+        find_sanitizer()
+    except Exception:
+        pytest.skip("compute-sanitizer not installed")
+    result = runner.invoke(app, ["verify", str(run), "--seed", "5", "--sanitize"])
+    assert result.exit_code == 0, result.output
+    outcome = json.loads((run / "verify.json").read_text())
+    assert [t["tool"] for t in outcome["sanitize"]] == ["memcheck", "racecheck", "initcheck", "synccheck"]
+    assert all(t["passed"] and t["errors"] == 0 for t in outcome["sanitize"]), outcome["sanitize"]
+    assert "compute-sanitizer memcheck: ok" in result.output
+
+
 def test_replay_a_run_beside_its_baseline(run):
     result = runner.invoke(app, ["replay", str(run), "--repeats", "2"])
     assert result.exit_code == 0, result.output

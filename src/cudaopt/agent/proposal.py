@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..experiment import LaunchModel
 from ..harness import expr
 from ..harness.protocol import CaseSpec, LaunchSpec
-from ..harness.runner import resolve_launch
+from ..harness.launch import resolve_launch, tunable_clashes
 from ..harness.signature import Signature, SignatureError, find_entry
 
 
@@ -80,6 +80,10 @@ def parse(text: str, signature: Signature, cases: list[CaseSpec], allow_tunables
     if not source or not source.strip():
         raise ProposalError("no ```cuda block with the kernel source found in the answer")
     check_source(source, signature)
+    if answer.tunables:
+        clashes = tunable_clashes(answer.tunables, signature, {n for c in cases for n in c.scalars})
+        if clashes:
+            raise ProposalError(f"bad tunables: {'; '.join(clashes)}; give tunables names of their own")
     configurations = _configurations(answer, allow_tunables, max_configurations)
     launch = answer.launch.spec()
     for config in configurations or [{}]:

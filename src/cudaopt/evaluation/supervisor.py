@@ -19,6 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ..harness.sandbox import worker_environment
 from ..harness.protocol import (
     CaseResult,
     CompileInfo,
@@ -31,6 +32,7 @@ from ..harness.protocol import (
 )
 
 STARTUP_TIMEOUT_S = 120.0
+WORKER_COMMAND = [sys.executable, "-m", "cudaopt.harness.worker"]
 
 
 class WorkerError(RuntimeError):
@@ -40,19 +42,26 @@ class WorkerError(RuntimeError):
 class Worker:
     """One worker process pinned to one GPU."""
 
-    def __init__(self, device: int, log_path: Path, command: list[str] | None = None):
+    def __init__(self, device: int, log_path: Path, command: list[str] | None = None,
+                 env: dict[str, str] | None = None):
         self.device = device
         self.log_path = log_path
-        self.command = command or [sys.executable, "-m", "cudaopt.harness.worker"]
+        self.command = command or WORKER_COMMAND
+        self.extra_env = dict(env or {})
         self.proc: subprocess.Popen | None = None
         self.info: dict = {}
         self._buffer = b""
+        self._workdir: tempfile.TemporaryDirectory | None = None
 
     # --- process management --------------------------------------------------------------
 
     def start(self) -> None:
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(self.device), PYTHONUNBUFFERED="1")
+        """Start the process: allow-listed environment (no secrets), an empty working directory."""
+        env = worker_environment(dict(os.environ), CUDA_VISIBLE_DEVICES=str(self.device), PYTHONUNBUFFERED="1",
+                                 **self.extra_env)
         env.pop("CUDA_DEVICE_ORDER", None)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (*_package_roots(), env.get("PYTHONPATH", "")) if p)
+        self._workdir = tempfile.TemporaryDirectory(prefix="cudaopt-worker-")
         log = open(self.log_path, "ab")
         try:
             self.proc = subprocess.Popen(
@@ -61,6 +70,7 @@ class Worker:
                 stdout=subprocess.PIPE,
                 stderr=log,
                 env=env,
+                cwd=self._workdir.name,
             )
         finally:
             log.close()
@@ -88,6 +98,9 @@ class Worker:
                 if stream:
                     stream.close()
         self.proc = None
+        if self._workdir is not None:
+            self._workdir.cleanup()
+            self._workdir = None
 
     def stop(self) -> None:
         """End the worker politely (close its input), killing it if it does not exit."""
@@ -186,7 +199,7 @@ class Worker:
         while True:
             if b"\n" in self._buffer:
                 line, self._buffer = self._buffer.split(b"\n", 1)
-                if line.strip():
+                if line.lstrip().startswith(b"{"):  # a tool wrapping the worker may print banners
                     return json.loads(line)
                 continue
             remaining = deadline - time.monotonic()
@@ -207,6 +220,14 @@ class Worker:
         return data.replace("\n", " | ") or "(empty)"
 
 
+def _package_roots() -> list[str]:
+    """Where this process imports cudaopt from: the worker runs in an empty directory, so a source
+    checkout used without installation still finds its code."""
+    import cudaopt
+
+    return [str(Path(cudaopt.__file__).resolve().parent.parent)]
+
+
 def _retired(result: EvalResult) -> bool:
     return any(c.status == "crashed" for c in result.cases)
 
@@ -215,8 +236,9 @@ class Supervisor:
     """Evaluates requests on a pool of workers, one per GPU; use as a context manager."""
 
     def __init__(self, devices: list[int] | None = None, log_dir: Path | None = None,
-                 command: list[str] | None = None):
-        """``command`` starts a worker (default: this Python's ``cudaopt.harness.worker``)."""
+                 command: list[str] | None = None, env: dict[str, str] | None = None):
+        """``command`` starts a worker (default: this Python's ``cudaopt.harness.worker``); ``env``
+        adds variables to its allow-listed environment."""
         self.devices = devices if devices is not None else [0]
         self._tmp = None
         if log_dir is None:
@@ -224,7 +246,7 @@ class Supervisor:
             log_dir = Path(self._tmp.name)
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir = log_dir
-        self.workers = [Worker(d, log_dir / f"worker-gpu{d}.log", command) for d in self.devices]
+        self.workers = [Worker(d, log_dir / f"worker-gpu{d}.log", command, env) for d in self.devices]
         self._free: queue.Queue[Worker] = queue.Queue()
         for worker in self.workers:
             self._free.put(worker)

@@ -11,7 +11,9 @@ import re
 import time
 from dataclasses import dataclass
 
+from .cubin import inspect_cubin
 from .protocol import CompileInfo, KernelSpec
+from .sandbox import PROGRAM_NAME, IncludeError, check_includes, filter_log
 
 DEFAULT_ARCH = "sm_90"
 
@@ -51,7 +53,9 @@ def program_options(spec: KernelSpec, arch: str, **extra):
 
     defines = [(k, str(v)) for k, v in sorted(spec.defines.items())]
     return ProgramOptions(
+        name=PROGRAM_NAME,
         arch=arch,
+        no_source_include=True,
         std="c++17",
         use_fast_math=spec.fast_math or None,
         max_register_count=spec.max_registers,
@@ -69,8 +73,9 @@ def compile_ptx(spec: KernelSpec, arch: str = DEFAULT_ARCH) -> str:
     """
     from cuda.bindings import nvrtc
 
+    _sandbox(spec)
     options = program_options(spec, arch).as_bytes("nvrtc")
-    _, program = nvrtc.nvrtcCreateProgram(spec.source.encode(), b"kernel.cu", 0, [], [])
+    _, program = nvrtc.nvrtcCreateProgram(spec.source.encode(), PROGRAM_NAME.encode(), 0, [], [])
     try:
         (status,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
         if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
@@ -83,13 +88,14 @@ def compile_ptx(spec: KernelSpec, arch: str = DEFAULT_ARCH) -> str:
         nvrtc.nvrtcGetPTX(program, ptx)
     finally:
         nvrtc.nvrtcDestroyProgram(program)
-    return _clean(ptx.decode(errors="replace"))
+    return ptx.decode(errors="replace").replace("\x00", "").strip()
 
 
 def compile_kernel(spec: KernelSpec, arch: str = DEFAULT_ARCH) -> Compiled:
     """Compile ``spec`` for ``arch``; raise :class:`CompileError` with the full log on failure."""
     from cuda.core import Program
 
+    _sandbox(spec)
     # no_cache: a cached compile skips ptxas, and with it the resource report
     options = program_options(spec, arch, ptxas_options="--verbose", no_cache=True)
     log = io.StringIO()
@@ -105,11 +111,23 @@ def compile_kernel(spec: KernelSpec, arch: str = DEFAULT_ARCH) -> Compiled:
     text = _clean(log.getvalue())
     info = CompileInfo(ok=True, log=text, arch=arch, seconds=round(seconds, 4))
     _apply_ptxas(info, text, spec.entry)
+    state = inspect_cubin(bytes(cubin.code))
+    info.global_bytes, info.device_malloc = state.global_bytes, state.device_malloc
     return Compiled(cubin=cubin, info=info)
 
 
+def _sandbox(spec: KernelSpec) -> None:
+    """Refuse, before NVRTC opens anything, a source that includes more than CUDA headers."""
+    try:
+        check_includes(spec.source)
+    except IncludeError as exc:
+        raise CompileError(f"{PROGRAM_NAME}: {exc}") from None
+
+
 def _clean(text: str) -> str:
-    return text.replace("\x00", "").strip()
+    text = text.replace("\x00", "").strip()
+    include = header_options().get("include_path") or []
+    return filter_log(text, list(include))
 
 
 _FUNC = re.compile(r"Function properties for (\S+)")

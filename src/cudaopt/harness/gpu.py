@@ -95,8 +95,10 @@ class Peaks:
     flops_per_s: dict[str, float]
 
 
-# Dense matrix-unit operations per clock per SM on Hopper-class parts (from the published
-# peak rates), per element type. An upper bound for any kernel, tensor cores or not.
+# Floating-point operations per clock per SM on Hopper-class parts (from the published peak
+# rates), per element type: the dense matrix-unit rate, an upper bound for any kernel; and the
+# CUDA-core rate for float32, the bound for float32 work that may not use tensor cores (TF32
+# changes the arithmetic). float64 tensor cores keep full precision, so float64 keeps the matrix rate.
 _OPS_PER_CLOCK_PER_SM = {
     "float64": 256,
     "float32": 2048,
@@ -105,6 +107,12 @@ _OPS_PER_CLOCK_PER_SM = {
     "int8": 8192,
     "uint8": 8192,
 }
+_FP32_CUDA_CORE_OPS_PER_CLOCK_PER_SM = 256  # 128 FMA lanes
+
+
+def floor_rate_key(dtype: str, allow_tf32: bool) -> str:
+    """Which peak bounds work on ``dtype``: float32 without TF32 is bounded by the CUDA cores."""
+    return "float32" if dtype == "float32" and allow_tf32 else ("float32_cuda_cores" if dtype == "float32" else dtype)
 
 
 class Gpu:
@@ -178,7 +186,8 @@ class Gpu:
 
         source = resources.files(__package__).joinpath("utilities.cu").read_text()
         module = Program(source, "c++", ProgramOptions(arch=self.arch, std="c++17")).compile("cubin", logs=io.StringIO())
-        names = ("cudaopt_gate", "cudaopt_compare", "cudaopt_widen", "cudaopt_diff_bytes")
+        names = ("cudaopt_gate", "cudaopt_compare", "cudaopt_widen", "cudaopt_diff_bytes", "cudaopt_stage",
+                 "cudaopt_audit")
         return {name.removeprefix("cudaopt_"): module.get_kernel(name) for name in names}
 
     def _grid_for(self, n: int) -> int:
@@ -227,6 +236,31 @@ class Gpu:
         count, first = self.download(self._stats_ptr, 16).view(np.uint64)
         return int(count), (None if first == np.iinfo(np.uint64).max else int(first))
 
+    # --- fresh inputs and per-launch audits (stream-ordered, never waited on) --------------------
+
+    def stage(self, slots: int, count: int, total: int, seed: int, stream: int) -> None:
+        """Fill a case's buffers for one launch (utilities.cu ``cudaopt_stage``); ``total`` elements."""
+        self._run_utility("stage", total, np.uint64(slots), np.int32(count), np.uint64(seed), np.uint64(stream))
+
+    def audit(self, slots: int, count: int, total: int, seed: int, stream: int, inputs: bool, counters: int) -> None:
+        """Count unwritten outputs (and, with ``inputs``, changed inputs) after one launch into two
+        u64 at ``counters``."""
+        self._run_utility("audit", total, np.uint64(slots), np.int32(count), np.uint64(seed), np.uint64(stream),
+                          np.int32(inputs), np.uint64(counters))
+
+    def scrub(self, buffer) -> None:
+        """Zero a buffer and free it: an answer key must not outlive its comparison in pool memory."""
+        call("cuMemsetD8Async", int(buffer.handle), 0, int(buffer.size), self.stream.handle)
+        buffer.close(self.stream)
+
+    def context_alive(self) -> bool:
+        """Whether the context still works after an error (a sticky error fails every later call)."""
+        try:
+            call("cuCtxSynchronize")
+            return True
+        except CudaCallError:
+            return False
+
     def close_gate(self, timeout_s: float = 5.0) -> None:
         """Hold the stream until :meth:`open_gate`, so queued work runs back to back."""
         from cuda.core import LaunchConfig, launch
@@ -256,10 +290,9 @@ class Gpu:
         clock_hz = float(self.props.clock_rate) * 1e3
         sms = int(self.props.multiprocessor_count)
         bandwidth = float(self.props.memory_clock_rate) * 1e3 * 2 * int(self.props.global_memory_bus_width) / 8
-        return Peaks(
-            bytes_per_s=bandwidth,
-            flops_per_s={k: v * sms * clock_hz for k, v in _OPS_PER_CLOCK_PER_SM.items()},
-        )
+        rates = {k: v * sms * clock_hz for k, v in _OPS_PER_CLOCK_PER_SM.items()}
+        rates["float32_cuda_cores"] = _FP32_CUDA_CORE_OPS_PER_CLOCK_PER_SM * sms * clock_hz
+        return Peaks(bytes_per_s=bandwidth, flops_per_s=rates)
 
     def info(self) -> dict:
         from cuda import core

@@ -53,12 +53,6 @@ def from_numbers(values: np.ndarray, dtype: str) -> np.ndarray:
     return np.ascontiguousarray(values).astype(DTYPES[dtype].numpy, copy=False)
 
 
-def names_for(case: CaseSpec, tunables: dict | None = None) -> dict:
-    names = dict(case.scalars)
-    names.update(tunables or {})
-    return names
-
-
 def shape_of(shape: list, names: dict, what: str) -> tuple[int, ...]:
     try:
         dims = tuple(expr.evaluate_int(d, names) for d in shape)
@@ -106,15 +100,13 @@ def _load_file(init: InitSpec, shape: tuple[int, ...], dtype: str, what: str) ->
     return from_numbers(data, dtype)
 
 
-def generate(
-    case: CaseSpec, signature: Signature, sets: int, tunables: dict | None = None
-) -> list[dict[str, HostTensor]]:
+def generate(case: CaseSpec, signature: Signature, sets: int) -> list[dict[str, HostTensor]]:
     """``sets`` input sets for ``case``, each a dict from argument name to host tensor.
 
     Independent draws run in a thread pool (NumPy's generators release the GIL), which matters
     for large cases: a 4096x4096 pair of inputs is four draws of 16M values.
     """
-    names = names_for(case, tunables)
+    names = case.scalars  # never a tunable: shapes belong to the problem
     out: list[dict[str, HostTensor]] = [{} for _ in range(sets)]
     draws = {}
     for arg in signature.inputs:

@@ -195,3 +195,44 @@ def roofline(seconds: float, flops: float | None, nbytes: float | None, *, spec_
         bound, floor = max(floors.items(), key=lambda kv: kv[1])
         roof.update(floor_us=round(floor * 1e6, 3), bound=bound)
     return roof
+
+
+def judge_plausibility(out, case, signature, limits, flush_l2: bool, spec, measured) -> None:
+    """Fill ``out.roofline``; a median under the speed-of-light floor for the arithmetic the
+    experiment allows makes the case ``implausible``. Flops and bytes come from the case's own
+    scalars, never from a candidate's tunables."""
+    from . import expr
+    from .gpu import floor_rate_key
+
+    if out.timing is None or out.status != "ok":
+        return
+    try:
+        flops = float(expr.evaluate(case.flops, case.scalars)) if case.flops is not None else None
+        nbytes = float(expr.evaluate(case.bytes, case.scalars)) if case.bytes is not None else None
+    except expr.ExprError as exc:
+        out.roofline = {"error": str(exc)}
+        return
+    dtype = compute_class(signature)
+    rate_key = floor_rate_key(dtype, limits.allow_tf32)
+    out.roofline = roofline(
+        out.timing.median_us * 1e-6, flops, nbytes,
+        spec_flops=spec.flops_per_s.get(rate_key, max(spec.flops_per_s.values())), spec_bytes=spec.bytes_per_s,
+        measured_flops=measured.flops_per_s.get(dtype) if measured else None,
+        measured_bytes=measured.bytes_per_s if measured else None, memory_floor=flush_l2,
+    )
+    out.roofline["floor_rate"] = rate_key
+    floor_us = out.roofline.get("floor_us")
+    if floor_us is not None and out.timing.median_us < floor_us:
+        out.status = "implausible"
+        out.reason = (
+            f"median {out.timing.median_us:.3f} us is below the speed-of-light floor {floor_us:.3f} us "
+            f"({out.roofline['bound']}-bound, from the declared work and the larger of the spec and measured "
+            f"peaks for {rate_key.replace('_', ' ')})"
+        )
+
+
+def compute_class(signature) -> str:
+    """The narrowest floating type among the inputs decides which peak rate bounds the kernel."""
+    widths = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1}
+    dtypes = [a.dtype for a in signature.inputs if a.dtype in widths] or ["float32"]
+    return min(dtypes, key=lambda d: widths[d])

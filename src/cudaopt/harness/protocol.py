@@ -16,7 +16,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-HARNESS_VERSION = "1"
+HARNESS_VERSION = "2"
 
 Role = Literal["correctness", "performance", "holdout"]
 Expr = str | int | float
@@ -32,6 +32,7 @@ STATUSES = (
     "mismatch",
     "guard_violation",
     "input_modified",
+    "global_state",
     "timeout",
     "crashed",
     "implausible",
@@ -134,6 +135,16 @@ class TimingProtocol:
     input_sets: int = 3
     gate: bool = True  # hold the stream until all samples are queued (keeps host latency out)
     chunk: int = 25  # samples queued behind one gate
+    checked_launches: int = 3  # timed launches, drawn at random, whose fresh inputs get a reference
+    seed: int | None = None  # draws the checked launches and every fresh input; None: a new one per request
+
+
+@dataclass
+class Limits:
+    """What a candidate may use beyond its buffers, and which arithmetic the floor assumes."""
+
+    global_bytes: int = 1024  # mutable __device__ memory the cubin may hold (device malloc is refused)
+    allow_tf32: bool = False  # float32 work may use tensor cores: the floor uses their rate
 
 
 @dataclass
@@ -155,6 +166,8 @@ class EvalRequest:
     time_roles: list[Role] = field(default_factory=lambda: ["performance"])
     check: bool = True  # False: time only (used to time the trusted reference itself)
     vendor: VendorSpec | None = None  # timed, interleaved with the candidate, on every timed case
+    limits: Limits = field(default_factory=Limits)
+    sanitize: bool = False  # run under compute-sanitizer: no guard bands, so the tool sees every overrun
     id: str = ""
     harness_version: str = HARNESS_VERSION
 
@@ -172,11 +185,16 @@ class CompileInfo:
     static_shared_bytes: int | None = None
     local_bytes: int | None = None
     max_threads_per_block: int | None = None
+    global_bytes: int | None = None  # mutable device-global memory in the cubin
+    device_malloc: bool = False
 
 
 @dataclass
 class CheckInfo:
-    """The comparison of one output of one input set with the reference."""
+    """The comparison of one output of one input set with the reference.
+
+    ``input_set`` -1 with ``launch`` set: the fresh inputs of that timed launch (0-based among the
+    timed launches), drawn at random and never seen by the kernel before."""
 
     output: str
     input_set: int
@@ -193,6 +211,7 @@ class CheckInfo:
     first_bad_index: list[int] | None = None
     expected: float | None = None
     actual: float | None = None
+    launch: int | None = None
 
 
 @dataclass
@@ -237,6 +256,7 @@ class CaseResult:
     roofline: dict[str, Any] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=dict)  # wall seconds per step
     vendor: VendorResult | None = None
+    audit: dict[str, Any] = field(default_factory=dict)  # which launches were checked, and how many scanned
 
 
 @dataclass
@@ -248,6 +268,7 @@ class EvalResult:
     cases: list[CaseResult] = field(default_factory=list)
     device: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
+    seed: int | None = None  # the protocol seed this evaluation used (set it in a request to reproduce)
     harness_version: str = HARNESS_VERSION
 
     @property

@@ -78,3 +78,67 @@ def call_python(
             array = array.reshape(output_shapes[name])
         checked[name] = array
     return checked
+
+
+class CudaReference:
+    """A ``.cu`` reference run over a case's working buffers: compiled once, launched like a candidate."""
+
+    def __init__(self, launcher):
+        self.launcher = launcher
+        self._kernels: dict[tuple, object] = {}
+
+    def kernel(self, ref):
+        from .compiler import CompileError, compile_kernel
+        from .protocol import KernelSpec
+
+        key = (ref.source, ref.entry, self.launcher.gpu.arch)
+        if key not in self._kernels:
+            try:
+                compiled = compile_kernel(KernelSpec(source=ref.source, entry=ref.entry), self.launcher.gpu.arch)
+                self._kernels[key] = compiled.cubin.get_kernel(ref.entry)
+            except CompileError as exc:
+                raise ReferenceFailure(f"the reference kernel does not compile:\n{exc.log}") from None
+            except Exception as exc:
+                raise ReferenceFailure(f"the reference has no kernel {ref.entry!r}: {exc}") from None
+        return self._kernels[key]
+
+    def run(self, ref, signature: Signature, case, buffers) -> dict:
+        """Launch the reference on the staged inputs; its outputs widened to float64 on the device
+        (:class:`answers.DeviceAnswer`, the caller scrubs them)."""
+        from .answers import DeviceAnswer
+        from .launch import resolve_launch
+        from .launcher import CaseFailure
+
+        spec = ref.launch or case.launch
+        if spec is None:
+            raise ReferenceFailure(f"case {case.name!r}: no launch configuration for the reference kernel")
+        try:
+            launch = resolve_launch(spec, case.scalars)
+        except ValueError as exc:
+            raise ReferenceFailure(f"case {case.name!r}: reference launch: {exc}") from None
+        gpu = self.launcher.gpu
+        try:
+            self.launcher.launch(self.kernel(ref), launch, buffers.kernel_args(case.scalars))
+            self.launcher.sync()
+        except CaseFailure as failure:
+            if self.launcher.dead:
+                raise
+            raise ReferenceFailure(f"reference kernel failed: {failure.reason}") from None
+        if buffers.guard_violations():
+            raise ReferenceFailure("the reference kernel wrote outside its outputs")
+        produced = {}
+        try:
+            for arg in signature.outputs:
+                n = buffers.elements(arg.name)
+                answer = DeviceAnswer(gpu, gpu.alloc(8 * n), buffers.output_shapes[arg.name])
+                produced[arg.name] = answer
+                gpu.widen(buffers.output_ptr(arg.name), answer.ptr, n, arg.dtype)
+                stats = gpu.compare(buffers.output_ptr(arg.name), answer.ptr, n, arg.dtype, np.inf, np.inf)
+                if stats["unwritten"]:
+                    raise ReferenceFailure(f"the reference kernel left {stats['unwritten']} elements of "
+                                           f"{arg.name!r} unwritten")
+        except BaseException:
+            for answer in produced.values():
+                answer.scrub()
+            raise
+        return produced

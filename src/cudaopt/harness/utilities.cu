@@ -128,3 +128,191 @@ extern "C" __global__ void cudaopt_diff_bytes(const unsigned char* a, const unsi
         atomicMin(first, at);
     }
 }
+
+// --- fresh inputs --------------------------------------------------------------------------
+// Counter-based (SplitMix64): element i of an input is mix(key + i * golden), where the key comes
+// from the request's seed, the launch's stream and the input's position; so a launch's inputs can
+// be drawn on the device between timed launches, re-checked after the launch, and drawn again
+// later for the reference, with nothing kept. Distributions (argument `dist`):
+//   0 uniform [low, high), 1 normal (mean, std), 2 integers [low, high)
+
+__device__ __forceinline__ unsigned long long splitmix(unsigned long long x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+__device__ __forceinline__ double fresh_value(unsigned long long key, long long i,
+                                              int dist, double low, double high, double mean, double stdev) {
+    unsigned long long h = splitmix(key + (unsigned long long)i * 0x9E3779B97F4A7C15ull);
+    double u = (double)(h >> 11) * 1.1102230246251565e-16;  // [0, 1)
+    if (dist == 2) return floor(low) + floor(u * (floor(high) - floor(low)));
+    if (dist == 1) {
+        double u1 = ((double)(h >> 11) + 1.0) * 1.1102230246251565e-16;  // (0, 1]
+        double u2 = (double)(splitmix(h) >> 11) * 1.1102230246251565e-16;
+        return mean + stdev * sqrt(-2.0 * log(u1)) * cospi(2.0 * u2);
+    }
+    return low + u * (high - low);
+}
+
+// A 32-bit bijective mix ("lowbias32"): the fast path for uniform float32/16/bf16 inputs.
+__device__ __forceinline__ unsigned int mix32(unsigned int x) {
+    x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
+    return x;
+}
+
+// The value as stored: the element kind's bits, rounded to nearest (integers: to nearest integer).
+__device__ __forceinline__ unsigned long long stored_bits(double v, int kind) {
+    switch (kind) {
+        case 0: return __float_as_uint((float)v);
+        case 1: return (unsigned long long)__double_as_longlong(v);
+        case 2: {
+            unsigned short h;
+            float f = (float)v;
+            asm("{ .reg .b16 t; cvt.rn.f16.f32 t, %1; mov.b16 %0, t; }" : "=h"(h) : "f"(f));
+            return h;
+        }
+        case 3: {
+            unsigned int b = __float_as_uint((float)v);
+            b += 0x7FFFu + ((b >> 16) & 1u);
+            return b >> 16;
+        }
+        case 4: return (unsigned char)(signed char)rint(v);
+        case 5: return (unsigned char)rint(v);
+        case 6: return (unsigned short)(short)rint(v);
+        case 7: return (unsigned short)rint(v);
+        case 8: return (unsigned int)(int)rint(v);
+        case 9: return (unsigned int)rint(v);
+        case 10: return (unsigned long long)(long long)rint(v);
+        default: return (unsigned long long)rint(v);
+    }
+}
+
+// The stored bits of element i of a fresh input (both kernels below must agree bit for bit).
+__device__ __forceinline__ unsigned long long fresh_bits(unsigned long long key, long long i, int dist, int kind,
+                                                         double low, double high, double mean, double stdev) {
+    if (dist == 0 && (kind == 0 || kind == 2 || kind == 3)) {
+        unsigned int x = mix32((unsigned int)(key ^ (key >> 32)) ^ (unsigned int)i ^ (unsigned int)(i >> 32) * 0x9E3779B9u);
+        float u = (float)(x >> 8) * 5.9604644775390625e-8f;  // [0, 1)
+        float v = __fmaf_rn(u, (float)high - (float)low, (float)low);
+        return stored_bits((double)v, kind);
+    }
+    return stored_bits(fresh_value(key, i, dist, low, high, mean, stdev), kind);
+}
+
+__device__ __forceinline__ void store_bits(void* p, long long i, int itemsize, unsigned long long bits) {
+    switch (itemsize) {
+        case 1: ((unsigned char*)p)[i] = (unsigned char)bits; break;
+        case 2: ((unsigned short*)p)[i] = (unsigned short)bits; break;
+        case 4: ((unsigned int*)p)[i] = (unsigned int)bits; break;
+        default: ((unsigned long long*)p)[i] = bits;
+    }
+}
+
+// One slot per buffer of a case (inputs first, then outputs), built once on the host (buffers.py).
+struct Slot {
+    unsigned long long ptr;     // the working buffer
+    unsigned long long src;     // role 1: the device copy of input set 0
+    long long n;                // elements
+    int kind, itemsize, role;   // role 0: fresh input, 1: copied input, 2: output
+    int dist;                   // role 0: the distribution; role 2: 1 when scanned for poison
+    double low, high, mean, stdev;
+    unsigned long long poison;  // role 2: the poison bits of one element
+    unsigned long long index;   // the input's position: part of its stream
+};
+
+__device__ __forceinline__ unsigned long long slot_key(unsigned long long seed, unsigned long long stream,
+                                                       unsigned long long index) {
+    return splitmix(splitmix(seed) ^ ((stream << 8) | index));
+}
+
+__host__ __device__ constexpr int item_of(int kind) {
+    return kind == 1 || kind >= 10 ? 8 : kind == 0 || kind == 8 || kind == 9 ? 4 : kind == 4 || kind == 5 ? 1 : 2;
+}
+
+// The loops below are instantiated per element kind (-1: any kind, chosen per element, for the
+// rarer integer inputs), so no switch runs per element on the common paths. With `check` they
+// count the elements that differ from what staging writes; otherwise they write it.
+template <int KIND>
+__device__ unsigned long long fresh_loop(const Slot d, unsigned long long key, bool check) {
+    long long step = (long long)gridDim.x * blockDim.x;
+    unsigned long long differ = 0;
+    int kind = KIND < 0 ? d.kind : KIND;
+    int item = KIND < 0 ? d.itemsize : item_of(KIND);
+    bool fast = d.dist == 0 && (KIND == 0 || KIND == 2 || KIND == 3);
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < d.n; i += step) {
+        unsigned long long bits = fast ? fresh_bits(key, i, 0, kind, d.low, d.high, 0.0, 0.0)
+                                       : fresh_bits(key, i, d.dist, kind, d.low, d.high, d.mean, d.stdev);
+        if (check) differ += load_bits((const void*)d.ptr, i, item) != bits;
+        else store_bits((void*)d.ptr, i, item, bits);
+    }
+    return differ;
+}
+
+template <int ITEM>
+__device__ unsigned long long plain_loop(const Slot d, bool check) {
+    long long step = (long long)gridDim.x * blockDim.x;
+    unsigned long long count = 0;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < d.n; i += step) {
+        if (d.role == 1) {
+            unsigned long long want = load_bits((const void*)d.src, i, ITEM);
+            if (check) count += load_bits((const void*)d.ptr, i, ITEM) != want;
+            else store_bits((void*)d.ptr, i, ITEM, want);
+        } else if (check) {
+            count += load_bits((const void*)d.ptr, i, ITEM) == d.poison;
+        } else {
+            store_bits((void*)d.ptr, i, ITEM, d.poison);
+        }
+    }
+    return count;
+}
+
+__device__ unsigned long long run_slot(const Slot d, unsigned long long key, bool check) {
+    if (d.role == 0) {
+        switch (d.kind) {
+            case 0: return fresh_loop<0>(d, key, check);
+            case 1: return fresh_loop<1>(d, key, check);
+            case 2: return fresh_loop<2>(d, key, check);
+            case 3: return fresh_loop<3>(d, key, check);
+            default: return fresh_loop<-1>(d, key, check);
+        }
+    }
+    switch (d.itemsize) {
+        case 1: return plain_loop<1>(d, check);
+        case 2: return plain_loop<2>(d, check);
+        case 4: return plain_loop<4>(d, check);
+        default: return plain_loop<8>(d, check);
+    }
+}
+
+// Before a launch: draw every fresh input of stream `stream`, copy the others, poison the outputs.
+extern "C" __global__ void cudaopt_stage(const Slot* slots, int count, unsigned long long seed,
+                                         unsigned long long stream) {
+    for (int s = 0; s < count; ++s) {
+        const Slot d = slots[s];  // a copy: stores through d.ptr cannot alias it, so it stays in registers
+        run_slot(d, slot_key(seed, stream, d.index), false);
+    }
+}
+
+// After a launch: counters[0] += output elements still poisoned (scanned outputs only); with
+// `inputs`, counters[1] += input elements that no longer hold what cudaopt_stage put there.
+extern "C" __global__ void cudaopt_audit(const Slot* slots, int count, unsigned long long seed,
+                                         unsigned long long stream, int inputs, unsigned long long* counters) {
+    unsigned long long unwritten = 0, changed = 0;
+    for (int s = 0; s < count; ++s) {
+        const Slot d = slots[s];
+        if ((d.role == 2 && !d.dist) || (d.role != 2 && !inputs)) continue;
+        unsigned long long count = run_slot(d, slot_key(seed, stream, d.index), true);
+        if (d.role == 2) unwritten += count;
+        else changed += count;
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        unwritten += __shfl_down_sync(0xffffffffu, unwritten, offset);
+        changed += __shfl_down_sync(0xffffffffu, changed, offset);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        if (unwritten) atomicAdd(&counters[0], unwritten);
+        if (changed) atomicAdd(&counters[1], changed);
+    }
+}

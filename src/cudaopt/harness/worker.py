@@ -70,6 +70,8 @@ def main() -> int:
         except Exception as exc:
             result = EvalResult(status="internal_error", reason=f"{exc.__class__.__name__}: {exc}")
             traceback.print_exc()
+            if not gpu.context_alive():  # whatever failed, a context that no longer answers is retired
+                result.status, runner.launcher.dead = "crashed", True
         send({"type": "result", "result": to_dict(result)})
         if runner.dead:
             return EXIT_RETIRED

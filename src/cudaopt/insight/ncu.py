@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..harness.inputs import names_for, shape_of
+from ..harness.inputs import shape_of
 from ..harness.protocol import (
     CaseSpec,
     EvalRequest,
@@ -87,8 +87,7 @@ class Profile:
 def profile_request(request: EvalRequest, case: str | None = None) -> EvalRequest:
     """The request ncu runs: one case (``case``, or the largest performance case), checked, never timed."""
     if case is None:
-        chosen = largest_case([c for c in request.cases if c.role == "performance"] or request.cases,
-                              request.kernel.defines)
+        chosen = largest_case([c for c in request.cases if c.role == "performance"] or request.cases)
     else:
         chosen = next((c for c in request.cases if c.name == case), None)
         if chosen is None:
@@ -99,12 +98,11 @@ def profile_request(request: EvalRequest, case: str | None = None) -> EvalReques
     )
 
 
-def largest_case(cases: list[CaseSpec], defines: dict) -> CaseSpec:
-    """The case with the most elements across its inputs and outputs."""
-    numeric = {k: v for k, v in defines.items() if isinstance(v, (int, float))}
+def largest_case(cases: list[CaseSpec]) -> CaseSpec:
+    """The case with the most elements across its inputs and outputs (shapes from its scalars)."""
 
     def size(case: CaseSpec) -> int:
-        names = names_for(case, numeric)
+        names = case.scalars
         total = 0
         for name, spec in {**case.inputs, **case.outputs}.items():
             elements = 1

@@ -1,0 +1,143 @@
+"""The answer key: reference outputs, held where no candidate can read or change them.
+
+Answers kept between requests (those of a case's input sets) live in device memory mapped with
+the virtual memory API and made inaccessible (``PROT_NONE``) whenever they are not being
+compared: a candidate kernel that reads or writes them faults, however it found the address.
+A comparison waits for the stream to drain, opens the mapping, compares and closes it again,
+so no candidate kernel ever runs while an answer is readable. Answers that live only for one
+comparison (fresh inputs' references) are uploaded or computed after the candidate ran, and
+zeroed and freed before anything else is queued.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+
+import numpy as np
+
+from .check import compare
+from .gpu import Gpu, call
+from .protocol import CheckInfo, OutputSpec
+from .signature import DTYPES
+
+
+class DeviceAnswer:
+    """Reference values (float64) that are on the device right now; :meth:`scrub` ends that."""
+
+    def __init__(self, gpu: Gpu, buffer, shape: tuple[int, ...]):
+        self.gpu, self.buffer, self.shape = gpu, buffer, shape
+
+    @classmethod
+    def upload(cls, gpu: Gpu, values: np.ndarray) -> DeviceAnswer:
+        data = np.ascontiguousarray(values, dtype=np.float64)
+        buffer = gpu.alloc(data.nbytes)
+        gpu.upload(int(buffer.handle), data)
+        return cls(gpu, buffer, tuple(data.shape))
+
+    @property
+    def ptr(self) -> int:
+        return int(self.buffer.handle)
+
+    def to_host(self) -> np.ndarray:
+        n = int(np.prod(self.shape, dtype=np.int64))
+        return self.gpu.download(self.ptr, 8 * n).view(np.float64).reshape(self.shape)
+
+    def scrub(self) -> None:
+        self.gpu.scrub(self.buffer)
+
+
+class LockedAnswer:
+    """Reference values (float64) in device memory that no kernel can touch outside :meth:`opened`."""
+
+    def __init__(self, gpu: Gpu, source: np.ndarray | DeviceAnswer):
+        from cuda.bindings import driver
+
+        self.gpu = gpu
+        self.shape = tuple(source.shape)
+        self.nbytes = 8 * int(np.prod(self.shape, dtype=np.int64))
+        prop = driver.CUmemAllocationProp()
+        prop.type = driver.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        prop.location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        prop.location.id = gpu.device.device_id
+        granularity = call("cuMemGetAllocationGranularity", prop,
+                           driver.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM)
+        self.size = max(1, -(-self.nbytes // granularity)) * granularity
+        self.ptr = int(call("cuMemAddressReserve", self.size, 0, 0, 0))
+        self._handle = call("cuMemCreate", self.size, prop, 0)
+        call("cuMemMap", self.ptr, self.size, 0, self._handle, 0)
+        with self.opened():
+            if isinstance(source, DeviceAnswer):
+                gpu.copy_async(self.ptr, source.ptr, self.nbytes)
+                gpu.stream.sync()
+            else:
+                gpu.upload(self.ptr, np.ascontiguousarray(source, dtype=np.float64))
+
+    def _access(self, flags) -> None:
+        from cuda.bindings import driver
+
+        desc = driver.CUmemAccessDesc()
+        desc.location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        desc.location.id = self.gpu.device.device_id
+        desc.flags = flags
+        call("cuMemSetAccess", self.ptr, self.size, [desc], 1)
+
+    @contextmanager
+    def opened(self):
+        """Readable for the duration: the stream is drained first, and closed again after."""
+        from cuda.bindings import driver
+
+        self.gpu.stream.sync()
+        self._access(driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+        try:
+            yield self.ptr
+            self.gpu.stream.sync()
+        finally:
+            self._access(driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_NONE)
+
+    def to_host(self) -> np.ndarray:
+        with self.opened():
+            return self.gpu.download(self.ptr, self.nbytes).view(np.float64).reshape(self.shape)
+
+    def close(self) -> None:
+        call("cuMemUnmap", self.ptr, self.size)
+        call("cuMemRelease", self._handle)
+        call("cuMemAddressFree", self.ptr, self.size)
+
+
+Answer = np.ndarray | DeviceAnswer | LockedAnswer
+
+
+def check_output(gpu: Gpu, name: str, dtype: str, out_ptr: int, out_bytes: int, shape: tuple[int, ...],
+                 tol: OutputSpec, answer: Answer, input_set: int, phase: str, launch: int | None = None) -> CheckInfo:
+    """Compare one output buffer with its reference: on the device, details from the host on failure.
+
+    A host answer is uploaded for the comparison and scrubbed after it; a device answer is the
+    caller's to scrub; a locked answer is opened for the comparison only.
+    """
+    n = int(np.prod(shape, dtype=np.int64))
+    if isinstance(answer, LockedAnswer):
+        with answer.opened() as ptr:
+            stats = gpu.compare(out_ptr, ptr, n, dtype, tol.rtol, tol.atol)
+    else:
+        device = answer if isinstance(answer, DeviceAnswer) else DeviceAnswer.upload(gpu, answer)
+        try:
+            stats = gpu.compare(out_ptr, device.ptr, n, dtype, tol.rtol, tol.atol)
+        finally:
+            if device is not answer:
+                device.scrub()
+    if stats["bad"]:
+        raw = gpu.download(out_ptr, out_bytes).view(DTYPES[dtype].numpy).reshape(shape)
+        expected = answer if isinstance(answer, np.ndarray) else answer.to_host()
+        info = compare(name, raw, expected, dtype, tol.rtol, tol.atol, input_set, phase)
+        info.launch = launch
+        return info
+    return CheckInfo(
+        output=name, input_set=input_set, phase=phase, ok=True, elements=n, nan_count=stats["nan"],
+        inf_count=stats["inf"], max_abs_error=stats["max_abs"], max_rel_error=stats["max_rel"],
+        rel_l2_error=_rel_l2(stats["err_sq"], stats["ref_sq"]), launch=launch,
+    )
+
+
+def _rel_l2(err_sq: float, ref_sq: float) -> float:
+    return math.sqrt(err_sq / ref_sq) if ref_sq > 0 else math.sqrt(err_sq)

@@ -1,0 +1,108 @@
+"""A case's data, generated once and kept: host input sets and reference outputs (byte-bounded
+LRU caches), and device buffers reused between the requests of a sweep."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+
+from .buffers import CaseBuffers
+from .gpu import Gpu, call
+from .inputs import InputError, generate, shape_of
+from .protocol import CaseSpec, to_dict
+from .signature import Signature
+
+CACHE_BYTES = 4 << 30
+
+
+def cache_key(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class Lru:
+    """A byte-bounded LRU cache; ``on_evict`` releases what an entry holds."""
+
+    def __init__(self, limit: int = CACHE_BYTES, on_evict=lambda value: None):
+        self.limit, self.used, self.items, self.on_evict = limit, 0, OrderedDict(), on_evict
+
+    def get(self, key):
+        if key in self.items:
+            self.items.move_to_end(key)
+            return self.items[key][0]
+        return None
+
+    def put(self, key, value, nbytes: int) -> None:
+        self.items[key] = (value, nbytes)
+        self.used += nbytes
+        while self.used > self.limit and len(self.items) > 1:
+            _, (old, size) = self.items.popitem(last=False)
+            self.used -= size
+            self.on_evict(old)
+
+
+def output_shapes(case: CaseSpec, signature: Signature) -> dict[str, tuple[int, ...]]:
+    """Each output's shape, from the case's own scalars (never a tunable)."""
+    missing = [a.name for a in signature.outputs if a.name not in case.outputs]
+    if missing:
+        raise InputError(f"case {case.name!r}: no output spec for {missing}")
+    return {a.name: shape_of(case.outputs[a.name].shape, case.scalars, f"case {case.name!r} output {a.name!r}")
+            for a in signature.outputs}
+
+
+class HostSets:
+    """Input sets per case, drawn on the host from the case's seed and kept."""
+
+    def __init__(self):
+        self._cache = Lru()
+
+    def get(self, case: CaseSpec, signature: Signature, n_sets: int):
+        shapes = output_shapes(case, signature)
+        inputs = {n: shape_of(i.shape, case.scalars, f"case {case.name!r} input {n!r}") for n, i in case.inputs.items()}
+        key = cache_key(to_dict(case), n_sets, inputs, shapes, str(signature))
+        sets = self._cache.get(key)
+        if sets is None:
+            sets = generate(case, signature, n_sets)
+            self._cache.put(key, sets, sum(t.data.nbytes for s in sets for t in s.values()))
+        return sets, shapes, key
+
+
+class DeviceCases:
+    """A case's device buffers (working buffers, input sets), kept between requests of a sweep.
+
+    Uploading a large case's input sets for every configuration costs more than many of its
+    kernels. Buffers are reused only after a candidate passed on them (a failing one may have
+    scribbled anywhere), with fresh guard bands; a byte budget bounds what is kept.
+    """
+
+    def __init__(self, gpu: Gpu):
+        self.gpu = gpu
+        self.kept: OrderedDict[str, CaseBuffers] = OrderedDict()
+        self._budget: int | None = None
+
+    @property
+    def budget(self) -> int:
+        """A quarter of the device's memory, at most 16 GiB: candidates need the rest."""
+        if self._budget is None:
+            _free, total = call("cuMemGetInfo")
+            self._budget = min(16 << 30, int(total) // 4)
+        return self._budget
+
+    def take(self, key: str, signature: Signature, sets, shapes, case: CaseSpec, guards: bool) -> CaseBuffers:
+        key = f"{key}/{guards}"
+        buffers = self.kept.pop(key, None)
+        if buffers is None:
+            inits = {name: spec.init for name, spec in case.inputs.items()}
+            buffers = CaseBuffers(self.gpu, signature, sets, shapes, inits=inits, guards=guards)
+            buffers.key = key
+        else:
+            buffers.reset_guards()
+        return buffers
+
+    def give_back(self, buffers: CaseBuffers, keep: bool) -> None:
+        if not keep:
+            buffers.close()
+            return
+        self.kept[buffers.key] = buffers
+        while self.kept and sum(b.device_bytes() for b in self.kept.values()) > self.budget:
+            self.kept.popitem(last=False)[1].close()

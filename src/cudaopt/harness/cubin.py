@@ -1,0 +1,52 @@
+"""What a compiled kernel keeps between launches: its mutable device-global memory, read from the cubin.
+
+A ``__device__`` array survives from one launch to the next, which is what a memo table or a
+launch counter needs; so does memory from device-side ``malloc``. Both are visible in the cubin
+(an ELF file): writable ``.nv.global*`` sections, and an undefined ``malloc`` symbol. The harness
+reports them and refuses more global memory than the experiment allows.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+_SHF_WRITE = 0x1
+_SHT_SYMTAB = 2
+_STT_FUNC = 2
+_ALLOCATORS = {"malloc", "__nv_aligned_device_malloc", "realloc", "calloc"}
+
+
+@dataclass(frozen=True)
+class DeviceState:
+    global_bytes: int  # writable __device__ / __managed__ memory, initialised or not
+    device_malloc: bool  # calls device-side malloc
+
+
+def inspect_cubin(data: bytes) -> DeviceState:
+    """Sum the writable global sections and look for a device allocator among the undefined symbols."""
+    if data[:4] != b"\x7fELF" or data[4] != 2:
+        raise ValueError("not a 64-bit ELF cubin")
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+
+    def name(table: tuple, offset: int) -> str:
+        start = table[4] + offset
+        return data[start:data.index(b"\0", start)].decode(errors="replace")
+
+    names = sections[shstrndx]
+    global_bytes = sum(
+        sec[5] for sec in sections
+        if sec[2] & _SHF_WRITE and name(names, sec[0]).startswith((".nv.global", ".nv.managed"))
+    )
+    malloc = False
+    for sec in sections:
+        if sec[1] != _SHT_SYMTAB:
+            continue
+        strings = sections[sec[6]]
+        for i in range(sec[5] // 24):
+            st_name, st_info, _other, st_shndx, _value, _size = struct.unpack_from("<IBBHQQ", data, sec[4] + i * 24)
+            if st_shndx == 0 and st_info & 0xF == _STT_FUNC and name(strings, st_name) in _ALLOCATORS:
+                malloc = True
+    return DeviceState(global_bytes=int(global_bytes), device_malloc=malloc)

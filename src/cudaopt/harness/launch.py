@@ -1,0 +1,71 @@
+"""Launch configurations: expressions resolved per case, and the names a tunable may not take.
+
+A launch is written as expressions over the case scalars and the kernel's tunables
+(``cdiv(n, BM)``). Tunables are the candidate's to choose; scalars define the problem. So a
+tunable may never share a name with a case scalar, a signature argument, an expression function
+or a C type: were it allowed to, a candidate could resize what is checked (``m = 16``) while the
+kernel runs the real problem. Shapes, the reference's launch, flops and bytes are always
+resolved from the case's own scalars; only the candidate's launch sees the tunables.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from . import expr
+from .protocol import LaunchSpec
+from .signature import C_TYPES, Signature
+
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+_RESERVED_WORDS = {word for c_type in C_TYPES for word in c_type.split()} | {
+    "const", "void", "bool", "signed", "extern", "__global__", "__device__", "__shared__", "__restrict__",
+}
+
+
+def resolve_launch(spec: LaunchSpec, names: Mapping) -> dict:
+    """Evaluate grid, block and shared bytes; raise ValueError on anything unusable."""
+    try:
+        grid = [expr.evaluate_int(v, names) for v in spec.grid]
+        block = [expr.evaluate_int(v, names) for v in spec.block]
+        shared = expr.evaluate_int(spec.shared_bytes, names)
+    except expr.ExprError as exc:
+        raise ValueError(str(exc)) from None
+    for label, dims in (("grid", grid), ("block", block)):
+        if not 1 <= len(dims) <= 3:
+            raise ValueError(f"{label} needs 1 to 3 dimensions, got {len(dims)}")
+        if any(d < 1 for d in dims):
+            raise ValueError(f"{label} {dims} has a dimension below 1")
+    if shared < 0:
+        raise ValueError(f"shared_bytes {shared} is negative")
+
+    def pad(dims: list[int]) -> tuple[int, ...]:
+        return tuple(dims) + (1,) * (3 - len(dims))
+
+    return {"grid": pad(grid), "block": pad(block), "shared_bytes": shared}
+
+
+def tunable_clashes(names: Iterable[str], signature: Signature, scalar_names: Iterable[str]) -> list[str]:
+    """Why each tunable name is refused (empty when all are fine): a tunable is the candidate's
+    own knob and must not rename anything that defines the problem or the checks."""
+    scalars = set(scalar_names)
+    arguments = {a.name for a in signature.args}
+    problems = []
+    for name in names:
+        if not _IDENTIFIER.fullmatch(name):
+            problems.append(f"{name!r} is not a valid macro name")
+        elif name in scalars:
+            problems.append(f"{name!r} shadows the case scalar {name!r}")
+        elif name in arguments:
+            problems.append(f"{name!r} shadows the signature argument {name!r}")
+        elif name in expr.FUNCTIONS:
+            problems.append(f"{name!r} shadows the expression function {name}()")
+        elif name in _RESERVED_WORDS:
+            problems.append(f"{name!r} redefines a C keyword or type")
+    return problems
+
+
+def candidate_names(scalars: Mapping, defines: Mapping) -> dict:
+    """The names a candidate's launch expressions see: the case scalars and its numeric tunables.
+    Callers check :func:`tunable_clashes` first, so no tunable replaces a scalar here."""
+    return {**{k: v for k, v in defines.items() if isinstance(v, (int, float))}, **scalars}

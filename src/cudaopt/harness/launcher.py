@@ -1,0 +1,73 @@
+"""Launching and synchronising kernels, and turning every CUDA error into an outcome.
+
+Any driver error during a request, wherever it surfaces (a launch, a synchronisation, staging
+inputs, a vendor call), ends as a :class:`CaseFailure`. A sticky error, or any error after which
+the context no longer answers, marks the launcher ``dead``: the worker reports ``crashed`` and is
+replaced, and nothing measured after that point is trusted.
+"""
+
+from __future__ import annotations
+
+from .gpu import CudaCallError, Gpu, is_sticky
+
+DEFAULT_SHARED_LIMIT = 48 * 1024
+
+
+class CaseFailure(Exception):
+    """The end of a case (or of a request) with one of the harness's outcomes."""
+
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+class Launcher:
+    def __init__(self, gpu: Gpu):
+        self.gpu = gpu
+        self.dead = False
+
+    def launch(self, kernel, launch: dict, args: list) -> None:
+        from cuda.core import LaunchConfig
+        from cuda.core import launch as cuda_launch
+
+        try:
+            if launch["shared_bytes"] > DEFAULT_SHARED_LIMIT:
+                _set_max_dynamic_shared(kernel, launch["shared_bytes"], self.gpu.device.device_id)
+            config = LaunchConfig(grid=launch["grid"], block=launch["block"], shmem_size=launch["shared_bytes"])
+            cuda_launch(self.gpu.stream, config, kernel, *args)
+        except Exception as exc:
+            raise self.failure(exc, "launch_error") from None
+
+    def sync(self) -> None:
+        try:
+            self.gpu.stream.sync()
+        except Exception as exc:
+            raise self.failure(exc, "launch_error") from None
+
+    def failure(self, exc: BaseException, status: str) -> CaseFailure:
+        """The outcome of a CUDA error: ``crashed`` (and ``dead``) when the context may be lost."""
+        text = str(exc).strip()
+        message = text.splitlines()[0] if text else exc.__class__.__name__
+        if is_sticky(text) or not self.gpu.context_alive():
+            self.dead = True
+            return CaseFailure("crashed", message)
+        return CaseFailure(status, message)
+
+
+def is_cuda_error(exc: BaseException) -> bool:
+    """A failure of the driver or of cuda-core (as opposed to a bug in the harness's Python)."""
+    return isinstance(exc, CudaCallError) or type(exc).__module__.startswith(("cuda.", "cupy", "torch"))
+
+
+def _set_max_dynamic_shared(kernel, nbytes: int, device_id: int) -> None:
+    from cuda.bindings import driver
+
+    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    handle = kernel.handle
+    if isinstance(handle, driver.CUkernel):
+        (err,) = driver.cuKernelSetAttribute(attr, nbytes, handle, device_id)
+    else:
+        (err,) = driver.cuFuncSetAttribute(handle, attr, nbytes)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        _, name = driver.cuGetErrorName(err)
+        raise CudaCallError(f"cannot allow {nbytes} bytes of dynamic shared memory: {name.decode()}")

@@ -1,0 +1,171 @@
+"""The timed part of a case: every launch on fresh inputs, a hidden few of them checked.
+
+Warm-up and timed launches each get inputs drawn on the device from the request's seed, outside
+the timed interval, so no launch sees data another launch saw (a memo table never hits). After
+every launch, outside the interval, its outputs are scanned for unwritten elements (a launch that
+skips its work is caught whichever it is); after the checked ones, its inputs for changes too. A few timed launches, drawn at random per request, get instead one more input set
+drawn for this request alone (the same set at each of them: one reference evaluation checks them
+all) and have their outputs set aside; after timing that set is drawn again and the user's
+reference says what the outputs should be. Which launches those are is never visible to the
+kernel, and the set is new to it at the first of them, so a kernel that works on only some
+launches is caught, or timed at its honest cost.
+
+Samples are queued in chunks behind a gate (a kernel that spins on a host flag), so no host
+launch latency falls between a sample's events; with a vendor baseline its chunks alternate
+with the candidate's, so drift hits both alike.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .buffers import CaseBuffers
+from .gpu import Gpu
+from .launcher import CaseFailure, Launcher
+from .protocol import TimingProtocol
+
+VENDOR_LAUNCHES = 1 << 40  # the vendor's fresh inputs come from launch numbers of their own
+CHECKED_INPUTS = 1 << 39  # the stream of the input set the checked launches share
+_AUDIT_WORDS = 2  # per launch: unwritten output elements, changed input elements
+
+
+def new_seed() -> int:
+    return int.from_bytes(os.urandom(6), "little")
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Which timed launches of a case are checked (0-based among the timed launches)."""
+
+    warmup: int
+    iterations: int
+    checked: tuple[int, ...]
+
+    def launch_number(self, timed_index: int) -> int:
+        """The launch's number within the case (warm-ups first): it names its fresh inputs."""
+        return self.warmup + timed_index
+
+
+def draw_plan(seed: int, case_name: str, proto: TimingProtocol) -> LaunchPlan:
+    """Draw the checked launches uniformly over the whole timed run, from the request's seed."""
+    rng = np.random.default_rng([seed, zlib.crc32(case_name.encode())])
+    count = max(1, min(proto.checked_launches, proto.iterations))
+    checked = sorted(int(i) for i in rng.choice(proto.iterations, size=count, replace=False))
+    return LaunchPlan(warmup=proto.warmup, iterations=proto.iterations, checked=tuple(checked))
+
+
+@dataclass
+class Timings:
+    candidate: list[float]
+    vendor: list[float]
+    gate_timeouts: dict[str, int]
+
+
+class TimedRun:
+    """Warm up and time one case's candidate (and vendor), with the per-launch audit."""
+
+    def __init__(self, gpu: Gpu, launcher: Launcher, buffers: CaseBuffers, proto: TimingProtocol, seed: int,
+                 plan: LaunchPlan):
+        self.gpu, self.launcher, self.buffers = gpu, launcher, buffers
+        self.proto, self.seed, self.plan = proto, seed, plan
+        total = plan.warmup + plan.iterations
+        self.audit_bytes = 8 * _AUDIT_WORDS * total
+        self.audit = gpu.alloc(self.audit_bytes)
+        gpu.fill_async(int(self.audit.handle), self.audit_bytes, b"\0")
+        buffers.ensure_slots(len(plan.checked))
+
+    def close(self) -> None:
+        self.audit.close(self.gpu.stream)
+
+    def run(self, candidate: Callable[[], None], vendor: Callable[[], None] | None) -> Timings:
+        runs: dict[str, Callable[[], None]] = {"vendor": vendor} if vendor else {}
+        runs["candidate"] = candidate
+        for name, run in runs.items():
+            for i in range(self.plan.warmup):
+                self._sample(name, run, i, timed=None)
+        self.launcher.sync()
+        samples: dict[str, list[float]] = {name: [] for name in runs}
+        gate_timeouts = dict.fromkeys(runs, 0)
+        chunk = max(1, self.proto.chunk)
+        for first in range(0, self.plan.iterations, chunk):
+            count = min(chunk, self.plan.iterations - first)
+            if vendor is not None and getattr(vendor, "error", ""):
+                runs.pop("vendor", None)
+            for name, run in runs.items():
+                times, timed_out = self._chunk(name, run, first, count)
+                samples[name].extend(times)
+                gate_timeouts[name] += timed_out
+        return Timings(samples["candidate"], samples.get("vendor", []), gate_timeouts)
+
+    def _chunk(self, name: str, run, first: int, count: int) -> tuple[list[float], bool]:
+        if self.proto.gate:
+            self.gpu.close_gate()
+        events = []
+        try:
+            for i in range(first, first + count):
+                events.append(self._sample(name, run, self.plan.launch_number(i), timed=i))
+        finally:
+            if self.proto.gate:
+                self.gpu.open_gate()
+        self.launcher.sync()
+        return [(end - start) * 1000.0 for start, end in events], self.proto.gate and self.gpu.gate_timed_out()
+
+    def _sample(self, name: str, run, launch: int, timed: int | None):
+        """Stage fresh inputs, (flush, events around) the run; for the candidate, the audit and,
+        on a checked launch, its outputs set aside."""
+        from cuda.core import EventOptions
+
+        checked = name == "candidate" and timed is not None and timed in self.plan.checked
+        stream = CHECKED_INPUTS if checked else launch if name == "candidate" else VENDOR_LAUNCHES + launch
+        self.buffers.stage_fresh(self.seed, stream)
+        if timed is None:
+            run()
+        else:
+            if self.proto.flush_l2:
+                self.gpu.flush_l2()
+            timing = EventOptions(timing_enabled=True)
+            start = self.gpu.stream.record(options=timing)
+            run()
+            end = self.gpu.stream.record(options=timing)
+        if name == "candidate":
+            self.buffers.audit(self.seed, stream, int(self.audit.handle) + 8 * _AUDIT_WORDS * launch, inputs=checked)
+            if checked:
+                self.buffers.save_outputs(self.plan.checked.index(timed))
+        return (start, end) if timed is not None else None
+
+    def verify_audit(self) -> int:
+        """Raise for the first launch that left outputs unwritten or changed an input; return the
+        number of launches audited."""
+        words = self.gpu.download(int(self.audit.handle), self.audit_bytes).view(np.uint64)
+        words = words.reshape(-1, _AUDIT_WORDS)
+        for launch, (unwritten, changed) in enumerate(words):
+            where = _describe(launch, self.plan)
+            if unwritten:
+                raise CaseFailure("mismatch", f"{where} left {int(unwritten)} output elements unwritten")
+            if changed:
+                raise CaseFailure("input_modified", f"{where} changed {int(changed)} input elements")
+        return len(words)
+
+
+def _describe(launch: int, plan: LaunchPlan) -> str:
+    if launch < plan.warmup:
+        return f"warm-up launch {launch}"
+    return f"timed launch {launch - plan.warmup}"
+
+
+def method(proto: TimingProtocol, checked: int, gate_timeouts: int, interleaved: str) -> str:
+    text = "cuda-events"
+    text += ", gated queue" if proto.gate else ", ungated"
+    text += ", L2 flushed" if proto.flush_l2 else ", L2 warm"
+    text += f", fresh inputs every launch, {checked} random launches checked"
+    if interleaved:
+        text += f", chunks interleaved with {interleaved}"
+    if gate_timeouts:
+        text += f", gate timed out in {gate_timeouts} chunk(s): host latency may be included"
+    return text
+

@@ -1,0 +1,70 @@
+"""``cudaopt verify --sanitize``: the winner under NVIDIA's compute-sanitizer.
+
+Each tool (memcheck, racecheck, initcheck, synccheck) wraps a worker of its own that checks the
+winner on the correctness and holdout cases, once each, without guard bands (so the tool sees the
+true end of every allocation and an out-of-bounds read is an error, not a read of a guard). The
+tool's report goes to a log file; its error summary decides. Any error fails verification.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from .evaluation.supervisor import WORKER_COMMAND, Supervisor
+from .experiment import ExperimentError
+from .harness.protocol import EvalRequest, Timeouts
+
+TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
+# memcheck, initcheck, synccheck: "ERROR SUMMARY: N errors"; racecheck: "N hazards displayed (E errors, W warnings)"
+_SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error|hazards displayed \((\d+) error")
+_REPORT_LINES = 60
+
+
+def find_sanitizer() -> str:
+    """The compute-sanitizer executable: on PATH, or in the CUDA toolkit."""
+    found = shutil.which("compute-sanitizer")
+    if found:
+        return found
+    for root in ("/usr/local/cuda/bin", "/opt/cuda/bin"):
+        candidate = Path(root) / "compute-sanitizer"
+        if candidate.is_file():
+            return str(candidate)
+    raise ExperimentError("--sanitize", "", "compute-sanitizer not found: install the CUDA toolkit (it ships "
+                                             "compute-sanitizer) or put it on PATH")
+
+
+def sanitize(request: EvalRequest, device: int, log_dir: Path, tools: tuple[str, ...] = TOOLS,
+             on_tool: Callable[[str], None] = lambda tool: None) -> list[dict]:
+    """Run ``request`` (checks only) under each tool; one record per tool."""
+    executable = find_sanitizer()
+    request = dataclasses.replace(
+        request, sanitize=True, time_roles=[], vendor=None,
+        protocol=dataclasses.replace(request.protocol, input_sets=1),
+        timeouts=Timeouts(compile_s=300, check_s=1200, timing_s=60),
+    )
+    records = []
+    for tool in tools:
+        on_tool(tool)
+        log_file = log_dir / f"sanitize-{tool}.log"
+        log_file.unlink(missing_ok=True)
+        # API errors are the harness's business (cuda-core probes parameter counts until one fails)
+        command = [executable, "--tool", tool, "--log-file", str(log_file), "--print-limit", "20",
+                   "--report-api-errors", "no",
+                   *(["--racecheck-report", "all"] if tool == "racecheck" else []), *WORKER_COMMAND]
+        # peaks measured under a tool would be wrong: the worker only reads the cache
+        with Supervisor(devices=[device], log_dir=log_dir, command=command,
+                        env={"CUDAOPT_MEASURE_PEAKS": "0"}) as supervisor:
+            result = supervisor.evaluate(request)
+        report = log_file.read_text(errors="replace") if log_file.is_file() else ""
+        summary = [int(a or b) for a, b in _SUMMARY.findall(report)]
+        errors = summary[-1] if summary else None
+        passed = errors == 0 and result.status == "ok"
+        records.append({
+            "tool": tool, "passed": passed, "errors": errors, "status": result.status, "reason": result.reason,
+            "report": "\n".join(report.splitlines()[:_REPORT_LINES]),
+        })
+    return records

@@ -1,0 +1,95 @@
+"""The compile sandbox and the worker's environment (no GPU needed: NVRTC runs on the CPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cudaopt.harness.compiler import CompileError, compile_kernel, compile_ptx
+from cudaopt.harness.protocol import KernelSpec
+from cudaopt.harness.sandbox import IncludeError, check_includes, filter_log, worker_environment
+from tests.conftest import kernel_source
+
+BODY = '\nextern "C" __global__ void k(float* c) { c[0] = 1.0f; }\n'
+
+
+@pytest.mark.parametrize("line", [
+    '#include "/proc/self/environ"',
+    "#include </proc/self/environ>",
+    '#include "../experiment.json"',
+    "#include <cuda/../../../etc/passwd>",
+    '#include "input_cases.json"',
+    "#include <stdlib.h>",
+    "#define F \"/proc/self/environ\"\n#include F",
+    "#  include \\\n\"/proc/self/environ\"",
+    "#/* hidden */include \"/etc/hostname\"",
+    "%:include \"/etc/hostname\"",
+    "#include_next <cuda_fp16.h>",
+    "#import \"/etc/hostname\"",
+    'const char* s = "/*";\n#include "/etc/hostname"\n// */',
+])
+def test_includes_other_than_cuda_headers_are_refused(line):
+    with pytest.raises(IncludeError):
+        check_includes(line + BODY)
+
+
+@pytest.mark.parametrize("line", [
+    "#include <cuda_fp16.h>", '#include "cuda_bf16.h"', "#include <math_constants.h>", "#include <mma.h>",
+    "#include <cooperative_groups.h>", "#include <cooperative_groups/reduce.h>", "#include <cuda/std/cstdint>",
+    "#include <cuda/pipeline>", "#include <cuda_pipeline.h>", "// #include \"/etc/hostname\" (a comment)",
+])
+def test_cuda_headers_are_allowed(line):
+    check_includes(line + BODY)
+
+
+def test_a_refused_include_never_reaches_nvrtc_and_names_the_line():
+    for compile_fn in (compile_kernel, compile_ptx):
+        with pytest.raises(CompileError) as err:
+            compile_fn(KernelSpec(source=kernel_source("include_environ.cu"), entry="matmul_f32"))
+        assert "line 3" in err.value.log and "not allowed" in err.value.log
+        assert "PATH=" not in err.value.log and "HOME=" not in err.value.log
+
+
+def test_an_allowed_header_compiles():
+    compile_kernel(KernelSpec(source="#include <cuda_fp16.h>\n#include <math_constants.h>" + BODY, entry="k"))
+
+
+def test_the_compile_log_keeps_only_the_kernel_and_cuda_headers():
+    log = ("kernel.cu(3): error: identifier \"x\" is undefined\n  x = 1;\n  ^\n"
+           "/home/user/secret.txt(1): error: expected a declaration\n  OPENAI_API_KEY=sk-123\n  ^\n"
+           "/usr/local/cuda/include/cuda_fp16.hpp(10): warning: something\n  line\n"
+           "2 errors detected in the compilation of \"kernel.cu\".")
+    kept = filter_log(log, ["/usr/local/cuda/include"])
+    assert "sk-123" not in kept and "secret.txt" not in kept
+    assert "kernel.cu(3)" in kept and "x = 1;" in kept and "cuda_fp16.hpp(10)" in kept
+    assert "2 errors detected" in kept and "removed" in kept
+
+
+def test_the_worker_environment_carries_no_secret():
+    parent = {"PATH": "/bin", "HOME": "/root", "OPENAI_API_KEY": "sk-1", "AWS_SECRET_ACCESS_KEY": "s",
+              "GITHUB_TOKEN": "t", "CUDA_HOME": "/usr/local/cuda", "CUDAOPT_API_KEY": "k", "LC_ALL": "C",
+              "NCCL_NVLS_ENABLE": "0", "MY_PASSWORD": "p", "ANTHROPIC_API_KEY": "a"}
+    env = worker_environment(parent, CUDA_VISIBLE_DEVICES="0")
+    assert env == {"PATH": "/bin", "HOME": "/root", "CUDA_HOME": "/usr/local/cuda", "LC_ALL": "C",
+                   "NCCL_NVLS_ENABLE": "0", "CUDA_VISIBLE_DEVICES": "0"}
+
+
+def test_a_worker_process_is_started_without_secrets_in_an_empty_directory(tmp_path, monkeypatch):
+    """The real supervisor start path, with a stand-in worker that reports its environment."""
+    import json
+    import sys
+
+    from cudaopt.evaluation.supervisor import Worker
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-planted-secret")
+    script = tmp_path / "env_worker.py"
+    script.write_text("import json, os, sys\nprint(json.dumps({'type': 'ready', 'device': "
+                      "{'env': dict(os.environ), 'cwd': os.getcwd(), 'files': os.listdir('.')}}), flush=True)\n"
+                      "sys.stdin.read()\n")
+    worker = Worker(0, tmp_path / "worker.log", [sys.executable, str(script)])
+    worker.start()
+    try:
+        assert "sk-planted-secret" not in json.dumps(worker.info)
+        assert "OPENAI_API_KEY" not in worker.info["env"]
+        assert worker.info["files"] == [] and worker.info["cwd"] != str(tmp_path)
+    finally:
+        worker.stop()

@@ -1,0 +1,111 @@
+"""Trust rules whose logic needs no GPU: global state in the cubin, tunable names, the launch plan,
+the guard patterns."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cudaopt.harness.buffers import guard_pattern
+from cudaopt.harness.compiler import compile_kernel
+from cudaopt.harness.cubin import inspect_cubin
+from cudaopt.harness.launch import tunable_clashes
+from cudaopt.harness.protocol import KernelSpec, TimingProtocol
+from cudaopt.harness.signature import parse_signature
+from cudaopt.harness.timing import draw_plan
+from tests.conftest import SGEMM, kernel_source
+
+SIG = parse_signature('extern "C" __global__ void matmul_f32(const float* a, const float* b, float* c, int m, int n, int k)')
+
+
+def global_state(name: str):
+    return compile_kernel(KernelSpec(source=kernel_source(name), entry="matmul_f32")).info
+
+
+def test_the_cubin_reports_mutable_global_memory_and_device_malloc():
+    assert global_state("naive.cu").global_bytes == 0
+    memo = global_state("memo_multislot.cu")
+    assert memo.global_bytes >= 4 * 384 * 320 * 4 and not memo.device_malloc
+    assert global_state("work_on_few_launches.cu").global_bytes == 20
+    assert global_state("device_malloc.cu").device_malloc
+
+
+def test_constant_memory_is_not_mutable_state():
+    source = '__constant__ float table[4096];\nextern "C" __global__ void k(float* c) { c[0] = table[3]; }'
+    compiled = compile_kernel(KernelSpec(source=source, entry="k"))
+    assert inspect_cubin(bytes(compiled.cubin.code)).global_bytes == 0
+
+
+def test_a_non_elf_blob_is_refused():
+    with pytest.raises(ValueError):
+        inspect_cubin(b"not an elf")
+
+
+@pytest.mark.parametrize("name, why", [
+    ("m", "shadows the case scalar"), ("c", "shadows the signature argument"), ("cdiv", "expression function"),
+    ("float", "C keyword"), ("2x", "not a valid macro name"),
+])
+def test_a_tunable_may_not_rename_the_problem(name, why):
+    (problem,) = tunable_clashes([name], SIG, {"m", "n", "k", "batch"})
+    assert why in problem
+    assert tunable_clashes(["BM", "TILE_K", "batch_tile"], SIG, {"m", "n", "k"}) == []
+
+
+def test_an_experiment_tune_space_that_shadows_a_scalar_is_refused(tmp_path):
+    from cudaopt.experiment import ExperimentError, load_experiment
+
+    config = json.loads((SGEMM / "experiment.json").read_text())
+    for key in ("reference", "input_cases", "initial_kernel"):
+        config[key] = str((SGEMM / config[key]).resolve())
+    config["vendor"]["file"] = str((SGEMM / config["vendor"]["file"]).resolve())
+    config["tune"]["kernel"] = str((SGEMM / config["tune"]["kernel"]).resolve())
+    config["tune"]["tunables"] = {"k": [8, 16]}
+    config["tune"]["launch"] = {"grid": ["cdiv(n, 16)", "cdiv(m, 16)"], "block": [16, 16]}
+    path = tmp_path / "experiment.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(ExperimentError, match=r"tune\.tunables.*shadows the case scalar 'k'"):
+        load_experiment(path)
+
+
+def test_a_proposal_whose_tunable_shadows_a_scalar_is_rejected(sgemm):
+    from cudaopt.agent.proposal import ProposalError, parse
+
+    answer = ("```cuda\n" + kernel_source("shadow_scalar.cu") + "```\n```json\n"
+              '{"launch": {"grid": ["cdiv(n, 16)", "cdiv(m, 16)"], "block": [16, 16]}, "tunables": {"m": [16]}}\n```')
+    with pytest.raises(ProposalError, match="shadows the case scalar 'm'"):
+        parse(answer, sgemm.signature, sgemm.cases(), allow_tunables=True)
+
+
+def test_checked_launches_are_spread_over_the_run_and_depend_on_the_seed():
+    proto = TimingProtocol(warmup=10, iterations=100, checked_launches=3)
+    plans = [draw_plan(seed, "square-256", proto) for seed in range(200)]
+    assert all(len(p.checked) == 3 and len(set(p.checked)) == 3 for p in plans)
+    assert all(0 <= i < 100 for p in plans for i in p.checked)
+    positions = np.array([i for p in plans for i in p.checked])
+    assert positions.min() < 5 and positions.max() > 95  # anywhere in the run, the first and last too
+    assert len({p.checked for p in plans}) > 190  # not predictable across requests
+    assert draw_plan(7, "square-256", proto) == draw_plan(7, "square-256", proto)  # reproducible
+    assert draw_plan(7, "square-256", proto) != draw_plan(7, "rect", proto)
+    assert draw_plan(7, "x", proto).launch_number(0) == 10  # warm-ups come first
+
+
+@pytest.mark.parametrize("dtype, numpy_type", [("float32", np.float32), ("float64", np.float64),
+                                                ("float16", np.float16)])
+def test_guard_bands_of_floating_buffers_read_as_nan(dtype, numpy_type):
+    pattern = guard_pattern(dtype)
+    band = np.frombuffer(pattern * 64, dtype=np.uint8).view(numpy_type)
+    assert np.isnan(band).all()
+
+
+def test_guard_bands_of_bfloat16_read_as_nan():
+    bits = np.frombuffer(guard_pattern("bfloat16") * 8, dtype=np.uint16).astype(np.uint32) << 16
+    assert np.isnan(bits.view(np.float32)).all()
+
+
+def test_the_guard_differs_from_the_output_poison():
+    from cudaopt.harness.signature import DTYPES
+
+    for dtype in ("float32", "float64", "float16", "bfloat16"):
+        assert guard_pattern(dtype) != DTYPES[dtype].poison[:len(guard_pattern(dtype))]

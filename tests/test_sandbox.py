@@ -49,8 +49,10 @@ def test_a_refused_include_never_reaches_nvrtc_and_names_the_line():
         assert "PATH=" not in err.value.log and "HOME=" not in err.value.log
 
 
-def test_an_allowed_header_compiles():
-    compile_kernel(KernelSpec(source="#include <cuda_fp16.h>\n#include <math_constants.h>" + BODY, entry="k"))
+@pytest.mark.parametrize("header", ["cuda_fp16.h", "cuda_bf16.h", "math_constants.h", "mma.h", "cuda_pipeline.h"])
+def test_allowed_headers_compile_with_their_own_includes(header):
+    # mma.h includes "mma.hpp" beside itself: the headers' own relative includes must still resolve
+    compile_kernel(KernelSpec(source=f"#include <{header}>" + BODY, entry="k"))
 
 
 def test_the_compile_log_keeps_only_the_kernel_and_cuda_headers():

@@ -109,3 +109,41 @@ def test_the_guard_differs_from_the_output_poison():
 
     for dtype in ("float32", "float64", "float16", "bfloat16"):
         assert guard_pattern(dtype) != DTYPES[dtype].poison[:len(guard_pattern(dtype))]
+
+
+class FakeGpu:
+    """Just enough of harness.gpu.Gpu for the launcher: whether the context still answers."""
+
+    def __init__(self, alive: bool):
+        self.alive = alive
+
+    def context_alive(self) -> bool:
+        return self.alive
+
+
+@pytest.mark.parametrize("message, alive, status, dead", [
+    ("cuLaunchKernel: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access", True, "crashed", True),
+    ("cuMemcpyDtoDAsync: CUDA_ERROR_INVALID_VALUE: invalid argument", True, "launch_error", False),
+    ("cuMemsetD32Async: CUDA_ERROR_INVALID_VALUE: invalid argument", False, "crashed", True),
+])
+def test_every_cuda_error_becomes_an_outcome_and_a_lost_context_retires_the_worker(message, alive, status, dead):
+    from cudaopt.harness.gpu import CudaCallError
+    from cudaopt.harness.launcher import Launcher, is_cuda_error
+
+    launcher = Launcher(FakeGpu(alive))
+    error = CudaCallError(message)
+    assert is_cuda_error(error) and not is_cuda_error(ValueError("a harness bug"))
+    failure = launcher.failure(error, "launch_error")
+    assert (failure.status, launcher.dead) == (status, dead)
+    assert failure.reason == message
+
+
+def test_a_result_that_says_nothing_about_the_kernel_is_never_cached(tmp_path):
+    from cudaopt.harness.protocol import EvalResult
+    from cudaopt.record.recorder import ResultCache
+
+    cache = ResultCache(tmp_path, {"name": "H200"})
+    request = type("R", (), {})()
+    for status in ("internal_error", "crashed", "timeout"):
+        cache.put(request, EvalResult(status=status))
+    assert list(tmp_path.iterdir()) == []

@@ -75,3 +75,27 @@ def test_a_changed_reference_is_refused(run):
     (folder / "reference.cu").write_text((folder / "reference.cu").read_text() + "\n// changed\n")
     with pytest.raises(ExperimentError, match="lock.json: lock"):
         verify(run_dir, ScriptedEvaluator())
+
+
+def test_verify_sanitize_without_the_tool_is_bad_input_before_any_gpu_work(run, monkeypatch):
+    from typer.testing import CliRunner
+
+    from cudaopt import sanitize
+    from cudaopt.cli import app
+
+    run_dir, _ = run
+    monkeypatch.setattr(sanitize.shutil, "which", lambda name: None)
+    monkeypatch.setattr(sanitize.find_sanitizer, "__defaults__", ((),))  # no toolkit folder either
+    result = CliRunner().invoke(app, ["verify", str(run_dir), "--sanitize"])
+    assert result.exit_code == 2
+    assert "compute-sanitizer not found" in result.output
+    assert not (run_dir / "verify.json").exists()
+
+
+def test_the_sanitizer_summary_of_each_tool_is_parsed():
+    from cudaopt.sanitize import error_count
+
+    assert error_count("========= ERROR SUMMARY: 3 errors\n") == 3
+    assert error_count("========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)\n") == 1
+    assert error_count("========= ERROR SUMMARY: 0 errors\n") == 0
+    assert error_count("the tool died before its summary") is None  # never read as a pass

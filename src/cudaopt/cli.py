@@ -290,6 +290,10 @@ def verify(
 
     err = console(stderr=True)
     try:
+        if sanitize:
+            from .sanitize import find_sanitizer
+
+            find_sanitizer()  # before any GPU work: a missing tool is bad input, exit 2
         with Supervisor(devices=[device]) as supervisor, err.status("verifying") as status:
             outcome = run_verify(run_dir, supervisor, cases, seed, sanitize_device=device if sanitize else None,
                                  on_tool=lambda tool: status.update(f"compute-sanitizer --tool {tool}"))

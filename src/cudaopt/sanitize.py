@@ -24,12 +24,21 @@ _SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error|hazards displayed \((\d+)
 _REPORT_LINES = 60
 
 
-def find_sanitizer() -> str:
+TOOLKIT_BINS = ("/usr/local/cuda/bin", "/opt/cuda/bin")
+
+
+def error_count(report: str) -> int | None:
+    """The error count of a tool's report (its last summary line); None when it has none."""
+    counts = [int(a or b) for a, b in _SUMMARY.findall(report)]
+    return counts[-1] if counts else None
+
+
+def find_sanitizer(toolkit_bins: tuple[str, ...] = TOOLKIT_BINS) -> str:
     """The compute-sanitizer executable: on PATH, or in the CUDA toolkit."""
     found = shutil.which("compute-sanitizer")
     if found:
         return found
-    for root in ("/usr/local/cuda/bin", "/opt/cuda/bin"):
+    for root in toolkit_bins:
         candidate = Path(root) / "compute-sanitizer"
         if candidate.is_file():
             return str(candidate)
@@ -60,8 +69,7 @@ def sanitize(request: EvalRequest, device: int, log_dir: Path, tools: tuple[str,
                         env={"CUDAOPT_MEASURE_PEAKS": "0"}) as supervisor:
             result = supervisor.evaluate(request)
         report = log_file.read_text(errors="replace") if log_file.is_file() else ""
-        summary = [int(a or b) for a, b in _SUMMARY.findall(report)]
-        errors = summary[-1] if summary else None
+        errors = error_count(report)
         passed = errors == 0 and result.status == "ok"
         records.append({
             "tool": tool, "passed": passed, "errors": errors, "status": result.status, "reason": result.reason,

@@ -55,7 +55,6 @@ def program_options(spec: KernelSpec, arch: str, **extra):
     return ProgramOptions(
         name=PROGRAM_NAME,
         arch=arch,
-        no_source_include=True,
         std="c++17",
         use_fast_math=spec.fast_math or None,
         max_register_count=spec.max_registers,

@@ -160,7 +160,6 @@ class TimingModel(_Model):
     input_sets: int = Field(3, ge=1, le=8)
     gate: bool = True
     checked_launches: int = Field(3, ge=1, le=32)
-    seed: int | None = Field(None, ge=0)
 
     @model_validator(mode="after")
     def _check(self) -> TimingModel:
@@ -264,7 +263,7 @@ class Experiment:
     def protocol(self) -> TimingProtocol:
         t = self.timing
         return TimingProtocol(warmup=t.warmup, iterations=t.iterations, flush_l2=t.flush_l2,
-                              input_sets=t.input_sets, gate=t.gate, checked_launches=t.checked_launches, seed=t.seed)
+                              input_sets=t.input_sets, gate=t.gate, checked_launches=t.checked_launches)
 
     def reference_spec(self) -> ReferenceSpec:
         return ReferenceSpec(kind=self.reference_kind, source=self.reference_source,

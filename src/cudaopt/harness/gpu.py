@@ -146,10 +146,16 @@ class Gpu:
         return self.device.allocate(max(int(nbytes), 1), stream=self.stream)
 
     def upload(self, ptr: int, array: np.ndarray) -> None:
-        self.stream.sync()
+        """Copy host data to the device, ordered on the harness's stream and finished on return.
+
+        A plain cuMemcpyHtoD from pageable memory may return before its DMA lands, and it is not
+        ordered with this (non-blocking) stream: a kernel queued next could read, or an answer's
+        mapping be locked, while the copy is still in flight.
+        """
         data = np.ascontiguousarray(array)
         if data.nbytes:
-            call("cuMemcpyHtoD", ptr, data.ctypes.data, data.nbytes)
+            call("cuMemcpyHtoDAsync", ptr, data.ctypes.data, data.nbytes, self.stream.handle)
+            self.stream.sync()
 
     def download(self, ptr: int, nbytes: int) -> np.ndarray:
         self.stream.sync()

@@ -81,7 +81,7 @@ class CaseBuffers:
     set_data: list[dict[str, object]] = field(default_factory=list)  # device copy per set
     slots: list[dict[str, object]] = field(default_factory=list)  # outputs of the checked timed launches
     key: str = ""  # what the buffers hold (case, input sets), for reuse across requests
-    _slots: tuple | None = None  # the stage/audit table on the device (see _slot_table)
+    _slots: tuple | None = None  # the stage/audit table on the device (see slot_table)
 
     def __post_init__(self):
         for arg in self.signature.inputs:
@@ -123,17 +123,18 @@ class CaseBuffers:
     def stage_fresh(self, seed: int, stream: int) -> None:
         """Draw inputs for stream ``stream`` (a launch number: no other launch sees them) and
         poison the outputs, in one stream-ordered kernel."""
-        slots, count, most = self._slot_table()
+        slots, count, most = self.slot_table()
         self.gpu.stage(slots, count, most, seed, stream)
 
     def audit(self, seed: int, stream: int, counters: int, inputs: bool) -> None:
         """After a launch on stream ``stream``'s inputs: add its unwritten output elements to the u64
         at ``counters`` and, with ``inputs``, its changed input elements to the next one (async)."""
-        slots, count, most = self._slot_table()
+        slots, count, most = self.slot_table()
         self.gpu.audit(slots, count, most, seed, stream, inputs, counters)
 
-    def _slot_table(self) -> tuple[int, int, int]:
-        """The device table utilities.cu's stage and audit kernels read: one slot per buffer."""
+    def slot_table(self) -> tuple[int, int, int]:
+        """The device table utilities.cu's stage and audit kernels read: one slot per buffer
+        (built on first use; its upload waits on the stream, so never behind a closed gate)."""
         if self._slots is None:
             table = np.zeros(len(self.inputs) + len(self.outputs), dtype=SLOT)
             for i, arg in enumerate(self.signature.inputs):
@@ -216,10 +217,10 @@ class CaseBuffers:
             after = self.gpu.download(g.ptr + g.nbytes, g.guard) != expected
             if after.any():
                 first = int(np.flatnonzero(after)[0])
-                found.append(f"{name}: wrote past the end (first changed byte {first} bytes after the last element)")
+                found.append(f"{name}: wrote past the end (from byte {first + 1} after the last element)")
             if before.any():
                 first = g.guard - int(np.flatnonzero(before)[0])
-                found.append(f"{name}: wrote before the start (first changed byte {first} bytes before the first element)")
+                found.append(f"{name}: wrote before the start (from byte {first} before the first element)")
         return found
 
     def modified_inputs(self, s: int) -> list[str]:

@@ -78,6 +78,7 @@ class TimedRun:
         self.audit = gpu.alloc(self.audit_bytes)
         gpu.fill_async(int(self.audit.handle), self.audit_bytes, b"\0")
         buffers.ensure_slots(len(plan.checked))
+        buffers.slot_table()  # built (and uploaded, which waits on the stream) before any gate closes
 
     def close(self) -> None:
         self.audit.close(self.gpu.stream)

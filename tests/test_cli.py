@@ -69,3 +69,64 @@ def test_evaluate_without_a_gpu_says_so(tmp_path):
     result = runner.invoke(app, ["evaluate", "--config", str(SGEMM / "experiment.json")])
     assert result.exit_code == 3
     assert "did not start" in result.output and "Traceback" not in result.output
+
+
+def test_version():
+    from importlib.metadata import version
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"cudaopt {version('cudaopt')}"
+
+
+def test_a_json_output_that_is_not_a_regular_file_is_refused_before_any_work(tmp_path):
+    config = str(SGEMM / "experiment.json")
+    link = tmp_path / "stdout-link"
+    link.symlink_to("/dev/stdout")
+    for target, why in ((link, "is not a regular file"), (tmp_path, "is not a regular file"),
+                        (tmp_path / "missing" / "out.json", "does not exist")):
+        result = runner.invoke(app, ["evaluate", "--config", config, "--json", str(target)])
+        assert result.exit_code == 2, result.output
+        assert why in error_line(result) and "--json" in error_line(result)
+    assert link.is_symlink()  # never replaced by a regular file
+
+
+def test_piped_tables_keep_whole_case_names(monkeypatch):
+    import io
+    import sys
+
+    from rich.table import Table
+
+    from cudaopt.cli import console
+
+    monkeypatch.setattr(sys, "stdout", io.StringIO())  # a pipe, as in a CI log
+    monkeypatch.setenv("COLUMNS", "80")
+    out = console()
+    table = Table(title="cases", title_justify="left")
+    for column in ("case", "role", "baseline µs", "best µs", "speed-up", "vendor µs", "vs vendor", "notes"):
+        table.add_column(column)
+    name = "holdout-rectangular-4097x4095x4099-odd"
+    table.add_row(name, "performance", "16929.55", "3248.16", "5.21×", "2682.90", "0.83×", "flagged for review")
+    with out.capture() as captured:
+        out.print(table)
+    assert name in captured.get() and "…" not in captured.get()
+
+
+def test_audit_pack_files_are_readable_like_any_other(tmp_path):
+    import os
+
+    from cudaopt.record.rundir import write_json
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    path = tmp_path / "summary.json"
+    write_json(path, {"ok": True})
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_a_non_finite_value_is_named_in_a_failure_line():
+    from cudaopt.harness.check import describe
+    from cudaopt.harness.protocol import CheckInfo
+
+    info = CheckInfo(output="c", input_set=0, phase="check", ok=False, elements=4, mismatches=1, nan_count=1,
+                     first_bad_index=[2], expected=1.5, actual=None)
+    assert "expected 1.5, got NaN/Inf" in describe(info) and "None" not in describe(info)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -26,8 +27,29 @@ EXIT_NO_GPU = 3
 
 
 def console(stderr: bool = False) -> Console:
-    """Made per command, so the terminal width is read when the command runs."""
-    return Console(stderr=stderr)
+    """Made per command, so the terminal width is read when the command runs. Output that is not
+    a terminal (a pipe, a CI log) gets room for the widest table: no case name is cut short."""
+    made = Console(stderr=stderr)
+    return made if made.is_terminal else Console(stderr=stderr, width=max(made.width, PIPED_WIDTH))
+
+
+PIPED_WIDTH = 240
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"cudaopt {version('cudaopt')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    show_version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                               help="Print the version and exit.")] = False,
+) -> None:
+    """Turn a workload description into a fast CUDA kernel you can trust."""
 
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="Experiment config file (JSON); flags override it.")]
@@ -41,6 +63,18 @@ CasesOpt = Annotated[Path | None, typer.Option("--input-cases", help="Input case
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     Console(stderr=True).print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
+
+
+def check_output_path(path: Path, option: str) -> None:
+    """Refuse, before any work, an output path that cannot take a regular file: a device, a
+    folder, a missing or read-only folder (a symlink such as /dev/stdout is never replaced)."""
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise fail(f"{option} {path}: exists and is not a regular file (use - for standard output)")
+    folder = path.parent
+    if not folder.is_dir():
+        raise fail(f"{option} {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise fail(f"{option} {path}: not writable")
 
 
 def _experiment(config, description, signature, reference, initial_kernel, input_cases) -> Experiment:
@@ -64,7 +98,8 @@ def evaluate(
     kernel: Annotated[Path | None, typer.Option("--kernel", help="Kernel to evaluate (default: the initial kernel).")] = None,
     entry: Annotated[str | None, typer.Option("--entry", help="Entry point name (default: the signature's name).")] = None,
     launch: Annotated[str | None, typer.Option("--launch", help='Launch configuration as JSON or a JSON file: {"grid": [...], "block": [...], "shared_bytes": 0}.')] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the full result here.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the full result here (- for standard "
+                                                                 "output; the tables then go to standard error).")] = None,
     warmup: Annotated[int | None, typer.Option(min=0, help="Warm-up launches per case (default 10).")] = None,
     iterations: Annotated[int | None, typer.Option(min=1, help="Timed launches per case (default 100).")] = None,
     device: Annotated[int, typer.Option(min=0, help="GPU ordinal.")] = 0,
@@ -90,7 +125,10 @@ def evaluate(
         protocol.warmup = warmup
     if iterations is not None:
         protocol.iterations = iterations
-    out = console()
+    to_stdout = json_out is not None and str(json_out) == "-"
+    if json_out is not None and not to_stdout:
+        check_output_path(json_out, "--json")
+    out = console(stderr=to_stdout)
     try:
         with Supervisor(devices=[device]) as supervisor:
             with out.status(f"evaluating {path.name} on {len(exp.cases({'correctness', 'performance'}))} cases…"):
@@ -101,7 +139,11 @@ def evaluate(
     out.print(evaluation_table(result))
     for line in failure_lines(result):
         out.print(line, markup=False, highlight=False, soft_wrap=True)
-    if json_out:
+    if to_stdout:
+        import json
+
+        typer.echo(json.dumps(result.to_dict(), indent=2, allow_nan=True, default=str))
+    elif json_out:
         write_json(json_out, result.to_dict())
         out.print(f"result written to {json_out}", soft_wrap=True)
     if not result.candidate.ok:

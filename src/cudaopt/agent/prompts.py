@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from ..harness.check import shown
 from ..harness.protocol import CaseSpec
 from ..record.recorder import medians
 from ..record.schema import Attempt
@@ -130,7 +131,8 @@ def attempt_text(attempt: Attempt, baseline: Attempt | None, best: Attempt | Non
             if not check["ok"] and check.get("first_bad_index") is not None:
                 lines.append(
                     f"    first wrong element of {check['output']} at {tuple(check['first_bad_index'])}: expected "
-                    f"{check['expected']}, got {check['actual']}; {check['mismatches']} of {check['elements']} wrong, "
+                    f"{shown(check['expected'])}, got {shown(check['actual'])}; {check['mismatches']} of "
+                    f"{check['elements']} wrong, "
                     f"{check['unwritten']} unwritten, max abs error {check['max_abs_error']:.3g}"
                 )
     return "\n".join(lines)

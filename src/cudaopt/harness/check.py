@@ -89,6 +89,11 @@ def _json_float(value: float) -> float | None:
     return value if np.isfinite(value) else None
 
 
+def shown(value: float | None) -> str:
+    """A value of a failure report: results keep non-finite values as None (strict JSON)."""
+    return "NaN/Inf" if value is None else str(value)
+
+
 def describe(info: CheckInfo) -> str:
     """One line for a failed check, for tables and for the model's feedback."""
     if info.ok:
@@ -99,6 +104,7 @@ def describe(info: CheckInfo) -> str:
     if info.nan_count:
         parts.append(f"{info.nan_count} NaN")
     if info.first_bad_index is not None:
-        parts.append(f"first at {tuple(info.first_bad_index)}: expected {info.expected}, got {info.actual}")
+        parts.append(f"first at {tuple(info.first_bad_index)}: expected {shown(info.expected)}, "
+                     f"got {shown(info.actual)}")
     parts.append(f"max abs err {info.max_abs_error:.3g}")
     return ", ".join(parts)

@@ -95,3 +95,14 @@ def test_a_worker_process_is_started_without_secrets_in_an_empty_directory(tmp_p
         assert worker.info["files"] == [] and worker.info["cwd"] != str(tmp_path)
     finally:
         worker.stop()
+
+
+@pytest.mark.parametrize("expression, hint", [
+    ("c[0] = INFINITY;", "CUDART_INF_F"), ("c[0] = FLT_MAX;", "CUDART_MAX_NORMAL_F"),
+    ("uint32_t x = 1; c[0] = x;", "use unsigned int"),
+])
+def test_host_only_names_get_a_hint(expression, hint):
+    source = 'extern "C" __global__ void k(float* c) { ' + expression + " }"
+    with pytest.raises(CompileError) as err:
+        compile_kernel(KernelSpec(source=source, entry="k"))
+    assert "is undefined" in err.value.log and "hint: " in err.value.log and hint in err.value.log

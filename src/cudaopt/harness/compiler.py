@@ -81,7 +81,7 @@ def compile_ptx(spec: KernelSpec, arch: str = DEFAULT_ARCH) -> str:
             _, size = nvrtc.nvrtcGetProgramLogSize(program)
             log = b" " * size
             nvrtc.nvrtcGetProgramLog(program, log)
-            raise CompileError(_clean(log.decode(errors="replace")))
+            raise CompileError(with_hints(_clean(log.decode(errors="replace"))))
         _, size = nvrtc.nvrtcGetPTXSize(program)
         ptx = b" " * size
         nvrtc.nvrtcGetPTX(program, ptx)
@@ -105,7 +105,7 @@ def compile_kernel(spec: KernelSpec, arch: str = DEFAULT_ARCH) -> Compiled:
         text = str(exc)
         if log.getvalue().strip():
             text += "\n" + log.getvalue()
-        raise CompileError(_clean(text)) from None
+        raise CompileError(with_hints(_clean(text))) from None
     seconds = time.perf_counter() - start
     text = _clean(log.getvalue())
     info = CompileInfo(ok=True, log=text, arch=arch, seconds=round(seconds, 4))
@@ -113,6 +113,31 @@ def compile_kernel(spec: KernelSpec, arch: str = DEFAULT_ARCH) -> Compiled:
     state = inspect_cubin(bytes(cubin.code))
     info.global_bytes, info.device_malloc = state.global_bytes, state.device_malloc
     return Compiled(cubin=cubin, info=info)
+
+
+# Host-only names NVRTC does not know (it has no host C/C++ headers), and what to write instead.
+_HINTS = {
+    "INFINITY": "#include <math_constants.h> and use CUDART_INF_F",
+    "NAN": "#include <math_constants.h> and use CUDART_NAN_F",
+    "FLT_MAX": "#include <math_constants.h> and use CUDART_MAX_NORMAL_F",
+    "M_PI": "#include <math_constants.h> and use CUDART_PI_F (or CUDART_PI for double)",
+    "uint32_t": "use unsigned int (NVRTC has no <cstdint>)",
+    "int32_t": "use int (NVRTC has no <cstdint>)",
+    "uint64_t": "use unsigned long long (NVRTC has no <cstdint>)",
+    "int64_t": "use long long (NVRTC has no <cstdint>)",
+    "uint8_t": "use unsigned char (NVRTC has no <cstdint>)",
+    "std": "the C++ standard library is not available to NVRTC kernels; use CUDA intrinsics",
+}
+_UNDEFINED = re.compile(r'(?:identifier|namespace) "([A-Za-z_]\w*)" is undefined')
+
+
+def with_hints(log: str) -> str:
+    """The compiler log, with one hint line per host-only name it reports as undefined."""
+    hints = []
+    for name in dict.fromkeys(_UNDEFINED.findall(log)):
+        if name in _HINTS:
+            hints.append(f"hint: {name} is a host-only name under NVRTC: {_HINTS[name]}")
+    return "\n".join([log, *hints]) if hints else log
 
 
 def _sandbox(spec: KernelSpec) -> None:

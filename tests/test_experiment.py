@@ -89,6 +89,16 @@ def test_malformed_json_names_the_line(example):
         (lambda d: d["cases"][0]["inputs"]["a"].update(init={"file": "missing.npy"}), "cases[0].inputs.a.init.file", "not found"),
         (lambda d: (d.pop("launch"), d["cases"][0].pop("launch", None)), "cases[0].launch", "no launch configuration"),
         (lambda d: d["cases"][0]["outputs"]["c"].update(rtol=-1), "cases[0].outputs.c.rtol", "greater than or equal"),
+        (lambda d: d["cases"][0]["outputs"]["c"].update(atol=float("inf")), "cases[0].outputs.c.atol", "finite"),
+        (lambda d: d["cases"][0]["inputs"]["b"]["init"].update(std=float("inf")), "cases[0].inputs.b.init.std", "finite"),
+        (lambda d: d["cases"][1]["scalars"].update(m=2**40), "cases[1].scalars.m", "does not fit int m"),
+        (lambda d: d["cases"][1]["scalars"].update(m=2.5), "cases[1].scalars.m", "not an integer"),
+        (lambda d: d["cases"][1]["scalars"].update(n=0), "cases[1].outputs.c.shape", "has no elements"),
+        (lambda d: d["cases"][1].update(flops="sqrt(-1)"), "cases[1].flops", "sqrt() failed"),
+        (lambda d: d["cases"][1].update(bytes="m*q"), "cases[1].bytes", "unknown name 'q'"),
+        (lambda d: d["cases"][1].update(launch={"grid": [1], "block": [64, 64]}), "cases[1].launch.block", "4096 threads"),
+        (lambda d: d["cases"][1].update(launch={"grid": [-1], "block": [32]}), "cases[1].launch", "below 1"),
+        (lambda d: d["cases"][1].update(launch={"grid": [1, 70000], "block": [32]}), "cases[1].launch.grid", "exceeds"),
     ],
 )
 def test_bad_input_cases_name_file_and_field(example, change, field, message):
@@ -171,3 +181,15 @@ def test_load_launch_from_json_or_file(tmp_path):
     path.write_text('{"grid": [1], "block": [1], "shared": 4}')
     with pytest.raises(ExperimentError, match="launch.json: shared"):
         load_launch(str(path))
+
+
+def test_an_npy_input_of_the_wrong_shape_or_not_npy_is_named(example):
+    import numpy as np
+
+    folder, edit = example
+    np.save(folder / "a.npy", np.zeros((3, 3), np.float32))
+    (folder / "b.npy").write_text("not an array")
+    edit("input_cases.json", lambda d: d["cases"][0]["inputs"]["a"].update(init={"file": "a.npy"}))
+    expect_error(folder, "cases[0].inputs.a.init.file", "a.npy has shape [3, 3], the case says [31, 29]")
+    edit("input_cases.json", lambda d: d["cases"][0]["inputs"]["a"].update(init={"file": "b.npy"}))
+    expect_error(folder, "cases[0].inputs.a.init.file", "b.npy is not a .npy array")

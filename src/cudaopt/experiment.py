@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -62,10 +63,10 @@ class _Model(BaseModel):
 
 class InitModel(_Model):
     dist: Literal["uniform", "normal", "integers", "file"] = "uniform"
-    low: float = -1.0
-    high: float = 1.0
-    mean: float = 0.0
-    std: float = 1.0
+    low: float = Field(-1.0, allow_inf_nan=False)
+    high: float = Field(1.0, allow_inf_nan=False)
+    mean: float = Field(0.0, allow_inf_nan=False)
+    std: float = Field(1.0, allow_inf_nan=False)
     file: str | None = None
     vary: bool = True
 
@@ -98,8 +99,8 @@ class InputModel(_Model):
 
 class OutputModel(_Model):
     shape: list[ExprValue]
-    rtol: float = Field(1e-5, ge=0)
-    atol: float = Field(1e-6, ge=0)
+    rtol: float = Field(1e-5, ge=0, allow_inf_nan=False)  # an infinite tolerance would pass anything
+    atol: float = Field(1e-6, ge=0, allow_inf_nan=False)
 
     _shape = field_validator("shape")(_check_exprs)
 
@@ -380,6 +381,8 @@ def load_cases(path: Path, signature: Signature) -> CasesFile:
             for name in names:
                 if name not in known:
                     raise ExperimentError(path, f"{where}.{kind}.{name}", "not an argument of the kernel signature")
+        _check_scalars(path, where, case, signature)
+        shapes = {}
         for kind, specs in (("inputs", case.inputs), ("outputs", case.outputs)):
             for name, spec in specs.items():
                 try:
@@ -388,12 +391,87 @@ def load_cases(path: Path, signature: Signature) -> CasesFile:
                     raise ExperimentError(path, f"{where}.{kind}.{name}.shape", str(exc)) from None
                 if any(d < 0 for d in dims):
                     raise ExperimentError(path, f"{where}.{kind}.{name}.shape", f"negative dimension in {dims}")
+                shapes[name] = tuple(dims)
+        for name in case.outputs:
+            if 0 in shapes[name]:
+                raise ExperimentError(path, f"{where}.outputs.{name}.shape", f"{list(shapes[name])} has no elements: "
+                                                                             "nothing would be checked")
         for name, spec in case.inputs.items():
-            if spec.init.file and not (path.parent / spec.init.file).is_file():
-                raise ExperimentError(path, f"{where}.inputs.{name}.init.file", f"{spec.init.file} not found")
-        if case.launch is None and cases.launch is None:
+            if spec.init.file:
+                _check_npy(path, f"{where}.inputs.{name}.init.file", path.parent / spec.init.file, shapes[name])
+        for field in ("flops", "bytes"):
+            value = getattr(case, field)
+            if value is not None:
+                try:
+                    work = expr.evaluate(value, case.scalars)
+                except expr.ExprError as exc:
+                    raise ExperimentError(path, f"{where}.{field}", str(exc)) from None
+                if not (isinstance(work, (int, float)) and math.isfinite(work) and work >= 0):
+                    raise ExperimentError(path, f"{where}.{field}", f"{value!r} gives {work}, not a count of work")
+        launch = case.launch or cases.launch
+        if launch is None:
             raise ExperimentError(path, f"{where}.launch", "no launch configuration (give one per case or at the top level)")
+        _check_launch(path, f"{where}.launch" if case.launch else "launch", launch, case)
     return cases
+
+
+# Limits every CUDA GPU of compute capability 5.0 or later shares.
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK = (1024, 1024, 64)
+MAX_GRID = (2**31 - 1, 65535, 65535)
+
+
+def _check_launch(path: Path, field: str, launch: LaunchModel, case: CaseModel) -> None:
+    """The case's launch resolves on its scalars and fits what any CUDA GPU can launch."""
+    from .harness.launch import resolve_launch
+
+    try:
+        resolved = resolve_launch(launch.spec(), case.scalars)
+    except ValueError as exc:
+        raise ExperimentError(path, field, f"case {case.name!r}: {exc}") from None
+    block, grid = resolved["block"], resolved["grid"]
+    threads = block[0] * block[1] * block[2]
+    if threads > MAX_THREADS_PER_BLOCK or any(b > m for b, m in zip(block, MAX_BLOCK, strict=True)):
+        raise ExperimentError(path, f"{field}.block", f"case {case.name!r}: block {list(block)} ({threads} threads) "
+                                                      f"exceeds what a GPU launches ({MAX_THREADS_PER_BLOCK} threads, "
+                                                      f"{list(MAX_BLOCK)} per dimension)")
+    if any(g > m for g, m in zip(grid, MAX_GRID, strict=True)):
+        raise ExperimentError(path, f"{field}.grid", f"case {case.name!r}: grid {list(grid)} exceeds {list(MAX_GRID)}")
+
+
+_SCALAR_RANGES = {
+    "int8": (-2**7, 2**7 - 1), "uint8": (0, 2**8 - 1), "int16": (-2**15, 2**15 - 1), "uint16": (0, 2**16 - 1),
+    "int32": (-2**31, 2**31 - 1), "uint32": (0, 2**32 - 1), "int64": (-2**63, 2**63 - 1), "uint64": (0, 2**64 - 1),
+}
+
+
+def _check_scalars(path: Path, where: str, case: CaseModel, signature: Signature) -> None:
+    """Each scalar fits the C type the kernel receives it as, and is finite."""
+    for arg in signature.scalars:
+        value = case.scalars[arg.name]
+        field = f"{where}.scalars.{arg.name}"
+        if arg.dtype in _SCALAR_RANGES:
+            low, high = _SCALAR_RANGES[arg.dtype]
+            if isinstance(value, float) and not value.is_integer():
+                raise ExperimentError(path, field, f"{value} is not an integer ({arg.c_decl()})")
+            if not low <= value <= high:
+                raise ExperimentError(path, field, f"{int(value)} does not fit {arg.c_decl()} ({low} to {high})")
+        elif not math.isfinite(value):
+            raise ExperimentError(path, field, f"{value} is not a finite number ({arg.c_decl()})")
+
+
+def _check_npy(path: Path, field: str, file: Path, shape: tuple[int, ...]) -> None:
+    """An input file exists, is a .npy array, and has the case's shape (read from its header only)."""
+    import numpy as np
+
+    if not file.is_file():
+        raise ExperimentError(path, field, f"{file.name} not found")
+    try:
+        data = np.load(file, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise ExperimentError(path, field, f"{file.name} is not a .npy array ({exc})".replace("\n", " ")) from None
+    if tuple(data.shape) != shape:
+        raise ExperimentError(path, field, f"{file.name} has shape {list(data.shape)}, the case says {list(shape)}")
 
 
 def load_experiment(

@@ -130,3 +130,24 @@ def test_a_non_finite_value_is_named_in_a_failure_line():
     info = CheckInfo(output="c", input_set=0, phase="check", ok=False, elements=4, mismatches=1, nan_count=1,
                      first_bad_index=[2], expected=1.5, actual=None)
     assert "expected 1.5, got NaN/Inf" in describe(info) and "None" not in describe(info)
+
+
+def test_a_kernel_with_another_entry_or_in_binary_is_refused_before_the_gpu(tmp_path):
+    config = str(SGEMM / "experiment.json")
+    other = tmp_path / "other.cu"
+    other.write_text((SGEMM / "initial.cu").read_text().replace("matmul_f32", "sgemm_v2"))
+    result = runner.invoke(app, ["evaluate", "--config", config, "--kernel", str(other)])
+    assert result.exit_code == 2 and "no 'extern \"C\" __global__ void matmul_f32(...)' found" in error_line(result)
+    binary = tmp_path / "binary.cu"
+    binary.write_bytes(b"\x7fELF\x00\xff\xfe")
+    result = runner.invoke(app, ["evaluate", "--config", config, "--kernel", str(binary)])
+    assert result.exit_code == 2 and "not a UTF-8 text file" in error_line(result)
+    assert "Traceback" not in result.output
+
+
+def test_a_results_dir_that_is_a_file_is_refused_before_the_gpu(tmp_path):
+    target = tmp_path / "results"
+    target.write_text("not a folder")
+    result = runner.invoke(app, ["optimize", "--config", str(SGEMM / "experiment.json"), "--strategy", "tune",
+                                 "--results-dir", str(target)])
+    assert result.exit_code == 2 and "exists and is not a folder" in error_line(result)

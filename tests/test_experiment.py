@@ -193,3 +193,30 @@ def test_an_npy_input_of_the_wrong_shape_or_not_npy_is_named(example):
     expect_error(folder, "cases[0].inputs.a.init.file", "a.npy has shape [3, 3], the case says [31, 29]")
     edit("input_cases.json", lambda d: d["cases"][0]["inputs"]["a"].update(init={"file": "b.npy"}))
     expect_error(folder, "cases[0].inputs.a.init.file", "b.npy is not a .npy array")
+
+
+def test_an_initial_kernel_with_another_entry_or_signature_is_refused_at_load(example):
+    folder, _ = example
+    source = (folder / "initial.cu").read_text()
+    (folder / "initial.cu").write_text(source.replace("matmul_f32", "sgemm"))
+    expect_error(folder, "initial.cu: entry", "no 'extern \"C\" __global__ void matmul_f32(...)' found")
+    (folder / "initial.cu").write_text(source.replace("int k", "float k"))
+    expect_error(folder, "initial.cu: signature", "does not match")
+
+
+def test_binary_sources_are_bad_input_naming_the_file(example):
+    folder, _ = example
+    (folder / "initial.cu").write_bytes(b"\xff\xfe\x00binary")
+    expect_error(folder, "initial.cu: initial_kernel", "not a UTF-8 text file")
+
+
+@pytest.mark.parametrize("source, field, message", [
+    ("def matmul_f32(a, b, *, m, n, k)\n    return a @ b\n", "reference.py: line 1", "not valid Python"),
+    ("def other(a, b, m, n, k):\n    return a @ b\n", "reference_entry", "no function named 'matmul_f32'"),
+    ("def matmul_f32(a, b):\n    return a @ b\n", "reference_entry", "must accept m, n, k"),
+])
+def test_a_numpy_reference_is_checked_at_load(example, source, field, message):
+    folder, edit = example
+    (folder / "reference.py").write_text(source)
+    edit("experiment.json", lambda d: d.update(reference="reference.py"))
+    expect_error(folder, field, message)

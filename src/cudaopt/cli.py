@@ -11,7 +11,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .experiment import Experiment, ExperimentError, load_experiment, load_launch
+from .experiment import (
+    Experiment,
+    ExperimentError,
+    check_kernel_entry,
+    load_experiment,
+    load_launch,
+    read_text_file,
+)
 from .record.rundir import write_json
 
 app = typer.Typer(
@@ -117,6 +124,8 @@ def evaluate(
     if not path.is_file():
         raise fail(f"--kernel: {path} not found")
     try:
+        source = read_text_file(path, "--kernel")
+        check_kernel_entry(path, source, entry or exp.signature.name, exp.signature)
         launch_spec = load_launch(launch) if launch else None
     except ExperimentError as exc:
         raise fail(str(exc)) from None
@@ -132,7 +141,7 @@ def evaluate(
     try:
         with Supervisor(devices=[device]) as supervisor:
             with out.status(f"evaluating {path.name} on {len(exp.cases({'correctness', 'performance'}))} cases…"):
-                result = evaluate_kernel(exp, path.read_text(), supervisor, entry=entry, launch=launch_spec,
+                result = evaluate_kernel(exp, source, supervisor, entry=entry, launch=launch_spec,
                                          protocol=protocol, time_reference=time_reference)
     except WorkerError as exc:
         raise fail(str(exc), EXIT_NO_GPU) from None
@@ -223,6 +232,8 @@ def optimize(
 
         for notice in default_library().notices:  # fetched here, before the run, so notices precede the progress
             Console(stderr=True).print(notice, highlight=False, markup=False, soft_wrap=True)
+    if results_dir.exists() and not results_dir.is_dir():
+        raise fail(f"--results-dir {results_dir}: exists and is not a folder")
     budget = Budget(max_iterations=iterations, max_model_calls=max_model_calls, max_cost_usd=max_cost_usd,
                     time_limit_s=time_limit, patience=patience)
     out = console()

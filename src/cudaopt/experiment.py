@@ -11,6 +11,7 @@ import ast
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -233,7 +234,7 @@ class Experiment:
         self.signature = signature
         self.signature_text = signature_text
         self.reference_path = reference_path
-        self.reference_source = reference_path.read_text()
+        self.reference_source = read_text_file(reference_path, "reference")
         self.reference_entry = reference_entry
         self.initial_kernel_path = initial_kernel_path
         self.cases_path = cases_path
@@ -354,6 +355,52 @@ def read_json_file(path: Path, what: str) -> Any:
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise ExperimentError(path, f"line {exc.lineno}", f"not valid JSON: {exc.msg}") from None
+
+
+def read_text_file(path: Path, field: str) -> str:
+    """A source file's text; a binary or non-UTF-8 file is bad input naming the file."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ExperimentError(path, field, "not a UTF-8 text file") from None
+    except OSError as exc:
+        raise ExperimentError(path, field, exc.strerror or str(exc)) from None
+
+
+def check_kernel_entry(path: Path, source: str, entry: str, sig: Signature, plain: bool = False) -> None:
+    """The source declares ``entry`` with the experiment's argument types. A declaration that is
+    not written plainly (made by a macro, say) is left to the compiled kernel's check, unless
+    ``plain``; a name that appears nowhere is refused either way."""
+    from .harness.signature import SignatureError, find_entry
+
+    try:
+        declared = find_entry(source, entry)
+    except SignatureError as exc:
+        raise ExperimentError(path, "entry", str(exc)) from None
+    if declared is None and not plain and re.search(rf"\b{re.escape(entry)}\b", source):
+        return
+    if declared is None:
+        raise ExperimentError(path, "entry", f"no 'extern \"C\" __global__ void {entry}(...)' found")
+    if not declared.same_types(sig):
+        raise ExperimentError(path, "signature", f"'{declared}' does not match the experiment's '{sig}'")
+
+
+def _check_python_reference(path: Path, source: str, name: str, sig: Signature) -> None:
+    """The reference parses, defines the function at the top level, and takes every input and scalar."""
+    try:
+        tree = ast.parse(source, str(path))
+    except SyntaxError as exc:
+        raise ExperimentError(path, f"line {exc.lineno}", f"not valid Python: {exc.msg}") from None
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    if fn is None:
+        raise ExperimentError(path, "reference_entry", f"no function named {name!r} at the top level")
+    params = fn.args
+    accepted = {p.arg for p in params.args + params.kwonlyargs}
+    wanted = [a.name for a in sig.args if a.is_input or not a.pointer]
+    missing = [n for n in wanted if n not in accepted]
+    if missing and params.kwarg is None:
+        raise ExperimentError(path, "reference_entry", f"{name}() must accept {', '.join(missing)}: every input "
+                                                       f"and scalar is passed by name ({', '.join(wanted)})")
 
 
 def load_cases(path: Path, signature: Signature) -> CasesFile:
@@ -516,16 +563,15 @@ def load_experiment(
     if ref_path.suffix not in (".cu", ".py"):
         raise ExperimentError(origin, "reference", f"{ref_path} must be a .cu kernel or a .py NumPy function")
     ref_entry = model.reference_entry or sig.name
+    ref_source = read_text_file(ref_path, "reference")
     if ref_path.suffix == ".cu":
-        from .harness.signature import find_entry
-
-        declared = find_entry(ref_path.read_text(), ref_entry)
-        if declared is None:
-            raise ExperimentError(ref_path, "entry", f"no 'extern \"C\" __global__ void {ref_entry}(...)' found")
-        if not declared.same_types(sig):
-            raise ExperimentError(ref_path, "signature", f"'{declared}' does not match the experiment's '{sig}'")
-    if init_path is not None and not init_path.is_file():
-        raise ExperimentError(origin, "initial_kernel", f"{init_path} not found")
+        check_kernel_entry(ref_path, ref_source, ref_entry, sig, plain=True)
+    else:
+        _check_python_reference(ref_path, ref_source, ref_entry, sig)
+    if init_path is not None:
+        if not init_path.is_file():
+            raise ExperimentError(origin, "initial_kernel", f"{init_path} not found")
+        check_kernel_entry(init_path, read_text_file(init_path, "initial_kernel"), sig.name, sig)
     cases = load_cases(cases_path, sig)
     tuning = _load_tuning(model.tune, base, origin, sig, cases) if model.tune else None
     vendor = _load_vendor(model.vendor, base, origin, sig) if model.vendor else None

@@ -151,3 +151,23 @@ def test_a_results_dir_that_is_a_file_is_refused_before_the_gpu(tmp_path):
     result = runner.invoke(app, ["optimize", "--config", str(SGEMM / "experiment.json"), "--strategy", "tune",
                                  "--results-dir", str(target)])
     assert result.exit_code == 2 and "exists and is not a folder" in error_line(result)
+
+
+def test_an_unexpected_error_is_one_line_naming_its_traceback_log(monkeypatch, capsys, tmp_path):
+    import pytest
+
+    from cudaopt import cli
+
+    def broken(**kwargs):
+        raise RuntimeError("a bug\nover two lines")
+
+    monkeypatch.setenv("CUDAOPT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cli, "app", broken)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main()
+    assert exit_.value.code == cli.EXIT_INTERNAL == 4
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len([line for line in err.splitlines() if line.strip()]) == 1
+    assert "unexpected RuntimeError: a bug over two lines" in err
+    (log,) = (tmp_path / "crashes").iterdir()
+    assert str(log) in err.replace("\n", "") and "Traceback" in log.read_text() and "a bug" in log.read_text()

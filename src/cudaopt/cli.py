@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -31,6 +33,7 @@ app = typer.Typer(
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_NO_GPU = 3
+EXIT_INTERNAL = 4
 
 
 def console(stderr: bool = False) -> Console:
@@ -84,6 +87,17 @@ def check_output_path(path: Path, option: str) -> None:
         raise fail(f"{option} {path}: not writable")
 
 
+def _preflight(exp: Experiment, **kwargs):
+    """The checks of ``cudaopt check``, before any GPU work; a failure is bad input (exit 2)."""
+    from .preflight import preflight
+
+    try:
+        with Console(stderr=True).status("checking the experiment…"):
+            return preflight(exp, **kwargs)
+    except ExperimentError as exc:
+        raise fail(str(exc)) from None
+
+
 def _experiment(config, description, signature, reference, initial_kernel, input_cases) -> Experiment:
     try:
         return load_experiment(
@@ -92,6 +106,39 @@ def _experiment(config, description, signature, reference, initial_kernel, input
         )
     except ExperimentError as exc:
         raise fail(str(exc)) from None
+
+
+@app.command()
+def check(
+    config: ConfigOpt = None,
+    description: DescriptionOpt = None,
+    signature: SignatureOpt = None,
+    reference: ReferenceOpt = None,
+    initial_kernel: InitialOpt = None,
+    input_cases: CasesOpt = None,
+    kernel: Annotated[Path | None, typer.Option("--kernel", help="Check this kernel instead of the initial kernel.")] = None,
+    entry: Annotated[str | None, typer.Option("--entry", help="Entry point name (default: the signature's name).")] = None,
+    arch: Annotated[str | None, typer.Option("--arch", help="Target architecture, e.g. sm_90 (default: the local GPU's, else sm_90).")] = None,
+) -> None:
+    """Check an experiment without a GPU: files, fields, every expression on every case, the
+    reference (a .py one is called on the smallest case), the kernels compiled with NVRTC."""
+    exp = _experiment(config, description, signature, reference, initial_kernel, input_cases)
+    if kernel is not None:
+        if not kernel.is_file():
+            raise fail(f"--kernel: {kernel} not found")
+        try:
+            check_kernel_entry(kernel, read_text_file(kernel, "--kernel"), entry or exp.signature.name, exp.signature)
+        except ExperimentError as exc:
+            raise fail(str(exc)) from None
+    if arch is not None and not re.fullmatch(r"sm_\d{2,3}[a-z]?", arch):
+        raise fail(f"--arch: {arch!r} is not an architecture such as sm_90")
+    done = _preflight(exp, kernel=kernel, entry=entry, arch=arch)
+    table = Table(title="cudaopt check: ready", title_justify="left")
+    table.add_column("check")
+    table.add_column("result")
+    for item in done:
+        table.add_row(item.what, item.detail)
+    console().print(table)
 
 
 @app.command()
@@ -137,6 +184,7 @@ def evaluate(
     to_stdout = json_out is not None and str(json_out) == "-"
     if json_out is not None and not to_stdout:
         check_output_path(json_out, "--json")
+    _preflight(exp, kernel=path, entry=entry, tune=False)
     out = console(stderr=to_stdout)
     try:
         with Supervisor(devices=[device]) as supervisor:
@@ -234,6 +282,8 @@ def optimize(
             Console(stderr=True).print(notice, highlight=False, markup=False, soft_wrap=True)
     if results_dir.exists() and not results_dir.is_dir():
         raise fail(f"--results-dir {results_dir}: exists and is not a folder")
+    if resume is None:
+        _preflight(args.load())
     budget = Budget(max_iterations=iterations, max_model_calls=max_model_calls, max_cost_usd=max_cost_usd,
                     time_limit_s=time_limit, patience=patience)
     out = console()
@@ -483,5 +533,34 @@ def doctor(
         console().print(f"cached in {path}", highlight=False, soft_wrap=True)
 
 
-def main() -> None:  # pragma: no cover
-    app()
+def main() -> None:
+    """The console entry point. An unexpected error (a bug) never ends in a traceback: one line
+    says what happened and names a log file holding the traceback; exit status 4."""
+    try:
+        app(prog_name="cudaopt")
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        Console(stderr=True).print("interrupted")
+        sys.exit(130)
+    except Exception as exc:
+        log = crash_log(exc)
+        text = " ".join(str(exc).split())[:300] or "(no message)"
+        Console(stderr=True).print(f"[bold red]error:[/] unexpected {type(exc).__name__}: {escape(text)} "
+                                   f"(a bug: the traceback is in {log})", highlight=False, soft_wrap=True)
+        sys.exit(EXIT_INTERNAL)
+
+
+def crash_log(exc: BaseException) -> Path:
+    """Write the traceback of ``exc`` to a new file under the cache directory; its path."""
+    import datetime as dt
+    import traceback
+
+    from .paths import cache_root
+
+    folder = cache_root() / "crashes"
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = folder / f"crash-{stamp}-{os.getpid()}.log"
+    path.write_text(f"cudaopt {' '.join(sys.argv[1:])}\n" + "".join(traceback.format_exception(exc)))
+    return path

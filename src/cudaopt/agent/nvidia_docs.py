@@ -17,6 +17,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urldefrag
 
+from ..paths import cache_root
 from ..record.rundir import write_json
 
 MAX_AGE = dt.timedelta(days=30)
@@ -44,10 +45,7 @@ class Page:
 
 def cache_dir() -> Path:
     """``$CUDAOPT_CACHE_DIR/docs``, else ``$XDG_CACHE_HOME/cudaopt/docs`` (``~/.cache``): shared by every run."""
-    root = os.environ.get("CUDAOPT_CACHE_DIR")
-    if not root:
-        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cudaopt"
-    return Path(root) / "docs"
+    return cache_root() / "docs"
 
 
 def fetch_url(url: str) -> str:

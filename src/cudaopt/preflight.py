@@ -1,0 +1,134 @@
+"""``cudaopt check``: everything about an experiment that can be checked without a GPU.
+
+Loading an experiment already checks its files, fields, signature and every expression on every
+case (experiment.py). Here come the checks that run code: each kernel (the initial one, a
+``--kernel``, the tunable kernel with its first configuration) and a ``.cu`` reference compiled
+with NVRTC for the target architecture; a NumPy reference called on the smallest case, in a
+subprocess with a timeout, its outputs' shapes compared with the case's. ``evaluate`` and
+``optimize`` run the same checks before they start a GPU worker, so a mistake is reported the
+same way, on one line naming the file and the field, with or without a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .experiment import Experiment, ExperimentError
+from .harness.compiler import DEFAULT_ARCH, CompileError, compile_kernel
+from .harness.inputs import shape_of
+from .harness.protocol import CaseSpec, KernelSpec, from_dict, to_dict
+
+REFERENCE_TIMEOUT_S = 120.0
+
+
+@dataclass
+class Checked:
+    what: str
+    detail: str
+
+
+def local_arch() -> str:
+    """The first GPU's architecture (sm_XY), or sm_90 where there is none."""
+    try:
+        from cuda.core import Device
+
+        cc = Device(0).compute_capability
+        return f"sm_{cc.major}{cc.minor}"
+    except Exception:  # no driver, no device: compile for the default target
+        return DEFAULT_ARCH
+
+
+def preflight(experiment: Experiment, *, kernel: Path | None = None, entry: str | None = None,
+              arch: str | None = None, tune: bool = True) -> list[Checked]:
+    """Run every check; raise :class:`ExperimentError` (file and field) at the first failure.
+    ``kernel`` replaces the initial kernel; ``tune`` includes the tunable kernel."""
+    arch = arch or local_arch()
+    done = [Checked("experiment", f"{len(experiment.case_specs)} cases, signature {experiment.signature}")]
+    if experiment.reference_kind == "cu":
+        _compile(experiment.reference_path, experiment.reference_source, experiment.reference_entry, {}, arch)
+        done.append(Checked("reference", f"{experiment.reference_path.name} compiles for {arch}"))
+    else:
+        case = smallest_case(experiment)
+        call_reference(experiment, case)
+        done.append(Checked("reference", f"{experiment.reference_path.name} ran on case {case.name!r}, "
+                                         "outputs of the right shapes"))
+    sources = [(kernel, entry)] if kernel else []
+    if experiment.initial_kernel_path and not kernel:
+        sources.append((experiment.initial_kernel_path, None))
+    for path, name in sources:
+        info = _compile(path, path.read_text(), name or experiment.signature.name, {}, arch)
+        done.append(Checked("kernel", f"{path.name} compiles for {arch}: {info.registers} registers, "
+                                      f"{info.spill_stores or 0} B spilled"))
+    if tune and experiment.tuning is not None:
+        tuning = experiment.tuning
+        configs = tuning.space.configurations()
+        _compile(tuning.path, tuning.source, experiment.signature.name, configs[0], arch)
+        done.append(Checked("tune", f"{tuning.path.name}: {len(configs)} configurations; the first compiles"))
+    return done
+
+
+def _compile(path: Path, source: str, entry: str, defines: dict, arch: str):
+    try:
+        return compile_kernel(KernelSpec(source=source, entry=entry, defines=dict(defines)), arch).info
+    except CompileError as exc:
+        first = next((line for line in exc.log.splitlines() if "error" in line), exc.log.splitlines()[0])
+        where = f" with {defines}" if defines else ""
+        raise ExperimentError(path, "compile", f"does not compile for {arch}{where}: {first.strip()}") from None
+
+
+def smallest_case(experiment: Experiment) -> CaseSpec:
+    def size(case: CaseSpec) -> int:
+        return sum(int(np.prod(shape_of(s.shape, case.scalars, case.name), dtype=np.int64))
+                   for s in [*case.inputs.values(), *case.outputs.values()])
+
+    return min(experiment.case_specs, key=size)
+
+
+def call_reference(experiment: Experiment, case: CaseSpec, timeout_s: float = REFERENCE_TIMEOUT_S) -> None:
+    """Call the NumPy reference on one input set of ``case`` in a subprocess (the user's code may
+    hang or crash), and check what it returns."""
+    request = {"reference": to_dict(experiment.reference_spec()), "case": to_dict(case),
+               "signature": experiment.signature_text}
+    where = experiment.reference_path
+    try:
+        done = subprocess.run([sys.executable, "-m", "cudaopt.preflight"], input=json.dumps(request),
+                              capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise ExperimentError(where, "reference", f"did not return within {timeout_s:g} s on case "
+                                                  f"{case.name!r}") from None
+    if done.returncode != 0:
+        lines = [line for line in (done.stdout + done.stderr).strip().splitlines() if line.strip()]
+        detail = lines[-1] if lines else f"exit status {done.returncode}"
+        raise ExperimentError(where, "reference", f"on case {case.name!r}: {detail}")
+
+
+def _run_reference_from_stdin() -> int:
+    """The subprocess side of :func:`call_reference`: one line of error on failure, exit 1."""
+    from .harness.inputs import InputError, generate
+    from .harness.protocol import ReferenceSpec
+    from .harness.reference import ReferenceFailure, call_python, load_python
+    from .harness.signature import parse_signature
+
+    request = json.loads(sys.stdin.read())
+    ref = from_dict(ReferenceSpec, request["reference"])
+    case = from_dict(CaseSpec, request["case"])
+    signature = parse_signature(request["signature"])
+    try:
+        (inputs,) = generate(case, signature, 1)
+        shapes = {a.name: shape_of(case.outputs[a.name].shape, case.scalars, a.name) for a in signature.outputs}
+        fn = load_python(ref.source, ref.path, ref.entry)
+        call_python(fn, signature, {n: t.as_numbers() for n, t in inputs.items()}, case.scalars, shapes)
+    except (ReferenceFailure, InputError) as exc:
+        print(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_run_reference_from_stdin())

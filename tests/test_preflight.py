@@ -1,0 +1,85 @@
+"""`cudaopt check` and the same checks before evaluate and optimize: no GPU needed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from cudaopt.cli import app
+from cudaopt.experiment import ExperimentError, load_experiment
+from cudaopt.preflight import call_reference, preflight, smallest_case
+from tests.conftest import SGEMM
+
+runner = CliRunner(env={"COLUMNS": "200"})
+SIGNATURE = json.loads((SGEMM / "experiment.json").read_text())["signature"]
+GOOD = "import numpy as np\n\ndef matmul_f32(a, b, m, n, k):\n    return a.astype(np.float64) @ b\n"
+
+
+def numpy_flags(tmp_path, source: str) -> list[str]:
+    ref = tmp_path / "reference.py"
+    ref.write_text(source)
+    return ["--signature", SIGNATURE, "--reference", str(ref), "--input-cases", str(SGEMM / "input_cases.json"),
+            "--initial-kernel", str(SGEMM / "initial.cu")]
+
+
+def one_line(result) -> str:
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
+def test_the_example_is_ready():
+    result = runner.invoke(app, ["check", "--config", str(SGEMM / "experiment.json"), "--arch", "sm_90"])
+    assert result.exit_code == 0, result.output
+    for text in ("cudaopt check: ready", "reference.cu compiles for sm_90", "initial.cu compiles for sm_90",
+                 "39 configurations"):
+        assert text in result.output
+
+
+def test_a_numpy_reference_is_called_on_the_smallest_case(tmp_path):
+    result = runner.invoke(app, ["check", *numpy_flags(tmp_path, GOOD)])
+    assert result.exit_code == 0, result.output
+    assert "ran on case 'odd-31x37x29'" in result.output
+
+
+@pytest.mark.parametrize("source, message", [
+    (GOOD.replace("return a.astype(np.float64) @ b", "raise ValueError('not today')"),
+     "reference function raised ValueError: not today"),
+    (GOOD.replace("return a.astype(np.float64) @ b", "return a"), "has shape (31, 29), the case says (31, 37)"),
+    ("import numpy as np\nX = 1 / 0\n\ndef matmul_f32(a, b, m, n, k):\n    return a @ b\n", "ZeroDivisionError"),
+])
+def test_a_failing_numpy_reference_is_one_line_and_exit_2_before_the_gpu(tmp_path, source, message):
+    for command in ("check", "evaluate"):
+        result = runner.invoke(app, [command, *numpy_flags(tmp_path, source)])
+        assert result.exit_code == 2, result.output
+        line = one_line(result)
+        assert "reference.py: reference: on case 'odd-31x37x29'" in line and message in line, line
+
+
+def test_a_hanging_reference_times_out(tmp_path):
+    ref = tmp_path / "reference.py"
+    ref.write_text("import time\n\ndef matmul_f32(a, b, m, n, k):\n    time.sleep(60)\n")
+    exp = load_experiment(signature=SIGNATURE, reference=ref, input_cases=SGEMM / "input_cases.json")
+    with pytest.raises(ExperimentError, match="did not return within 2 s"):
+        call_reference(exp, smallest_case(exp), timeout_s=2)
+
+
+def test_a_kernel_that_does_not_compile_is_named(tmp_path):
+    bad = tmp_path / "bad.cu"
+    bad.write_text((SGEMM / "initial.cu").read_text().replace("float acc", "float acc = undefined_name;"))
+    result = runner.invoke(app, ["check", "--config", str(SGEMM / "experiment.json"), "--kernel", str(bad)])
+    assert result.exit_code == 2
+    line = one_line(result)
+    assert "bad.cu: compile: does not compile for" in line and "undefined_name" in line
+
+
+def test_a_bad_arch_is_refused():
+    result = runner.invoke(app, ["check", "--config", str(SGEMM / "experiment.json"), "--arch", "hopper"])
+    assert result.exit_code == 2 and "--arch" in one_line(result)
+
+
+def test_preflight_lists_what_it_checked(sgemm):
+    done = preflight(sgemm, arch="sm_90", tune=False)
+    assert [c.what for c in done] == ["experiment", "reference", "kernel"]

@@ -69,6 +69,7 @@ def test_evaluate_without_a_gpu_says_so(tmp_path):
     result = runner.invoke(app, ["evaluate", "--config", str(SGEMM / "experiment.json")])
     assert result.exit_code == 3
     assert "did not start" in result.output and "Traceback" not in result.output
+    assert "cudaopt doctor" in error_line(result) and "cudaopt check" in error_line(result)
 
 
 def test_version():

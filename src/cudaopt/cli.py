@@ -75,6 +75,13 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     return typer.Exit(code)
 
 
+def no_gpu(exc: Exception) -> typer.Exit:
+    """Exit 3 with what failed and what to do: doctor says what is missing; check needs no GPU."""
+    reason = str(exc).removesuffix("; log: (empty)")
+    return fail(f"{reason} — `cudaopt doctor` shows what this machine lacks; `cudaopt check` checks an "
+                "experiment without a GPU", EXIT_NO_GPU)
+
+
 def check_output_path(path: Path, option: str) -> None:
     """Refuse, before any work, an output path that cannot take a regular file: a device, a
     folder, a missing or read-only folder (a symlink such as /dev/stdout is never replaced)."""
@@ -192,7 +199,7 @@ def evaluate(
                 result = evaluate_kernel(exp, source, supervisor, entry=entry, launch=launch_spec,
                                          protocol=protocol, time_reference=time_reference)
     except WorkerError as exc:
-        raise fail(str(exc), EXIT_NO_GPU) from None
+        raise no_gpu(exc) from None
     out.print(evaluation_table(result))
     for line in failure_lines(result):
         out.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -296,7 +303,7 @@ def optimize(
     except ExperimentError as exc:
         raise fail(str(exc)) from None
     except WorkerError as exc:
-        raise fail(str(exc), EXIT_NO_GPU) from None
+        raise no_gpu(exc) from None
     except KeyboardInterrupt:
         Console(stderr=True).print("interrupted: the run directory holds every finished attempt; continue it with --resume")
         raise typer.Exit(130) from None
@@ -353,7 +360,7 @@ def replay(
     except ExperimentError as exc:
         raise fail(str(exc)) from None
     except WorkerError as exc:
-        raise fail(str(exc), EXIT_NO_GPU) from None
+        raise no_gpu(exc) from None
     table = Table(title="replay", title_justify="left")
     for column in ("case", "outcome", "recorded µs", "now µs", "within noise", "vs baseline", "beats baseline",
                    "vs vendor"):
@@ -403,7 +410,7 @@ def verify(
     except ExperimentError as exc:
         raise fail(str(exc)) from None
     except WorkerError as exc:
-        raise fail(str(exc), EXIT_NO_GPU) from None
+        raise no_gpu(exc) from None
     table = Table(title=f"verify attempt #{outcome['attempt']} (seed {outcome['seed']}): "
                         f"{'PASSED' if outcome['passed'] else 'FAILED'}", title_justify="left")
     for column in ("case", "role", "outcome", "max abs error", "max rel error"):

@@ -70,3 +70,31 @@ def test_no_gpu_leaves_no_run_directory(monkeypatch, tmp_path):
 def test_verify_of_something_that_is_not_a_run(tmp_path):
     result = runner.invoke(app, ["verify", str(tmp_path)])
     assert result.exit_code == 2 and "is not a run directory" in result.output
+
+
+def test_a_model_failure_stops_the_run_with_exit_5(monkeypatch, tmp_path):
+    """Refused credentials: the run stops at once, the summary says why, the command exits 5."""
+    from cudaopt.evaluation import supervisor
+    from tests.fake_openai import FakeOpenAI
+    from tests.scripted import ScriptedEvaluator
+
+    class ScriptedSupervisor(ScriptedEvaluator):  # the GPU worker, scripted
+        def __init__(self, devices=None, **kwargs):
+            super().__init__()
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    monkeypatch.setattr(supervisor, "Supervisor", ScriptedSupervisor)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-wrong")
+    with FakeOpenAI([{"status": 401, "message": "Incorrect API key provided"}]) as server:
+        result = runner.invoke(app, ["optimize", "--config", str(SGEMM / "experiment.json"), "--strategy", "agent",
+                                     "--base-url", server.url, "--results-dir", str(tmp_path)])
+    assert result.exit_code == 5, result.output
+    last = [line for line in result.output.splitlines() if line.strip()][-1]
+    assert last.startswith("error: the run stopped on a model failure:") and "Incorrect API key" in last
+    summary = (tmp_path / "run-001" / "summary.json").read_text()
+    assert "model failure" in summary and "sk-wrong" not in summary

@@ -244,3 +244,28 @@ def test_ctrl_c_records_the_finished_attempts_and_the_stop_reason(tmp_path):
     assert summary.stop_reason == "interrupted" and summary.best_attempt == 1
     assert [a.status for a in History.model_validate_json((run / "history.json").read_text()).attempts] == ["ok", "ok"]
     assert (run / "heatmap.png").is_file()
+
+
+def test_model_errors_in_a_row_stop_the_run_and_say_why(tmp_path):
+    script = [{"status": 400, "message": "bad request one"}, {"status": 400, "message": "bad request two"},
+              {"status": 400, "message": "bad request three"}, answer("ok 0.5")]
+    run, summary, _, evaluator = run_agent(tmp_path, script, budget=Budget(max_iterations=9, max_model_errors=3))
+    assert summary.stop_reason.startswith("model failure: 3 model errors in a row (last: ")
+    assert "400" in summary.stop_reason and "bad request three" in summary.stop_reason
+    assert [a.status for a in history(run)] == ["ok", "rejected", "rejected", "rejected"]
+    assert len(evaluator.requests) == 1  # only the baseline reached the GPU
+
+
+def test_an_answer_between_model_errors_resets_the_count(tmp_path):
+    script = [{"status": 400}, {"status": 400}, answer("ok 0.5"), {"status": 400}, {"status": 400}]
+    _, summary, _, _ = run_agent(tmp_path, script, budget=Budget(max_iterations=5, max_model_errors=3))
+    assert summary.stop_reason == "iterations exhausted"
+
+
+def test_refused_credentials_stop_at_once(tmp_path):
+    script = [{"status": 401, "message": "Incorrect API key provided"}, answer("ok 0.5")]
+    run, summary, server, _ = run_agent(tmp_path, script, budget=Budget(max_iterations=5))
+    assert summary.stop_reason.startswith("model failure: ") and "AuthenticationError" in summary.stop_reason
+    assert "Incorrect API key" in summary.stop_reason
+    assert len(server.requests) == 1  # not retried
+    assert SECRET not in (run.path / "summary.json").read_text()

@@ -34,6 +34,7 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_NO_GPU = 3
 EXIT_INTERNAL = 4
+EXIT_MODEL_FAILED = 5
 
 
 def console(stderr: bool = False) -> Console:
@@ -231,6 +232,8 @@ def optimize(
     max_cost_usd: Annotated[float | None, typer.Option(min=0, help="Stop once the estimated cost reaches this.")] = None,
     time_limit: Annotated[float | None, typer.Option(min=1, help="Stop after this many seconds of wall time.")] = None,
     patience: Annotated[int | None, typer.Option(min=1, help="Stop after this many attempts without a new best.")] = None,
+    max_model_errors: Annotated[int, typer.Option(min=1, help="Stop (exit 5) after this many model errors in a row; "
+                                                          "refused credentials stop at once.")] = 3,
     prices: Annotated[Path | None, typer.Option(help='JSON {"model": {"input": USD/M, "output": USD/M}} overriding the price table.')] = None,
     resume: Annotated[Path | None, typer.Option(help="Continue an interrupted run directory.")] = None,
     device: Annotated[int, typer.Option(min=0, help="GPU ordinal.")] = 0,
@@ -249,7 +252,7 @@ def optimize(
                                              "(inspect_compiled).")] = False,
 ) -> None:
     """Improve a kernel (a model in the loop, a tuner, or both); every step lands in results/run-NNN/."""
-    from .agent.graph import Budget
+    from .agent.graph import MODEL_FAILURE, Budget
     from .agent.model import ModelSettings, credentials_problem
     from .evaluation.supervisor import Supervisor, WorkerError
     from .optimize import STRATEGIES, ExperimentArgs, start_or_resume
@@ -292,7 +295,7 @@ def optimize(
     if resume is None:
         _preflight(args.load())
     budget = Budget(max_iterations=iterations, max_model_calls=max_model_calls, max_cost_usd=max_cost_usd,
-                    time_limit_s=time_limit, patience=patience)
+                    time_limit_s=time_limit, patience=patience, max_model_errors=max_model_errors)
     out = console()
     try:
         with Supervisor(devices=[device]) as supervisor, OptimizeProgress(out, max_evals if strategy == "tune" else budget.max_iterations) as progress:
@@ -321,6 +324,9 @@ def optimize(
         out.print(f"ablation: tuning alone reached {summary.ablation['tune_only_best_score_us']} µs; "
                   f"the agent added {gain:.2f}× beyond it" if gain else "ablation: no comparison", highlight=False)
     out.print(f"audit pack: {run.path}", soft_wrap=True, highlight=False)
+    if summary.stop_reason.startswith(MODEL_FAILURE):
+        raise fail(f"the run stopped on a model failure: {summary.stop_reason.removeprefix(MODEL_FAILURE)}",
+                   EXIT_MODEL_FAILED)
 
 
 def _read_prices(path: Path) -> dict:

@@ -32,6 +32,11 @@ class Budget:
     max_cost_usd: float | None = None
     time_limit_s: float | None = None
     patience: int | None = None  # stop after this many attempts without a new best
+    max_model_errors: int = 3  # stop after this many model errors in a row
+
+
+MODEL_FAILURE = "model failure: "  # how a stop reason caused by the model begins (the CLI exits 5)
+MODEL_ERROR = "model error: "  # how the reason of a proposal the model never gave begins
 
 
 class State(TypedDict, total=False):
@@ -53,6 +58,7 @@ class Optimizer:
         self.pending: Proposal | None = None
         self.pending_parent: int | None = None
         self.pending_calls: list[int] = []
+        self.fatal_error = ""  # a model error no retry can mend (refused credentials)
 
     @property
     def iterations(self) -> int:
@@ -122,7 +128,9 @@ class Optimizer:
         )
         rec.add_call(call)
         if reply.error:
-            rec.reject(parent, f"model error: {reply.error}", [call.id])
+            rec.reject(parent, f"{MODEL_ERROR}{reply.error}", [call.id])
+            if reply.fatal:
+                self.fatal_error = reply.error
             return {"pending": False}
         try:
             proposal = parse(reply.text, rec.exp.signature, rec.cases, allow_tunables=self.tune,
@@ -153,6 +161,12 @@ class Optimizer:
 
     def _stop_reason(self) -> str:
         b, rec = self.budget, self.rec
+        if self.fatal_error:
+            return f"{MODEL_FAILURE}{self.fatal_error}"
+        errors = self._model_errors_in_a_row()
+        if errors and errors >= b.max_model_errors:
+            last = rec.attempts[-1].reason.removeprefix(MODEL_ERROR)
+            return f"{MODEL_FAILURE}{errors} model errors in a row (last: {last})"
         if self.iterations >= b.max_iterations:
             return "iterations exhausted"
         if b.max_model_calls is not None and self._over_call_budget():
@@ -164,6 +178,14 @@ class Optimizer:
         if b.patience is not None and self.iterations and rec.since_best("proposal") >= b.patience:
             return f"no improvement for {b.patience} attempts"
         return ""
+
+    def _model_errors_in_a_row(self) -> int:
+        count = 0
+        for attempt in reversed(self.rec.attempts):
+            if attempt.kind != "proposal" or not attempt.reason.startswith(MODEL_ERROR):
+                break
+            count += 1
+        return count
 
     def _over_call_budget(self) -> bool:
         return self.budget.max_model_calls is not None and self.rec.model_calls() >= self.budget.max_model_calls

@@ -39,7 +39,25 @@ DEFAULT_PRICES: dict[str, dict[str, float]] = {
 
 
 class ModelError(RuntimeError):
-    """The model could not be reached or refused the request after every retry."""
+    """The model could not be reached or refused the request after every retry; ``fatal`` when
+    asking again cannot help (the credentials are refused)."""
+
+    def __init__(self, message: str, fatal: bool = False):
+        super().__init__(message)
+        self.fatal = fatal
+
+
+def _fatal(exc: Exception) -> bool:
+    """An authentication or permission failure: no retry, and no later proposal, can succeed."""
+    try:
+        import openai
+
+        if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
+            return True
+    except ImportError:  # another provider: fall back to the status code, if any
+        pass
+    status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
+    return status in (401, 403)
 
 
 @dataclass
@@ -109,6 +127,7 @@ class Reply:
     retries: int = 0
     latency_s: float = 0.0
     error: str | None = None
+    fatal: bool = False  # the error ends the run (see ModelError)
 
 
 def _retryable(exc: Exception) -> bool:
@@ -166,7 +185,7 @@ class ModelClient:
             else:
                 reply.text = _text(messages[-1].content)
         except ModelError as exc:
-            reply.error = str(exc)
+            reply.error, reply.fatal = str(exc), exc.fatal
         reply.latency_s = round(time.perf_counter() - start, 3)
         reply.messages = [_plain(m) for m in messages]
         return reply
@@ -190,7 +209,7 @@ class ModelClient:
                     reply.retries += 1
                     self.sleep(min(60.0, self.settings.retry_base_s * 2**attempt))
                     continue
-                raise ModelError(f"{exc.__class__.__name__}: {_first_line(exc)}") from None
+                raise ModelError(f"{exc.__class__.__name__}: {_first_line(exc)}", fatal=_fatal(exc)) from None
             usage = getattr(response, "usage_metadata", None) or {}
             reply.input_tokens += int(usage.get("input_tokens", 0))
             reply.output_tokens += int(usage.get("output_tokens", 0))

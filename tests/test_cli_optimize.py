@@ -98,3 +98,14 @@ def test_a_model_failure_stops_the_run_with_exit_5(monkeypatch, tmp_path):
     assert last.startswith("error: the run stopped on a model failure:") and "Incorrect API key" in last
     summary = (tmp_path / "run-001" / "summary.json").read_text()
     assert "model failure" in summary and "sk-wrong" not in summary
+
+
+def test_a_model_that_cannot_be_built_is_bad_input_before_anything_starts(monkeypatch, tmp_path):
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    for model, message in (("nonsense", "--model nonsense: Unable to infer model provider"),
+                           (":x", "model :x needs the package")):
+        result = runner.invoke(app, ["optimize", "--config", str(SGEMM / "experiment.json"), "--model", model,
+                                     "--strategy", "agent", "--results-dir", str(tmp_path / "results")])
+        assert result.exit_code == 2, result.output
+        assert message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "results").exists()  # no half-made run directory

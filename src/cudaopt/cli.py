@@ -253,7 +253,7 @@ def optimize(
 ) -> None:
     """Improve a kernel (a model in the loop, a tuner, or both); every step lands in results/run-NNN/."""
     from .agent.graph import MODEL_FAILURE, Budget
-    from .agent.model import ModelSettings, credentials_problem
+    from .agent.model import ModelSettings, credentials_problem, make_chat_model
     from .evaluation.supervisor import Supervisor, WorkerError
     from .optimize import STRATEGIES, ExperimentArgs, start_or_resume
     from .render import OptimizeProgress, summary_table
@@ -285,6 +285,11 @@ def optimize(
         problem = None
     if problem:
         raise fail(problem)
+    if strategy != "tune":
+        try:  # a model string the provider cannot build fails here, before any GPU work or run directory
+            make_chat_model(settings)
+        except Exception as exc:
+            raise fail(f"--model {settings.model}: {' '.join(str(exc).split())[:300]}") from None
     if nvidia_research and strategy != "tune":
         from .agent.research import default_library
 

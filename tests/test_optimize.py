@@ -269,3 +269,22 @@ def test_refused_credentials_stop_at_once(tmp_path):
     assert "Incorrect API key" in summary.stop_reason
     assert len(server.requests) == 1  # not retried
     assert SECRET not in (run.path / "summary.json").read_text()
+
+
+@pytest.mark.parametrize("name, content, field", [
+    ("lock.json", "{garbage", "lock.json: line 1"),
+    ("history.json", '{"attempts": [{"id": 0', "history.json: line 1"),
+    ("history.json", '{"attempts": [{"id": "zero"}]}', "history.json: attempts.0"),
+    ("settings.json", "[]", "settings.json: experiment"),
+])
+def test_resuming_a_broken_run_is_bad_input_before_the_gpu(tmp_path, name, content, field):
+    from cudaopt.experiment import ExperimentError
+
+    run, _, _, _ = run_agent(tmp_path, [answer("ok 0.5")], budget=Budget(max_iterations=1))
+    run.file(name).write_text(content)
+    evaluator = ScriptedEvaluator()
+    with pytest.raises(ExperimentError) as err:
+        start_or_resume(ExperimentArgs(), ModelSettings(), Budget(max_iterations=2), tmp_path / "results", evaluator,
+                        resume=run.path)
+    assert field in str(err.value) and "\n" not in str(err.value)
+    assert evaluator.requests == []  # the worker was never asked for anything

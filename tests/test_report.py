@@ -193,3 +193,14 @@ def test_the_evaluate_table_shows_the_vendor_and_its_failures():
     assert "vendor: cuBLAS SGEMM (cupy)" in text
     plain = evaluator.evaluate(experiment.request("// RESULT: ok 0.5"))
     assert "vendor" not in _text(evaluation_table(Evaluation(candidate=plain, reference=None)))
+
+
+def test_the_progress_chart_of_a_run_where_nothing_passed_draws_without_a_warning():
+    import warnings
+
+    from cudaopt.report.charts import progress
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        svg = progress([(0, None, "mismatch"), (1, None, "compile_error")])
+    assert svg.lstrip().startswith("<") and "failed (no attempt passed)" in svg

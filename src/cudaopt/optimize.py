@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import platform
 import subprocess
 import sys
@@ -10,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
+
+from pydantic import ValidationError
 
 from .agent.graph import Budget, Optimizer
 from .agent.instruments import Instruments
@@ -19,7 +22,7 @@ from .experiment import Experiment, ExperimentError, load_experiment
 from .insight.locate import find_tool
 from .record.recorder import Evaluator, Recorder, ResultCache
 from .record.rundir import RunDir
-from .record.schema import Summary
+from .record.schema import History, Summary
 from .report.build import build as build_report
 from .search.tune import Tuner
 
@@ -103,14 +106,9 @@ def start_or_resume(
     On --resume, the stored experiment, strategy and lock are used. ``use_nsight`` gives the model its
     instruments (agent/instruments.py), profiling on GPU ``device_index``.
     """
-    device = evaluator.device_info()  # starts the GPU worker before anything is written
+    # every check that needs no GPU first; then the worker starts, before anything is written
     if resume is not None:
-        try:
-            run = RunDir.open(resume)
-        except FileNotFoundError as exc:
-            raise ExperimentError(resume, "", str(exc)) from None
-        strategy = run.read_json("settings.json").get("strategy", strategy)
-        experiment = load_run_experiment(run)
+        run, strategy, experiment = open_resumable(resume, strategy)
     else:
         experiment = args.load()
         if experiment.initial_kernel_path is None:
@@ -118,6 +116,8 @@ def start_or_resume(
                                   "missing (give --initial-kernel or set it in --config)")
         if strategy == "tune" or ablation:
             _need_tuning(experiment, args)
+    device = evaluator.device_info()
+    if resume is None:
         run = RunDir.create(results)
         run.write_json("lock.json", experiment.lock())
         run.write_json("settings.json", {"experiment": asdict(args), "strategy": strategy, "research": research,
@@ -162,10 +162,43 @@ def start_or_resume(
     return run, summary
 
 
+def open_resumable(path: Path, strategy: str) -> tuple[RunDir, str, Experiment]:
+    """A run directory to continue: its files readable, its experiment unchanged (bad input otherwise)."""
+    try:
+        run = RunDir.open(path)
+    except FileNotFoundError as exc:
+        raise ExperimentError(path, "", str(exc)) from None
+    experiment = load_run_experiment(run)
+    try:
+        History.model_validate(read_run_json(run, "history.json"))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ExperimentError(run.file("history.json"), ".".join(map(str, err["loc"])), err["msg"]) from None
+    return run, read_run_json(run, "settings.json").get("strategy", strategy), experiment
+
+
+def read_run_json(run: RunDir, name: str):
+    """One of a run's JSON files; unreadable or broken is bad input naming the file."""
+    try:
+        return run.read_json(name)
+    except OSError as exc:
+        raise ExperimentError(run.file(name), "", f"cannot be read: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ExperimentError(run.file(name), f"line {exc.lineno}", f"not valid JSON: {exc.msg}") from None
+
+
 def load_run_experiment(run: RunDir) -> Experiment:
     """A run's experiment, refused when what defines right and wrong changed since the run started."""
-    experiment = ExperimentArgs(**run.read_json("settings.json")["experiment"]).load()
-    if run.read_json("lock.json")["lock"] != experiment.lock()["lock"]:
+    settings, lock = read_run_json(run, "settings.json"), read_run_json(run, "lock.json")
+    if not isinstance(settings, dict) or not isinstance(settings.get("experiment"), dict):
+        raise ExperimentError(run.file("settings.json"), "experiment", "missing: not a run's settings")
+    if not isinstance(lock, dict) or "lock" not in lock:
+        raise ExperimentError(run.file("lock.json"), "lock", "missing: not a run's lock")
+    try:
+        experiment = ExperimentArgs(**settings["experiment"]).load()
+    except TypeError as exc:
+        raise ExperimentError(run.file("settings.json"), "experiment", str(exc)) from None
+    if lock["lock"] != experiment.lock()["lock"]:
         raise ExperimentError(run.file("lock.json"), "lock",
                               "the reference, the input cases or the harness changed since this run started; "
                               "start a new run")

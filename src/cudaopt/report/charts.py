@@ -41,12 +41,16 @@ def progress(points: list[tuple[int, float | None, str]]) -> str:
         ax.set_yscale("log")
         top = max(s for _, s in ok)
         ax.plot(failed, [top * 1.15] * len(failed), "x", color="#d62728", label="failed")
+    elif failed:  # nothing to score: the failures alone, on one line
+        ax.plot(failed, [0] * len(failed), "x", color="#d62728", label="failed (no attempt passed)")
+        ax.set_yticks([])
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("attempt")
     ax.set_ylabel("score: geomean of medians (µs)")
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return _svg(fig)
 

@@ -109,3 +109,19 @@ def test_a_model_that_cannot_be_built_is_bad_input_before_anything_starts(monkey
         assert result.exit_code == 2, result.output
         assert message in result.output and "Traceback" not in result.output
     assert not (tmp_path / "results").exists()  # no half-made run directory
+
+
+def test_auto_without_a_key_on_an_experiment_without_tune_is_bad_input_before_the_gpu(monkeypatch, tmp_path):
+    import json
+    import shutil
+
+    folder = tmp_path / "exp"
+    shutil.copytree(SGEMM, folder)
+    config = json.loads((folder / "experiment.json").read_text())
+    config.pop("tune")
+    (folder / "experiment.json").write_text(json.dumps(config))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    result = runner.invoke(app, ["optimize", "--config", str(folder / "experiment.json"),
+                                 "--results-dir", str(tmp_path / "results")])
+    assert result.exit_code == 2, result.output
+    assert "need a 'tune' section" in result.output and not (tmp_path / "results").exists()

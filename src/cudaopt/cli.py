@@ -106,6 +106,18 @@ def _preflight(exp: Experiment, **kwargs):
         raise fail(str(exc)) from None
 
 
+def _kernel_source(exp: Experiment, path: Path, entry: str | None) -> str:
+    """A kernel file's text, its entry and signature matched to the experiment (exit 2 otherwise)."""
+    if not path.is_file():
+        raise fail(f"--kernel: {path} not found")
+    try:
+        source = read_text_file(path, "--kernel")
+        check_kernel_entry(path, source, entry or exp.signature.name, exp.signature)
+    except ExperimentError as exc:
+        raise fail(str(exc)) from None
+    return source
+
+
 def _experiment(config, description, signature, reference, initial_kernel, input_cases) -> Experiment:
     try:
         return load_experiment(
@@ -132,12 +144,7 @@ def check(
     reference (a .py one is called on the smallest case), the kernels compiled with NVRTC."""
     exp = _experiment(config, description, signature, reference, initial_kernel, input_cases)
     if kernel is not None:
-        if not kernel.is_file():
-            raise fail(f"--kernel: {kernel} not found")
-        try:
-            check_kernel_entry(kernel, read_text_file(kernel, "--kernel"), entry or exp.signature.name, exp.signature)
-        except ExperimentError as exc:
-            raise fail(str(exc)) from None
+        _kernel_source(exp, kernel, entry)
     if arch is not None and not re.fullmatch(r"sm_\d{2,3}[a-z]?", arch):
         raise fail(f"--arch: {arch!r} is not an architecture such as sm_90")
     done = _preflight(exp, kernel=kernel, entry=entry, arch=arch)
@@ -176,11 +183,8 @@ def evaluate(
     path = kernel or exp.initial_kernel_path
     if path is None:
         raise fail("--kernel: no kernel given and the experiment has no initial kernel")
-    if not path.is_file():
-        raise fail(f"--kernel: {path} not found")
+    source = _kernel_source(exp, path, entry)
     try:
-        source = read_text_file(path, "--kernel")
-        check_kernel_entry(path, source, entry or exp.signature.name, exp.signature)
         launch_spec = load_launch(launch) if launch else None
     except ExperimentError as exc:
         raise fail(str(exc)) from None

@@ -387,20 +387,26 @@ def check_kernel_entry(path: Path, source: str, entry: str, sig: Signature, plai
 
 def _check_python_reference(path: Path, source: str, name: str, sig: Signature) -> None:
     """The reference parses, defines the function at the top level, and takes every input and scalar."""
+    _python_function(path, source, name, [a.name for a in sig.args if a.is_input or not a.pointer],
+                     "reference_entry", "input and scalar")
+
+
+def _python_function(path: Path, source: str, name: str, wanted: list[str], field: str, what: str) -> ast.FunctionDef:
+    """A top-level function of a user's Python file that accepts every name in ``wanted`` by keyword."""
     try:
         tree = ast.parse(source, str(path))
     except SyntaxError as exc:
         raise ExperimentError(path, f"line {exc.lineno}", f"not valid Python: {exc.msg}") from None
     fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
     if fn is None:
-        raise ExperimentError(path, "reference_entry", f"no function named {name!r} at the top level")
+        raise ExperimentError(path, field, f"no function named {name!r} at the top level")
     params = fn.args
     accepted = {p.arg for p in params.args + params.kwonlyargs}
-    wanted = [a.name for a in sig.args if a.is_input or not a.pointer]
     missing = [n for n in wanted if n not in accepted]
     if missing and params.kwarg is None:
-        raise ExperimentError(path, "reference_entry", f"{name}() must accept {', '.join(missing)}: every input "
-                                                       f"and scalar is passed by name ({', '.join(wanted)})")
+        raise ExperimentError(path, field, f"{name}() must accept {', '.join(missing)}: every {what} is passed "
+                                           f"by name ({', '.join(wanted)})")
+    return fn
 
 
 def load_cases(path: Path, signature: Signature) -> CasesFile:
@@ -602,20 +608,8 @@ def _load_vendor(vendor: VendorModel, base: Path, origin: str, sig: Signature) -
         raise ExperimentError(origin, "vendor.file", f"{path} not found")
     source = path.read_text()
     name = vendor.function or sig.name
-    try:
-        tree = ast.parse(source, str(path))
-    except SyntaxError as exc:
-        raise ExperimentError(path, f"line {exc.lineno}", f"not valid Python: {exc.msg}") from None
-    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
-    if fn is None:
-        raise ExperimentError(path, "vendor.function", f"no function named {name!r} at the top level")
-    params = fn.args
-    accepted = {p.arg for p in params.args + params.kwonlyargs}
     wanted = [a.name for a in sig.args]
-    missing = [n for n in wanted if n not in accepted]
-    if missing and params.kwarg is None:
-        raise ExperimentError(path, "vendor.function", f"{name}() must accept {', '.join(missing)}: every "
-                                                       f"signature argument is passed by name ({', '.join(wanted)})")
+    params = _python_function(path, source, name, wanted, "vendor.function", "signature argument").args
     required = [p.arg for p in params.args[:len(params.args) - len(params.defaults)]]
     required += [p.arg for p, default in zip(params.kwonlyargs, params.kw_defaults, strict=True) if default is None]
     extra = [n for n in required if n not in wanted]

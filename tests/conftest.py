@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -60,3 +62,18 @@ def sgemm():
 
 def kernel_source(name: str) -> str:
     return (KERNELS / name).read_text()
+
+
+@pytest.fixture
+def example(tmp_path):
+    """A writable copy of the sgemm example; returns (dir, edit) where edit(file, fn) rewrites JSON."""
+    for name in ("experiment.json", "input_cases.json", "reference.cu", "initial.cu", "tunable.cu", "vendor.py"):
+        shutil.copy(SGEMM / name, tmp_path / name)
+
+    def edit(name, change):
+        path = tmp_path / name
+        data = json.loads(path.read_text())
+        change(data)
+        path.write_text(json.dumps(data))
+
+    return tmp_path, edit

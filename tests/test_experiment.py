@@ -1,27 +1,11 @@
 """Loading experiments: every bad input gets one line naming the file and the field."""
 
 import json
-import shutil
 
 import pytest
 
 from cudaopt.experiment import ExperimentError, load_experiment, load_launch
 from tests.conftest import SGEMM
-
-
-@pytest.fixture
-def example(tmp_path):
-    """A writable copy of the sgemm example; returns (dir, edit) where edit(file, fn) rewrites JSON."""
-    for name in ("experiment.json", "input_cases.json", "reference.cu", "initial.cu", "tunable.cu", "vendor.py"):
-        shutil.copy(SGEMM / name, tmp_path / name)
-
-    def edit(name, change):
-        path = tmp_path / name
-        data = json.loads(path.read_text())
-        change(data)
-        path.write_text(json.dumps(data))
-
-    return tmp_path, edit
 
 
 def test_example_loads(sgemm):

@@ -288,3 +288,27 @@ def test_resuming_a_broken_run_is_bad_input_before_the_gpu(tmp_path, name, conte
                         resume=run.path)
     assert field in str(err.value) and "\n" not in str(err.value)
     assert evaluator.requests == []  # the worker was never asked for anything
+
+
+def test_after_the_baseline_candidates_get_timeouts_scaled_from_it(tmp_path):
+    _, _, _, evaluator = run_agent(tmp_path, [answer("ok 0.8"), answer("ok 0.5")])
+    first, *later = evaluator.requests
+    assert first.timeouts.cases == {} and first.timeouts.check_s == 300  # nothing measured yet
+    for request in later:
+        # the scripted baseline: square-4096 checks in 0.4 s and times in 1.71 s
+        assert request.timeouts.limit("check", "square-4096") == 10  # the floor
+        assert request.timeouts.limit("timing", "square-4096") == pytest.approx(34.2)
+        assert request.timeouts.limit("timing", "odd-31x37x29") == 300  # never timed in the baseline
+
+
+def test_the_digest_shows_why_attempts_failed_and_the_baseline_launch(tmp_path):
+    script = ["I think we should use shared memory tiling.", answer("mismatch"), answer("ok 0.5")]
+    run, _, server, _ = run_agent(tmp_path, script)
+    third = server.requests[2]["messages"][-1]["content"]
+    digest = third.split("Attempts so far:\n")[1].split("\n\n")[0].splitlines()
+    assert digest[1].startswith("- #1 (from #0): rejected; why: no JSON block"), digest
+    assert digest[2].startswith("- #2 (from #0): mismatch; an idea; why: case odd: mismatch"), digest
+    # the baseline is still the best: its launch is the input cases' own, not null
+    assert ('Its launch configuration: {"grid": ["cdiv(n, 16)", "cdiv(m, 16)"], "block": [16, 16], '
+            '"shared_bytes": 0} (the input cases\' launch)') in third
+    assert "null" not in third

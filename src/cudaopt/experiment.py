@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from .evaluation.timeouts import TimeoutPolicy
 from .harness import expr
 from .harness.protocol import (
     HARNESS_VERSION,
@@ -177,6 +178,19 @@ class LimitsModel(_Model):
     allow_tf32: bool = False
 
 
+class TimeoutsModel(_Model):
+    """Phase limits: fixed until the run's baseline is measured, then scaled from it (evaluation/timeouts.py)."""
+
+    compile_s: float = Field(60.0, gt=0, allow_inf_nan=False)
+    check_s: float = Field(300.0, gt=0, allow_inf_nan=False)
+    timing_s: float = Field(300.0, gt=0, allow_inf_nan=False)
+    multiple: float | None = Field(20.0, ge=1, allow_inf_nan=False)
+    floor_s: float = Field(10.0, gt=0, allow_inf_nan=False)
+
+    def policy(self) -> TimeoutPolicy:
+        return TimeoutPolicy(**self.model_dump())
+
+
 class TuneModel(_Model):
     """The tunable kernel for --strategy tune; the space may instead sit in the kernel's
     ``/* cudaopt-tune {...} */`` comment block."""
@@ -209,6 +223,7 @@ class ConfigModel(_Model):
     tune: TuneModel | None = None
     vendor: VendorModel | None = None
     limits: LimitsModel = Field(default_factory=LimitsModel)
+    timeouts: TimeoutsModel = Field(default_factory=TimeoutsModel)
     roi: RoiInputs = Field(default_factory=RoiInputs)
 
 
@@ -229,7 +244,7 @@ class Experiment:
                  reference_path: Path, reference_entry: str, initial_kernel_path: Path | None,
                  cases_path: Path, cases: CasesFile, timing: TimingModel, max_iterations: int,
                  tuning: Tuning | None = None, roi: RoiInputs | None = None, vendor: VendorSpec | None = None,
-                 limits: LimitsModel | None = None):
+                 limits: LimitsModel | None = None, timeouts: TimeoutsModel | None = None):
         self.description = description
         self.signature = signature
         self.signature_text = signature_text
@@ -245,6 +260,7 @@ class Experiment:
         self.roi = roi or RoiInputs()
         self.vendor = vendor
         self.limits = limits or LimitsModel()
+        self.timeouts = (timeouts or TimeoutsModel()).policy()
         self.case_specs = [self._case_spec(c) for c in cases.cases]
 
     @property
@@ -287,7 +303,7 @@ class Experiment:
             reference=self.reference_spec(),
             launch=launch,
             protocol=protocol or self.protocol(),
-            timeouts=timeouts or Timeouts(),
+            timeouts=timeouts or self.timeouts.fixed(),
             check=check,
             vendor=self.vendor if vendor and check else None,
             limits=Limits(global_bytes=self.limits.global_bytes, allow_tf32=self.limits.allow_tf32),
@@ -596,6 +612,7 @@ def load_experiment(
         roi=model.roi,
         vendor=vendor,
         limits=model.limits,
+        timeouts=model.timeouts,
     )
 
 

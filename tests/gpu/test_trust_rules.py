@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from cudaopt.harness.protocol import LaunchSpec, Limits, Timeouts
+from cudaopt.harness.protocol import LaunchSpec, Limits
 from tests.conftest import kernel_source
 
 pytestmark = pytest.mark.gpu
@@ -143,13 +145,21 @@ def test_too_many_threads_per_block_is_a_launch_error(supervisor, small_request)
     assert all(c.timing is None for c in result.cases)
 
 
-def test_hang_times_out_and_the_next_request_still_works(supervisor, small_request):
-    timeouts = Timeouts(compile_s=60, check_s=8, timing_s=30)
+def test_hang_costs_seconds_and_a_fresh_worker_passes_within_the_scaled_limits(supervisor, small_request):
+    from cudaopt.evaluation.timeouts import TimeoutPolicy
+    from cudaopt.harness.protocol import to_dict
+
+    baseline = supervisor.evaluate(small_request(kernel_source("naive.cu")))
+    assert baseline.status == "ok", baseline.reason
+    timeouts = TimeoutPolicy(multiple=20, floor_s=3).scaled([to_dict(c) for c in baseline.cases])
+    assert timeouts.limit("check", "square-256") == 3  # a small case checks in milliseconds
+    start = time.monotonic()
     result = supervisor.evaluate(small_request(kernel_source("spin_forever.cu"), timeouts=timeouts))
-    assert result.status == "timeout"
+    assert time.monotonic() - start < 20
+    assert result.status == "timeout" and "3 s timeout (20x the baseline's" in result.reason
     assert result.case("odd-31x37x29").status == "ok"  # what finished before the hang is kept
     assert result.case("square-256").status == "timeout"
-    after = supervisor.evaluate(small_request(kernel_source("tiled.cu")))
+    after = supervisor.evaluate(small_request(kernel_source("tiled.cu"), timeouts=timeouts))  # a fresh worker
     assert after.status == "ok", after.reason
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from ..harness.check import shown
-from ..harness.protocol import CaseSpec
+from ..harness.protocol import CaseSpec, to_dict
 from ..record.recorder import medians
 from ..record.schema import Attempt
 
@@ -146,8 +146,20 @@ def digest(attempts: list[Attempt]) -> str:
         if a.defines:
             score += f" with {a.defines}"
         why = _clip(a.rationale, 160) if a.rationale else ("initial kernel" if a.kind == "baseline" else "")
-        lines.append(f"- #{a.id} (from #{a.parent}): {score}; {why}")
+        if a.status != "ok" and a.reason:
+            why = f"{why}; " * bool(why) + "why: " + _clip(a.reason.strip().splitlines()[0], 200)
+        lines.append(f"- #{a.id} (from #{a.parent}): {score}; {why or 'no rationale given'}")
     return "\n".join(lines)
+
+
+def launch_text(attempt: Attempt, cases: list[CaseSpec]) -> str:
+    """The launch an attempt ran with: its own, or the input cases' (the baseline's usual case)."""
+    if attempt.launch is not None:
+        return json.dumps(attempt.launch)
+    per_case = {c.name: json.dumps(to_dict(c.launch)) for c in cases if c.launch is not None}
+    if len(set(per_case.values())) == 1:
+        return f"{next(iter(per_case.values()))} (the input cases' launch)"
+    return "per case, from the input cases: " + "; ".join(f"{name}: {text}" for name, text in per_case.items())
 
 
 def task_message(description: str, cases: list[CaseSpec], attempts: list[Attempt], best: Attempt | None,
@@ -163,7 +175,7 @@ def task_message(description: str, cases: list[CaseSpec], attempts: list[Attempt
     if best is not None and best_source is not None:
         parts.append(
             f"Best so far (#{best.id}):\n" + attempt_text(best, baseline, best)
-            + f"\nIts launch configuration: {json.dumps(best.launch)}\nIts source:\n```cuda\n{best_source}\n```"
+            + f"\nIts launch configuration: {launch_text(best, cases)}\nIts source:\n```cuda\n{best_source}\n```"
         )
     if last is not None and last is not best and last.status != "ok":
         text = f"Your last attempt failed; repair it or try another idea.\n{attempt_text(last, baseline, best)}"

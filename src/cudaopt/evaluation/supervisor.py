@@ -123,9 +123,8 @@ class Worker:
         start = time.monotonic()
         partial = EvalResult(status="ok", request_id=request.id, device=self.info)
         timeouts = request.timeouts
-        limits = {"compile": timeouts.compile_s, "check": timeouts.check_s, "timing": timeouts.timing_s}
         phase, case = "compile", ""
-        deadline = start + limits["compile"]
+        deadline = start + timeouts.limit(phase)
         try:
             self.proc.stdin.write((to_json(request) + "\n").encode())
             self.proc.stdin.flush()
@@ -133,14 +132,16 @@ class Worker:
                 message = self._read(deadline)
                 if message is None:
                     self.kill()
-                    reason = f"{phase} phase ran past its {limits[phase]:g} s timeout; the worker was killed"
+                    basis = f" ({timeouts.basis})" if timeouts.basis and phase != "compile" else ""
+                    reason = (f"{phase} phase ran past its {timeouts.limit(phase, case):.3g} s timeout{basis}; "
+                              "the worker was killed")
                     return self._unfinished(partial, request, "timeout", reason, case, start)
                 kind = message.get("type")
                 if on_event is not None:
                     on_event(message)
                 if kind == "phase":
                     phase, case = message["phase"], message.get("case", "")
-                    deadline = time.monotonic() + limits[phase]
+                    deadline = time.monotonic() + timeouts.limit(phase, case)
                 elif kind == "compiled":
                     partial.compile = from_dict(CompileInfo, message["compile"])
                 elif kind == "case":

@@ -148,10 +148,34 @@ class Limits:
 
 
 @dataclass
+class CaseTimeouts:
+    """One case's check and timing limits, scaled from what was measured (evaluation/timeouts.py)."""
+
+    check_s: float
+    timing_s: float
+
+
+@dataclass
 class Timeouts:
+    """How long each phase may run before the supervisor kills the worker.
+
+    ``check_s``/``timing_s`` hold for any case not in ``cases``; ``basis`` says where the limits
+    came from (shown in a timeout's reason).
+    """
+
     compile_s: float = 60.0
     check_s: float = 300.0
     timing_s: float = 300.0
+    cases: dict[str, CaseTimeouts] = field(default_factory=dict)
+    basis: str = ""
+
+    def limit(self, phase: str, case: str = "") -> float:
+        if phase == "compile":
+            return self.compile_s
+        scaled = self.cases.get(case)
+        if phase == "check":
+            return scaled.check_s if scaled else self.check_s
+        return scaled.timing_s if scaled else self.timing_s
 
 
 @dataclass

@@ -22,6 +22,7 @@ from ..harness.protocol import (
     EvalRequest,
     EvalResult,
     LaunchSpec,
+    Timeouts,
     from_dict,
     result_from_json,
     to_dict,
@@ -98,6 +99,7 @@ class ResultCache:
     def key(self, request: EvalRequest) -> str:
         data = to_dict(request)
         data.pop("id", None)
+        data.pop("timeouts", None)  # how long a kernel may run is not a property of its result
         return hashlib.sha256(json.dumps([data, self.device], sort_keys=True).encode()).hexdigest()
 
     def get(self, request: EvalRequest) -> EvalResult | None:
@@ -152,6 +154,13 @@ class Recorder:
         scored = [a for a in self.attempts if a.score_us is not None]
         return min(scored, key=lambda a: (a.score_us, a.id)) if scored else None
 
+    def timeouts(self) -> Timeouts:
+        """Fixed phase limits until the baseline passed, then scaled from its measured phases."""
+        baseline = self.baseline
+        if baseline is None or baseline.status != "ok":
+            return self.exp.timeouts.fixed()
+        return self.exp.timeouts.scaled(baseline.cases)
+
     def count(self, kind: str) -> int:
         return sum(1 for a in self.attempts if a.kind == kind)
 
@@ -182,7 +191,8 @@ class Recorder:
         attempt_id = len(self.attempts)
         started = now()
         request = self.exp.request(source, launch=launch, defines=defines, roles=ROLES,
-                                   request_id=f"attempt-{attempt_id}", vendor=kind == "baseline")
+                                   request_id=f"attempt-{attempt_id}", vendor=kind == "baseline",
+                                   timeouts=self.timeouts())
         result = self.cache.get(request) if self.cache else None
         cached = result is not None
         if result is None:

@@ -1,0 +1,81 @@
+"""Phase timeouts scaled from the run's baseline: a hanging candidate costs seconds, not minutes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from cudaopt.evaluation.supervisor import Supervisor
+from cudaopt.evaluation.timeouts import TimeoutPolicy
+from cudaopt.experiment import load_experiment
+from cudaopt.harness.protocol import CaseTimeouts, Timeouts
+from tests.test_experiment import expect_error
+from tests.test_supervisor import FAKE
+
+PASSED = [
+    {"name": "tiny", "status": "ok", "phases": {"setup_s": 0.01, "reference_s": 0.02, "check_s": 0.01}},
+    {"name": "big", "status": "ok",
+     "phases": {"setup_s": 0.4, "reference_s": 0.1, "check_s": 0.1, "timing_s": 1.9, "timed_checks_s": 0.1}},
+    {"name": "huge", "status": "ok", "phases": {"setup_s": 5, "reference_s": 5, "check_s": 5, "timing_s": 40}},
+]
+
+
+def test_limits_are_a_multiple_of_the_baseline_with_a_floor_and_a_ceiling():
+    timeouts = TimeoutPolicy(check_s=300, timing_s=300, multiple=20, floor_s=10).scaled(PASSED)
+    assert timeouts.limit("check", "tiny") == 10  # 20 x 0.04 s, raised to the floor
+    assert timeouts.limit("timing", "tiny") == 300  # a correctness case is never timed: the fixed limit
+    assert timeouts.limit("check", "big") == 12 and timeouts.limit("timing", "big") == 40
+    assert timeouts.limit("check", "huge") == 300 and timeouts.limit("timing", "huge") == 300  # capped
+    assert timeouts.limit("check", "not measured") == 300 and timeouts.limit("compile") == 60
+    assert "20x the baseline" in timeouts.basis
+
+
+def test_failed_or_unmeasured_cases_and_fixed_policies_keep_the_fixed_limits():
+    failed = [dict(PASSED[1], status="mismatch"), {"name": "old", "status": "ok"}]
+    assert TimeoutPolicy().scaled(failed).cases == {}
+    assert TimeoutPolicy(multiple=None).scaled(PASSED).cases == {}
+    assert TimeoutPolicy().scaled(failed).basis == ""
+
+
+def test_a_hang_costs_the_cases_scaled_limit_and_the_reason_says_why(tmp_path, sgemm):
+    timeouts = Timeouts(compile_s=5, check_s=120, timing_s=120, cases={"square-256": CaseTimeouts(1.0, 5.0)},
+                        basis="20x the baseline's time in this phase")
+    with Supervisor(devices=[0], log_dir=tmp_path, command=FAKE) as sup:
+        start = time.monotonic()
+        result = sup.evaluate(sgemm.request("// source", entry="hang", timeouts=timeouts))
+    assert time.monotonic() - start < 10  # not the 120 s fixed limit
+    assert result.status == "timeout"
+    assert "check phase ran past its 1 s timeout (20x the baseline's time in this phase)" in result.reason
+
+
+def test_the_experiment_sets_the_policy(example):
+    folder, edit = example
+    edit("experiment.json", lambda d: d.update(timeouts={"check_s": 60, "multiple": 5, "floor_s": 2}))
+    exp = load_experiment(folder / "experiment.json")
+    assert exp.timeouts == TimeoutPolicy(compile_s=60, check_s=60, timing_s=300, multiple=5, floor_s=2)
+    assert exp.request("// source").timeouts == Timeouts(compile_s=60, check_s=60, timing_s=300)
+
+
+@pytest.mark.parametrize(
+    "timeouts, field, message",
+    [
+        ({"check_s": 0}, "timeouts.check_s", "greater than 0"),
+        ({"timing_s": float("inf")}, "timeouts.timing_s", "finite number"),
+        ({"multiple": 0.5}, "timeouts.multiple", "greater than or equal to 1"),
+        ({"floor": 3}, "timeouts.floor", "Extra inputs are not permitted"),
+    ],
+)
+def test_a_bad_timeouts_section_names_its_field(example, timeouts, field, message):
+    folder, edit = example
+    edit("experiment.json", lambda d: d.update(timeouts=timeouts))
+    expect_error(folder, field, message)
+
+
+def test_a_cached_result_is_found_whatever_the_timeouts(tmp_path, sgemm):
+    from cudaopt.record.recorder import ResultCache
+
+    cache = ResultCache(tmp_path, {"name": "GPU"})
+    scaled = Timeouts(cases={"square-256": CaseTimeouts(10, 12)}, basis="scaled")
+    assert cache.key(sgemm.request("// a")) == cache.key(sgemm.request("// a", timeouts=scaled))
+    assert cache.key(sgemm.request("// a")) != cache.key(sgemm.request("// b"))

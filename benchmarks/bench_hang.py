@@ -21,7 +21,6 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from cudaopt.evaluation.supervisor import Supervisor
 from cudaopt.experiment import load_experiment
-from cudaopt.harness.protocol import to_dict
 
 ROLES = {"correctness", "performance"}
 
@@ -39,16 +38,15 @@ def main() -> None:
     exp = load_experiment(ROOT / "examples" / "sgemm" / "experiment.json")
     initial = exp.initial_kernel_path.read_text()
     spin = (ROOT / "tests" / "kernels" / "spin_forever.cu").read_text()
-    figures: dict = {"policy": to_dict(exp.timeouts.fixed()) | {"multiple": exp.timeouts.multiple,
-                                                                 "floor_s": exp.timeouts.floor_s}}
+    figures: dict = {"policy": exp.timeouts.to_data()}
     with Supervisor(devices=[0], log_dir=args.out) as sup:
         start = time.monotonic()
         sup.device_info()
         figures["worker_start_s"] = round(time.monotonic() - start, 3)
         figures["baseline_first_s"], baseline = timed(sup, exp.request(initial, roles=ROLES, vendor=True))
         assert baseline.status == "ok", baseline.reason
-        timeouts = exp.timeouts.scaled([to_dict(c) for c in baseline.cases])
-        figures["limits_s"] = {name: to_dict(limits) for name, limits in timeouts.cases.items()}
+        timeouts = exp.timeouts.scaled(baseline.cases)
+        figures["limits_s"] = {name: limits.to_data() for name, limits in timeouts.cases.items()}
         figures["initial_warm_s"], warm = timed(sup, exp.request(initial, roles=ROLES, timeouts=timeouts))
         assert warm.status == "ok", warm.reason
         figures["hang_s"], hang = timed(sup, exp.request(spin, roles=ROLES, timeouts=timeouts))

@@ -184,7 +184,7 @@ def main() -> int:
         t0 = time.perf_counter()
         warm_eval = evaluate_kernel(exp, initial, sup, time_reference=True, time_vendor=False)
         warm = warm_eval.candidate
-        warm_wall = time.perf_counter() - t0 - (warm_eval.reference.wall_s if warm_eval.reference else 0)
+        warm_wall = time.perf_counter() - t0 - (warm_eval.reference_timing.wall_s if warm_eval.reference_timing else 0)
         for label, result, wall in (("cold", cold, cold_wall), ("warm", warm, warm_wall)):
             assert result.ok, result.reason
             big = kernel_time_us(result, "square-4096", proto) / 1e6
@@ -211,17 +211,17 @@ def main() -> int:
         # cuBLAS beside the example's kernels
         perf = exp.cases({"performance"})
         cublas = cublas_medians(perf)
-        ref = warm_eval.reference
+        ref = warm_eval.reference_timing
         report["sgemm_us"] = {
             c.name: {
                 "initial": warm.case(c.name).timing.median_us,
                 "reference": ref.case(c.name).timing.median_us if ref else None,
                 "cublas_fp32": cublas[c.name],
-                "initial_tflops": warm.case(c.name).roofline.get("achieved_tflops"),
+                "initial_tflops": warm.case(c.name).roofline.achieved_tflops,
             }
             for c in perf
         }
-    report["device"] = warm.device
+    report["device"] = warm.device.to_data()
     (args.out / "bench_harness.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
     print("\nempty kernel, median us:")

@@ -87,10 +87,10 @@ def run_cudaopt(results: Path) -> dict:
         reasons = "\n".join(f"  {a.defines}: {a.status}: {a.reason[:300]}" for a in history[:6])
         raise SystemExit(f"no configuration passed; the first attempts:\n{reasons}")
     best = min(passed, key=lambda a: (a.score_us, a.id))
-    phases: dict[str, float] = {"compile_s": sum((a.compile or {}).get("seconds", 0.0) for a in attempts)}
+    phases: dict[str, float] = {"compile_s": sum(a.compile.seconds if a.compile else 0.0 for a in attempts)}
     for a in attempts:
         for case in a.cases:
-            for name, value in (case.get("phases") or {}).items():
+            for name, value in case.phases.items():
                 phases[name] = phases.get(name, 0.0) + value
     return {"tool": "cudaopt optimize --strategy tune", "wall_s": round(wall, 2), "configurations": len(attempts),
             "failed": sum(a.status != "ok" for a in attempts),

@@ -2,7 +2,8 @@
 
 The kernel's entry decides what it does: ``hang`` hangs in the second case's check phase,
 ``die`` exits there, anything else passes every case (with the request's vendor timed on the
-performance cases). Prefetched kernels are counted in each result's ``device``.
+performance cases). Each result's ``device.pci_bus_id`` names the worker's pid (``fake:PID``);
+its ``reason`` counts the kernels prefetched so far (``prefetched N``).
 ``--no-start`` exits at once.
 """
 
@@ -21,7 +22,8 @@ def main():
     if "--no-start" in sys.argv:
         print("no GPU here", file=sys.stderr)
         return 1
-    send({"type": "ready", "device": {"name": "fake", "pid": os.getpid()}})
+    device = {"name": "fake", "pci_bus_id": f"fake:{os.getpid()}"}
+    send({"type": "ready", "device": device})
     prefetched = 0
     for line in sys.stdin:
         request = json.loads(line)
@@ -46,7 +48,8 @@ def main():
                 result["vendor"] = {"label": request["vendor"]["label"], "status": "ok", "timing": timing}
             cases.append(result)
             send({"type": "case", "case": result})
-        send({"type": "result", "result": {"status": "ok", "cases": cases, "device": {"pid": os.getpid(), "prefetched": prefetched}}})
+        send({"type": "result", "result": {"status": "ok", "cases": cases, "device": device,
+                                           "reason": f"prefetched {prefetched}"}})
     return 0
 
 

@@ -13,11 +13,14 @@ import json
 import re
 import time
 
-from cudaopt.harness.protocol import (
+from cudaopt.harness.messages import PhaseStarted
+from cudaopt.harness.results import (
     CaseResult,
     CheckInfo,
     CompileInfo,
+    DeviceInfo,
     EvalResult,
+    Roofline,
     TimingStats,
     VendorResult,
 )
@@ -41,13 +44,13 @@ class ScriptedEvaluator:
     def __init__(self):
         self.requests = []
 
-    def device_info(self) -> dict:
-        return {"name": "Scripted GPU", "arch": "sm_90", "sm_count": 132}
+    def device_info(self) -> DeviceInfo:
+        return DeviceInfo(name="Scripted GPU", arch="sm_90", sm_count=132)
 
     def evaluate(self, request, on_event=None) -> EvalResult:
         self.requests.append(request)
         if on_event:
-            on_event({"type": "phase", "phase": "compile", "case": ""})
+            on_event(PhaseStarted(phase="compile"))
         match = re.search(r"// RESULT: (\w+)(?: ([\d.]+))?", request.kernel.source)
         what, arg = (match.group(1), match.group(2)) if match else ("ok", "1.0")
         defines = request.kernel.defines
@@ -68,25 +71,25 @@ class ScriptedEvaluator:
             if what == "mismatch" and case.role == "correctness":
                 check = CheckInfo(output="c", input_set=0, phase="check", ok=False, elements=1147, mismatches=37,
                                   first_bad_index=[30, 0], expected=1.5, actual=0.0, max_abs_error=2.0)
-                cases.append(CaseResult(case.name, case.role, "mismatch", "c: 37/1147 wrong", checks=[check]))
+                cases.append(CaseResult(name=case.name, role=case.role, status="mismatch", reason="c: 37/1147 wrong",
+                                        checks=[check]))
                 continue
-            timing, roofline = None, {}
+            timing, roofline = None, None
             if case.role == "performance":
                 median = BASE_US[case.name] * float(arg or 1.0)
-                timing = TimingStats(median, median, 0.1, median * 0.9, median * 1.1, median * 0.95,
-                                     median * 1.05, 100, "scripted")
+                timing = stats(median, "scripted")
                 m, n, k = (case.scalars[x] for x in "mnk")
                 flops, nbytes = 2.0 * m * n * k, 4.0 * (m * k + k * n + m * n)
-                roofline = {"flops": flops, "bytes": nbytes, "achieved_tflops": round(flops / median / 1e6, 3),
-                            "peak_tflops": 535.3, "peak_gbps": 4814.3,  # spec roofs: nothing measured here
-                            "compute_pct": round(flops / median / 1e6 / 535.3 * 100, 1),
-                            "memory_pct": round(nbytes / median / 1e3 / 4814.3 * 100, 1),
-                            "floor_us": max(flops / 535.3e12, nbytes / 4814.3e9) * 1e6}
+                roofline = Roofline(flops=flops, bytes=nbytes, achieved_tflops=round(flops / median / 1e6, 3),
+                                    peak_tflops=535.3, peak_gbps=4814.3,  # spec roofs: nothing measured here
+                                    compute_pct=round(flops / median / 1e6 / 535.3 * 100, 1),
+                                    memory_pct=round(nbytes / median / 1e3 / 4814.3 * 100, 1),
+                                    floor_us=max(flops / 535.3e12, nbytes / 4814.3e9) * 1e6)
             phases = {"setup_s": 0.1, "reference_s": 0.2, "check_s": 0.1}  # scripted: the base figures' scale
             if timing:
                 phases.update(timing_s=BASE_US[case.name] * float(arg or 1.0) * 1e-4, timed_checks_s=0.01)
-            cases.append(CaseResult(case.name, case.role, "ok", timing=timing, roofline=roofline, phases=phases,
-                                    vendor=_vendor(request.vendor, case.name) if timing else None))
+            cases.append(CaseResult(name=case.name, role=case.role, status="ok", timing=timing, roofline=roofline,
+                                    phases=phases, vendor=_vendor(request.vendor, case.name) if timing else None))
         status = next((c.status for c in cases if c.status != "ok"), "ok")
         return EvalResult(status=status, reason="" if status == "ok" else "case odd: mismatch",
                           compile=compile_info, cases=cases, wall_s=0.01)
@@ -98,8 +101,13 @@ def _vendor(spec, case: str) -> VendorResult | None:
     if "mismatch" in spec.label and case == "square-4096":
         check = CheckInfo(output="c", input_set=0, phase="check", ok=False, elements=16777216, mismatches=9,
                           max_abs_error=0.01, first_bad_index=[7, 7], expected=1.0, actual=1.01)
-        return VendorResult(spec.label, "mismatch", "c (input set 0, check): 9/16777216 wrong", checks=[check])
-    median = BASE_US[case] * VENDOR
-    timing = TimingStats(median, median, 0.1, median * 0.9, median * 1.1, median * 0.95, median * 1.05, 100,
-                         "scripted, chunks interleaved with the candidate")
-    return VendorResult(spec.label, "ok", timing=timing)
+        return VendorResult(label=spec.label, status="mismatch", reason="c (input set 0, check): 9/16777216 wrong",
+                            checks=[check])
+    timing = stats(BASE_US[case] * VENDOR, "scripted, chunks interleaved with the candidate")
+    return VendorResult(label=spec.label, status="ok", timing=timing)
+
+
+def stats(median: float, method: str = "scripted") -> TimingStats:
+    """Timing statistics around ``median`` (a 10% band)."""
+    return TimingStats(median_us=median, mean_us=median, stdev_us=0.1, min_us=median * 0.9, max_us=median * 1.1,
+                       p10_us=median * 0.95, p90_us=median * 1.05, n=100, method=method)

@@ -3,6 +3,7 @@
 import json
 import shutil
 
+import pytest
 from typer.testing import CliRunner
 
 from cudaopt.cli import app
@@ -63,9 +64,8 @@ def test_flags_without_config_must_name_the_signature():
     assert "command line: signature: missing" in error_line(result)
 
 
+@pytest.mark.skipif(gpu_present(), reason="needs a machine without a GPU")
 def test_evaluate_without_a_gpu_says_so(tmp_path):
-    if gpu_present():
-        return
     result = runner.invoke(app, ["evaluate", "--config", str(SGEMM / "experiment.json")])
     assert result.exit_code == 3
     assert "did not start" in result.output and "Traceback" not in result.output
@@ -126,7 +126,7 @@ def test_audit_pack_files_are_readable_like_any_other(tmp_path):
 
 def test_a_non_finite_value_is_named_in_a_failure_line():
     from cudaopt.harness.check import describe
-    from cudaopt.harness.protocol import CheckInfo
+    from cudaopt.harness.results import CheckInfo
 
     info = CheckInfo(output="c", input_set=0, phase="check", ok=False, elements=4, mismatches=1, nan_count=1,
                      first_bad_index=[2], expected=1.5, actual=None)

@@ -1,9 +1,10 @@
 """`cudaopt optimize` without a model: it says exactly what to set and exits non-zero."""
 
+import pytest
 from typer.testing import CliRunner
 
 from cudaopt.cli import app
-from tests.conftest import SGEMM
+from tests.conftest import SGEMM, gpu_present
 
 runner = CliRunner(env={"COLUMNS": "200"})
 
@@ -15,11 +16,8 @@ def test_missing_credentials_say_what_to_set(monkeypatch):
     assert "model openai:gpt-5-mini needs OPENAI_API_KEY: export OPENAI_API_KEY=..." in result.output
 
 
+@pytest.mark.skipif(gpu_present(), reason="needs a machine without a GPU")
 def test_auto_without_credentials_tunes_and_says_why(monkeypatch, tmp_path):
-    from tests.conftest import gpu_present
-
-    if gpu_present():
-        return
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     result = runner.invoke(app, ["optimize", "--config", str(SGEMM / "experiment.json"),
                                  "--results-dir", str(tmp_path)])
@@ -45,7 +43,7 @@ def test_resume_of_something_that_is_not_a_run(monkeypatch, tmp_path):
     monkeypatch.setenv("OPENAI_API_KEY", "x")
     result = runner.invoke(app, ["optimize", "--resume", str(tmp_path)])
     assert result.exit_code == 2
-    assert "not a resumable run directory" in result.output
+    assert "is not a run directory (no history.json)" in result.output
 
 
 def test_help_lists_the_budget_flags():
@@ -55,11 +53,8 @@ def test_help_lists_the_budget_flags():
         assert flag in result.output
 
 
+@pytest.mark.skipif(gpu_present(), reason="needs a machine without a GPU")
 def test_no_gpu_leaves_no_run_directory(monkeypatch, tmp_path):
-    from tests.conftest import gpu_present
-
-    if gpu_present():
-        return
     monkeypatch.setenv("OPENAI_API_KEY", "x")
     result = runner.invoke(app, ["optimize", "--config", str(SGEMM / "experiment.json"),
                                  "--results-dir", str(tmp_path / "results")])

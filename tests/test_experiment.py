@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from cudaopt.experiment import ExperimentError, load_experiment, load_launch
+from cudaopt.errors import ExperimentError
+from cudaopt.experiment import load_experiment, load_launch
 from tests.conftest import SGEMM
 
 
@@ -35,7 +36,7 @@ def test_lock_changes_when_the_reference_changes(example):
     before = load_experiment(folder / "experiment.json").lock()
     (folder / "reference.cu").write_text((folder / "reference.cu").read_text() + "\n// edited\n")
     after = load_experiment(folder / "experiment.json").lock()
-    assert before["lock"] != after["lock"] and before["input_cases"] == after["input_cases"]
+    assert before.lock != after.lock and before.input_cases == after.input_cases
 
 
 def expect_error(folder, field_part, message_part, **kwargs):

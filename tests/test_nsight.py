@@ -3,17 +3,16 @@ process (a fake ``ncu`` on PATH), graceful degradation, and the tools in the age
 
 from __future__ import annotations
 
-import json
 import sys
 
 import pytest
 
-from cudaopt.agent.graph import Budget
 from cudaopt.agent.model import ModelSettings
 from cudaopt.insight import locate, ncu
 from cudaopt.insight.card import BottleneckCard, CardError, build_card
 from cudaopt.insight.parse import KernelMetrics, parse_raw_csv
-from cudaopt.optimize import ExperimentArgs, start_or_resume
+from cudaopt.optimize import Options, start_or_resume
+from cudaopt.record.runs import Budget, ExperimentArgs
 from cudaopt.record.schema import ModelCall
 from tests.conftest import ROOT, SGEMM
 from tests.fake_openai import FakeOpenAI
@@ -41,7 +40,7 @@ def test_recorded_output_parses_into_a_card(name, kernel, bound, duration_us):
     assert card.rule and 2 <= len(card.evidence) <= 3 and card.stalls
     assert "selected" not in card.stalls and "not_selected" not in card.stalls
     assert f"bound: {bound}" in card.to_text() and "attempt #3" in card.to_text()
-    assert BottleneckCard(**json.loads(json.dumps(card.to_dict()))) == card
+    assert BottleneckCard.model_validate_json(card.to_json()) == card
 
 
 def test_the_initial_sgemm_waits_on_shared_memory_not_dram():
@@ -213,7 +212,7 @@ def run_agent(tmp_path, script, iterations=None, patience=None):
         run, _ = start_or_resume(
             ExperimentArgs(config=str(SGEMM / "experiment.json")), ModelSettings(base_url=server.url),
             Budget(max_iterations=iterations or len(script), patience=patience), tmp_path / "results",
-            ScriptedEvaluator(), use_nsight=True,
+            ScriptedEvaluator(), Options(use_nsight=True),
         )
     return run, server
 

@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from cudaopt.agent.graph import Budget
 from cudaopt.agent.model import ModelSettings
-from cudaopt.harness.protocol import EvalRequest, from_dict
-from cudaopt.optimize import ExperimentArgs, start_or_resume
+from cudaopt.harness.protocol import EvalRequest
+from cudaopt.optimize import start_or_resume
+from cudaopt.record.runs import Budget, ExperimentArgs
 from cudaopt.record.schema import History, ModelCall, Summary
 from tests.conftest import ROOT, SGEMM
 from tests.fake_openai import FakeOpenAI
@@ -73,7 +73,7 @@ def test_an_improving_trajectory_leaves_a_complete_audit_pack(tmp_path):
     replays = sorted(run.path.glob("best-case-*.json"))
     assert len(replays) == 4  # the correctness and performance cases, one request each
     for path in replays:
-        request = from_dict(EvalRequest, json.loads(path.read_text()))
+        request = EvalRequest.model_validate_json(path.read_text())
         assert "ok 0.5" in request.kernel.source and len(request.cases) == 1
         assert request.reference.source.startswith("// Trusted reference")
     env = run.read_json("env.json")
@@ -183,9 +183,10 @@ RESUMABLE = """
 import sys
 from pathlib import Path
 sys.path.insert(0, {root!r})
-from cudaopt.agent.graph import Budget
+from cudaopt.record.runs import Budget
 from cudaopt.agent.model import ModelSettings
-from cudaopt.optimize import ExperimentArgs, start_or_resume
+from cudaopt.optimize import start_or_resume
+from cudaopt.record.runs import ExperimentArgs
 from tests.scripted import ScriptedEvaluator
 settings = ModelSettings(model="openai:gpt-5-mini", base_url={url!r}, max_retries=0)
 start_or_resume(ExperimentArgs(config={config!r}), settings, Budget(max_iterations=3), Path({results!r}),
@@ -222,7 +223,7 @@ def test_resume_after_the_process_is_killed(tmp_path):
 def test_resume_refuses_a_changed_experiment(tmp_path):
     import shutil
 
-    from cudaopt.experiment import ExperimentError
+    from cudaopt.errors import ExperimentError
 
     folder = tmp_path / "exp"
     shutil.copytree(SGEMM, folder)
@@ -274,11 +275,11 @@ def test_refused_credentials_stop_at_once(tmp_path):
 @pytest.mark.parametrize("name, content, field", [
     ("lock.json", "{garbage", "lock.json: line 1"),
     ("history.json", '{"attempts": [{"id": 0', "history.json: line 1"),
-    ("history.json", '{"attempts": [{"id": "zero"}]}', "history.json: attempts.0"),
-    ("settings.json", "[]", "settings.json: experiment"),
+    ("history.json", '{"attempts": [{"id": "zero"}]}', "history.json: attempts[0].id"),
+    ("settings.json", "[]", "settings.json: (top level)"),
 ])
 def test_resuming_a_broken_run_is_bad_input_before_the_gpu(tmp_path, name, content, field):
-    from cudaopt.experiment import ExperimentError
+    from cudaopt.errors import ExperimentError
 
     run, _, _, _ = run_agent(tmp_path, [answer("ok 0.5")], budget=Budget(max_iterations=1))
     run.file(name).write_text(content)

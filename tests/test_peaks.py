@@ -10,8 +10,10 @@ import pytest
 from cudaopt.harness import peaks
 from cudaopt.harness.gpu import Peaks
 from cudaopt.harness.peaks import MeasuredPeaks, judge_plausibility, roofline
-from cudaopt.harness.protocol import CaseResult, Limits, TimingStats
+from cudaopt.harness.protocol import Limits
+from cudaopt.harness.results import CaseResult
 from cudaopt.harness.signature import parse_signature
+from tests.scripted import stats
 
 H200 = {"name": "NVIDIA H200", "uuid": "GPU-1234", "pci_bus_id": "0000:19:00.0", "driver": "580.159.04"}
 
@@ -64,27 +66,27 @@ def test_load_or_measure_measures_once_and_then_reads_the_cache(monkeypatch):
 def test_roofline_uses_measured_roofs_and_says_so():
     roof = roofline(1e-3, 30e9, 2e9, spec_flops=500e12, spec_bytes=4.8e12, measured_flops=60e12,
                     measured_bytes=4.0e12)
-    assert roof["achieved_tflops"] == 30.0 and roof["peak_tflops"] == 60.0 and roof["peak_tflops_from"] == "measured"
-    assert roof["compute_pct"] == 50.0
-    assert roof["achieved_gbps"] == 2000.0 and roof["peak_gbps"] == 4000.0 and roof["memory_pct"] == 50.0
-    assert roof["peak_gbps_from"] == "measured"
+    assert roof.achieved_tflops == 30.0 and roof.peak_tflops == 60.0 and roof.peak_tflops_from == "measured"
+    assert roof.compute_pct == 50.0
+    assert roof.achieved_gbps == 2000.0 and roof.peak_gbps == 4000.0 and roof.memory_pct == 50.0
+    assert roof.peak_gbps_from == "measured"
 
 
 def test_roofline_falls_back_to_spec_roofs():
     roof = roofline(1e-3, 30e9, 2e9, spec_flops=500e12, spec_bytes=4.8e12)
-    assert roof["peak_tflops_from"] == roof["peak_gbps_from"] == "spec"
-    assert roof["compute_pct"] == 6.0 and roof["memory_pct"] == pytest.approx(41.7)
+    assert roof.peak_tflops_from == roof.peak_gbps_from == "spec"
+    assert roof.compute_pct == 6.0 and roof.memory_pct == pytest.approx(41.7)
 
 
 def test_the_floor_uses_the_larger_of_spec_and_measured():
     # measured below spec (the usual case): the floor stays on the spec, a generous bound
     low = roofline(1e-3, 1e9, 4.8e6, spec_flops=500e12, spec_bytes=4.8e12, measured_flops=60e12, measured_bytes=4e12)
-    assert low["floor_us"] == 2.0 and low["bound"] == "compute"  # 1e9 / 500e12 s, not 1e9 / 60e12
+    assert low.floor_us == 2.0 and low.bound == "compute"  # 1e9 / 500e12 s, not 1e9 / 60e12
     # measured above spec (a spec table that undersells the part): the floor follows the measurement
     high = roofline(1e-3, None, 6e6, spec_flops=500e12, spec_bytes=3e12, measured_bytes=6e12)
-    assert high["floor_us"] == 1.0 and high["bound"] == "memory"
+    assert high.floor_us == 1.0 and high.bound == "memory"
     warm = roofline(1e-3, None, 6e9, spec_flops=500e12, spec_bytes=3e12, memory_floor=False)
-    assert "floor_us" not in warm and warm["memory_pct"] == 200.0  # L2 warm: no memory floor
+    assert warm.floor_us is None and warm.memory_pct == 200.0  # L2 warm: no memory floor
 
 
 SPEC = Peaks(bytes_per_s=4.8e12, flops_per_s={"float32": 535e12, "float32_cuda_cores": 67e12, "float64": 67e12})
@@ -92,8 +94,7 @@ SPEC = Peaks(bytes_per_s=4.8e12, flops_per_s={"float32": 535e12, "float32_cuda_c
 
 def _judge(median_us: float, measured_peaks: MeasuredPeaks | None, allow_tf32: bool = True,
            scalars: dict | None = None) -> CaseResult:
-    out = CaseResult("square-4096", "performance", "ok", timing=TimingStats(median_us, median_us, 0, median_us,
-                                                                             median_us, median_us, median_us, 10))
+    out = CaseResult(name="square-4096", role="performance", status="ok", timing=stats(median_us))
     case = SimpleNamespace(flops="2*m*n*k", bytes="4*(m*k + k*n + m*n)",
                            scalars=scalars or {"m": 4096, "n": 4096, "k": 4096})
     signature = parse_signature('extern "C" __global__ void f(const float* a, const float* b, float* c, '
@@ -106,17 +107,17 @@ def test_a_kernel_faster_than_the_measured_fma_peak_is_not_rejected_when_tensor_
     # 2*4096^3 flops in 1000 us is 137 TFLOP/s: above the measured FP32 FMA rate (a tensor-core
     # kernel could do it), below the spec matrix-unit rate: plausible, 229% of the measured roof
     out = _judge(1000.0, measured())
-    assert out.status == "ok" and out.roofline["peak_tflops_from"] == "measured"
-    assert out.roofline["compute_pct"] == pytest.approx(229.1, abs=0.1)
+    assert out.status == "ok" and out.roofline.peak_tflops_from == "measured"
+    assert out.roofline.compute_pct == pytest.approx(229.1, abs=0.1)
     assert _judge(200.0, measured()).status == "implausible"  # 687 TFLOP/s: above every peak
-    assert _judge(1000.0, None).roofline["peak_tflops_from"] == "spec"
+    assert _judge(1000.0, None).roofline.peak_tflops_from == "spec"
 
 
 def test_float32_without_tensor_cores_is_held_to_the_cuda_core_rate():
     # the same 137 TFLOP/s is twice what the CUDA cores can do: a cheat, unless TF32 is allowed
     strict = _judge(1000.0, measured(), allow_tf32=False)
     assert strict.status == "implausible" and "float32 cuda cores" in strict.reason
-    assert strict.roofline["floor_rate"] == "float32_cuda_cores"
+    assert strict.roofline.floor_rate == "float32_cuda_cores"
     honest = _judge(3000.0, measured(), allow_tf32=False)  # 46 TFLOP/s, cuBLAS territory
     assert honest.status == "ok"
 

@@ -8,7 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaopt.cli import app
-from cudaopt.experiment import ExperimentError, load_experiment
+from cudaopt.errors import ExperimentError
+from cudaopt.experiment import load_experiment
 from cudaopt.preflight import call_reference, preflight, smallest_case
 from tests.conftest import SGEMM
 

@@ -1,32 +1,27 @@
+"""The wire types: requests and results survive JSON unchanged, and anything else is refused."""
+
 import json
+import math
 
 import pytest
+from pydantic import ValidationError
 
-from cudaopt.harness.protocol import (
-    CaseResult,
-    CheckInfo,
-    EvalRequest,
-    EvalResult,
-    TimingStats,
-    VendorResult,
-    from_dict,
-    request_from_json,
-    result_from_json,
-    to_dict,
-    to_json,
-)
-from tests.conftest import SGEMM
+from cudaopt.harness.messages import CaseDone, Done, PhaseStarted, Prefetch, read_message, read_order
+from cudaopt.harness.protocol import EvalRequest
+from cudaopt.harness.results import CaseResult, CheckInfo, EvalResult, ResolvedLaunch, VendorResult
+from tests.conftest import ROOT, SGEMM
+from tests.scripted import stats
 
 
 def test_request_round_trips_through_json(sgemm):
     request = sgemm.request((SGEMM / "initial.cu").read_text(), defines={"TILE": 16})
-    again = request_from_json(to_json(request))
+    again = EvalRequest.model_validate_json(request.to_json())
     assert again == request
     assert again.cases[0].launch.grid == ["cdiv(n, 16)", "cdiv(m, 16)"]
 
 
 def test_request_is_self_contained(sgemm):
-    data = json.loads(to_json(sgemm.request("kernel source")))
+    data = json.loads(sgemm.request("kernel source").to_json())
     assert data["reference"]["source"].startswith("// Trusted reference")
     assert data["kernel"]["source"] == "kernel source"
     assert {c["role"] for c in data["cases"]} == {"correctness", "performance"}  # holdout stays out
@@ -36,32 +31,88 @@ def test_request_is_self_contained(sgemm):
 
 
 def test_unknown_fields_and_wrong_types_are_rejected(sgemm):
-    data = to_dict(sgemm.request("x"))
+    data = sgemm.request("x").to_data()
     data["kernel"]["surprise"] = 1
-    with pytest.raises(ValueError, match="unknown field"):
-        from_dict(EvalRequest, data)
-    data = to_dict(sgemm.request("x"))
+    with pytest.raises(ValidationError, match="surprise"):
+        EvalRequest.model_validate(data)
+    data = sgemm.request("x").to_data()
     data["protocol"]["iterations"] = "many"
-    with pytest.raises(ValueError, match="iterations"):
-        from_dict(EvalRequest, data)
+    with pytest.raises(ValidationError, match="iterations"):
+        EvalRequest.model_validate(data)
 
 
 def test_vendor_request_and_results_round_trip_through_json(sgemm):
     request = sgemm.request("kernel source", vendor=True)
-    assert request_from_json(to_json(request)) == request
-    assert json.loads(to_json(request))["vendor"]["label"] == "cuBLAS SGEMM (cupy)"
-    timing = TimingStats(7.0, 7.1, 0.2, 6.8, 7.9, 6.9, 7.4, 100, "cuda-events, chunks interleaved with the candidate")
+    assert EvalRequest.model_validate_json(request.to_json()) == request
+    assert json.loads(request.to_json())["vendor"]["label"] == "cuBLAS SGEMM (cupy)"
+    timing = stats(7.0, "cuda-events, chunks interleaved with the candidate")
     bad = CheckInfo(output="c", input_set=0, phase="check", ok=False, elements=4, mismatches=1, max_abs_error=0.5,
                     first_bad_index=[1, 0], expected=1.0, actual=1.5)
     result = EvalResult(status="ok", cases=[
-        CaseResult("square-256", "performance", "ok", timing=timing, vendor=VendorResult("cuBLAS", "ok", timing=timing)),
-        CaseResult("rect", "performance", "ok", timing=timing,
-                   vendor=VendorResult("cuBLAS", "mismatch", "c: 1/4 wrong", checks=[bad])),
-        CaseResult("square-4096", "performance", "ok", timing=timing,
-                   vendor=VendorResult("cuBLAS", "error", "cupy is not installed")),
+        CaseResult(name="square-256", role="performance", status="ok", timing=timing,
+                   vendor=VendorResult(label="cuBLAS", status="ok", timing=timing)),
+        CaseResult(name="rect", role="performance", status="ok", timing=timing,
+                   vendor=VendorResult(label="cuBLAS", status="mismatch", reason="c: 1/4 wrong", checks=[bad])),
+        CaseResult(name="square-4096", role="performance", status="ok", timing=timing,
+                   vendor=VendorResult(label="cuBLAS", status="error", reason="cupy is not installed")),
     ])
-    assert result_from_json(to_json(result)) == result
-    data = to_dict(result)
+    assert EvalResult.model_validate_json(result.to_json()) == result
+    data = result.to_data()
     data["cases"][0]["vendor"]["status"] = "slow"
-    with pytest.raises(ValueError, match="slow"):
-        from_dict(EvalResult, data)
+    with pytest.raises(ValidationError, match="slow"):
+        EvalResult.model_validate(data)
+
+
+def test_non_finite_values_survive_the_wire():
+    check = CheckInfo(output="c", input_set=0, phase="check", ok=False, elements=1, max_abs_error=math.inf)
+    result = EvalResult(status="mismatch", cases=[CaseResult(name="a", role="correctness", status="mismatch",
+                                                             checks=[check])])
+    again = EvalResult.model_validate_json(result.to_json())
+    assert again.cases[0].checks[0].max_abs_error == math.inf
+
+
+def test_worker_messages_are_typed_by_their_type_field():
+    case = CaseResult(name="a", role="performance", status="ok",
+                      launch=ResolvedLaunch(grid=(4, 1, 1), block=(256, 1, 1)))
+    assert read_message(PhaseStarted(phase="check", case="a").to_json()) == PhaseStarted(phase="check", case="a")
+    assert read_message(CaseDone(case=case).to_json()).case.launch.threads == 256
+    assert isinstance(read_message(Done(result=EvalResult(status="ok")).to_json()), Done)
+    with pytest.raises(ValidationError):
+        read_message('{"type": "phase", "phase": "lunch"}')
+    with pytest.raises(ValidationError):
+        read_message('{"type": "gossip"}')
+
+
+def test_the_worker_tells_requests_from_prefetches(sgemm):
+    request = sgemm.request("x")
+    assert read_order(request.to_json()) == request
+    prefetch = Prefetch(prefetch=[request.kernel])
+    assert read_order(prefetch.to_json()) == prefetch
+
+
+def test_history_before_schema_2_still_reads():
+    """history.json version 1 wrote {} for a launch or roofline that was not there."""
+    old = {"name": "a", "role": "correctness", "status": "crashed", "launch": {}, "occupancy": {},
+           "roofline": {}, "audit": {}, "clocks": {}}
+    case = CaseResult.model_validate(old)
+    assert case.launch is None and case.roofline is None and case.audit is None
+
+
+def test_the_published_json_schemas_match_the_models(tmp_path):
+    """docs/schemas/ is what `python -m cudaopt.record.schemas` writes; regenerate after changing a model."""
+    from cudaopt.record.schemas import write
+
+    published = ROOT / "docs" / "schemas"
+    fresh = {p.name: p.read_text() for p in write(tmp_path)}
+    assert sorted(fresh) == sorted(p.name for p in published.glob("*.json"))
+    stale = [name for name, text in fresh.items() if (published / name).read_text() != text]
+    assert not stale, f"regenerate docs/schemas (python -m cudaopt.record.schemas docs/schemas): {stale}"
+
+
+def test_every_audit_pack_file_carries_a_schema_version():
+    from cudaopt.record.schemas import FILES
+
+    versioned = [name for name, model in FILES.items() if "schema_version" in getattr(model, "model_fields", {})]
+    unversioned = {"best-case-N.json", "cache-result.json", "experiment.json", "input_cases.json",
+                   "worker-message.json"}  # requests and results carry harness_version; user files and the wire none
+    assert set(FILES) - set(versioned) == unversioned

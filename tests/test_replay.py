@@ -7,9 +7,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from cudaopt.agent.graph import Budget
 from cudaopt.agent.model import ModelSettings
-from cudaopt.optimize import ExperimentArgs, start_or_resume
+from cudaopt.harness.results import DeviceInfo
+from cudaopt.optimize import start_or_resume
+from cudaopt.record.runs import Budget, ExperimentArgs
 from cudaopt.replay import replay
 from tests.conftest import SGEMM
 from tests.fake_openai import FakeOpenAI
@@ -31,26 +32,26 @@ def test_replay_interleaves_winner_and_baseline(run_dir):
     perf = [r for r in evaluator.requests if r.cases[0].role == "performance"]
     sources = ["ok 0.5" in r.kernel.source for r in perf]
     assert sources[:6] == [True, False, True, False, True, False]  # winner, baseline, ... per case
-    assert outcome["passed"] and outcome["beats_baseline"]
-    big = next(c for c in outcome["cases"] if c["name"] == "square-4096")
-    assert big["recorded_us"] == big["now_us"] == 8500.0 and big["within_noise"]
-    assert big["speedup_vs_baseline"] == pytest.approx(2.0)
+    assert outcome.passed and outcome.beats_baseline
+    big = next(c for c in outcome.cases if c.name == "square-4096")
+    assert big.recorded_us == big.now_us == 8500.0 and big.within_noise
+    assert big.speedup_vs_baseline == pytest.approx(2.0)
     assert json.loads((run_dir / "replay.json").read_text())["beats_baseline"]
     # the winner's requests carry the vendor (timed beside it in the same request); the baseline's do not
     assert all(r.vendor for r in perf if "ok 0.5" in r.kernel.source)
     assert not any(r.vendor for r in perf if "ok 0.5" not in r.kernel.source)
-    assert big["vendor_medians_us"] == [10200.0] * 3 and big["speedup_vs_vendor"] == pytest.approx(1.2)
+    assert big.vendor_medians_us == [10200.0] * 3 and big.speedup_vs_vendor == pytest.approx(1.2)
 
 
 class OtherGpu(ScriptedEvaluator):
     def device_info(self):
-        return {"name": "Another GPU", "arch": "sm_80", "sm_count": 108}
+        return DeviceInfo(name="Another GPU", arch="sm_80", sm_count=108)
 
 
 def test_a_different_gpu_is_named_and_fails_the_replay(run_dir):
     outcome = replay(run_dir, OtherGpu(), repeats=1)
-    assert not outcome["passed"]
-    assert any("name: recorded 'Scripted GPU', now 'Another GPU'" in d for d in outcome["environment_differences"])
+    assert not outcome.passed
+    assert any("name: recorded 'Scripted GPU', now 'Another GPU'" in d for d in outcome.environment_differences)
 
 
 class Slower(ScriptedEvaluator):
@@ -62,9 +63,9 @@ class Slower(ScriptedEvaluator):
 
 def test_a_winner_that_no_longer_wins_is_reported(run_dir):
     outcome = replay(run_dir, Slower(), repeats=2)
-    assert not outcome["beats_baseline"]
-    big = next(c for c in outcome["cases"] if c["name"] == "square-4096")
-    assert big["within_noise"] is False and big["speedup_vs_baseline"] < 1
+    assert not outcome.beats_baseline
+    big = next(c for c in outcome.cases if c.name == "square-4096")
+    assert big.within_noise is False and big.speedup_vs_baseline < 1
 
 
 class SlowerOnTheSmallCase(ScriptedEvaluator):
@@ -76,10 +77,10 @@ class SlowerOnTheSmallCase(ScriptedEvaluator):
 
 def test_the_run_beats_the_baseline_on_its_score_and_names_a_slower_case(run_dir):
     outcome = replay(run_dir, SlowerOnTheSmallCase(), repeats=3)
-    small = next(c for c in outcome["cases"] if c["name"] == "square-256")
-    assert not small["beats_baseline"] and small["speedup_vs_baseline"] < 1
-    assert outcome["beats_baseline"]  # the geomean over the performance cases still wins in every repeat
-    assert outcome["slower_cases"] == ["square-256"]
+    small = next(c for c in outcome.cases if c.name == "square-256")
+    assert not small.beats_baseline and small.speedup_vs_baseline < 1
+    assert outcome.beats_baseline  # the geomean over the performance cases still wins in every repeat
+    assert outcome.slower_cases == ["square-256"]
 
 
 def test_replay_cli_without_a_run(tmp_path):

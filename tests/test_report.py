@@ -9,12 +9,14 @@ import subprocess
 import pytest
 from typer.testing import CliRunner
 
-from cudaopt.agent.graph import Budget
 from cudaopt.agent.model import ModelSettings
 from cudaopt.cli import app
-from cudaopt.optimize import ExperimentArgs, start_or_resume
+from cudaopt.config import RoiInputs
+from cudaopt.optimize import start_or_resume
+from cudaopt.record.runs import Budget, ExperimentArgs
+from cudaopt.record.schema import ReplayOutcome, VerifyOutcome
 from cudaopt.report.build import verdict
-from cudaopt.report.roi import RoiInputs, compute
+from cudaopt.report.roi import compute
 from tests.conftest import SGEMM
 from tests.fake_openai import FakeOpenAI
 from tests.scripted import ScriptedEvaluator, answer
@@ -33,15 +35,23 @@ def test_roi_arithmetic():
     assert slower.ms_saved_per_call == 0 and slower.payback_months is None and not slower.fits_window
 
 
+def verified(passed: bool = True) -> VerifyOutcome:
+    return VerifyOutcome(passed=passed, status="ok" if passed else "mismatch", attempt=1, seed=7, cases=[])
+
+
+def replayed(beats: bool = True) -> ReplayOutcome:
+    return ReplayOutcome(passed=True, beats_baseline=beats, repeats=5)
+
+
 def test_verdict_needs_holdout_replay_and_payback():
     roi = compute(RoiInputs(calls_per_month=1e9), "c", 1000.0, 500.0, 0.0, 0.0)
-    assert verdict({"passed": True}, {"beats_baseline": True}, roi)[0] == "go"
-    decision, reasons = verdict(None, {"beats_baseline": True}, roi)
+    assert verdict(verified(), replayed(), roi)[0] == "go"
+    decision, reasons = verdict(None, replayed(), roi)
     assert decision == "no-go" and "holdout: not verified yet" in reasons
-    assert verdict({"passed": False}, {"beats_baseline": True}, roi)[0] == "no-go"
-    assert verdict({"passed": True}, {"beats_baseline": False}, roi)[0] == "no-go"
+    assert verdict(verified(False), replayed(), roi)[0] == "no-go"
+    assert verdict(verified(), replayed(False), roi)[0] == "no-go"
     slow = compute(RoiInputs(calls_per_month=1), "c", 1000.0, 999.0, 10.0, 0.0)
-    assert "longer than the window" in verdict({"passed": True}, {"beats_baseline": True}, slow)[1][-1]
+    assert "longer than the window" in verdict(verified(), replayed(), slow)[1][-1]
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +87,8 @@ def test_every_run_gets_a_self_contained_report(run_dir):
 def test_cudaopt_report_rebuilds_with_roi_inputs_and_verification(run_dir, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
-    (copy / "verify.json").write_text(json.dumps({"passed": True}))
-    (copy / "replay.json").write_text(json.dumps({"beats_baseline": True}))
+    (copy / "verify.json").write_text(verified().to_json())
+    (copy / "replay.json").write_text(replayed().to_json())
     result = CliRunner().invoke(app, ["report", str(copy), "--calls-per-month", "1e9", "--gpu-hour-usd", "3",
                                       "--payback-window-months", "12"])
     assert result.exit_code == 0, result.output
@@ -186,13 +196,13 @@ def test_the_evaluate_table_shows_the_vendor_and_its_failures():
     result = evaluator.evaluate(experiment.request("// RESULT: ok 0.5", vendor=True))
     result.case("rect-384x256x320").vendor.status = "error"
     result.case("rect-384x256x320").vendor.reason = "the vendor baseline needs cupy: pip install cupy-cuda13x"
-    text = _text(evaluation_table(Evaluation(candidate=result, reference=None)))
+    text = _text(evaluation_table(Evaluation(candidate=result)))
     assert "vendor µs" in text and "vs vendor" in text
     assert "12.00" in text and "1.20×" in text  # square-256: vendor 12 us, the kernel 10 us
     assert "rect-384x256x320: error: the vendor baseline needs cupy" in text
     assert "vendor: cuBLAS SGEMM (cupy)" in text
     plain = evaluator.evaluate(experiment.request("// RESULT: ok 0.5"))
-    assert "vendor" not in _text(evaluation_table(Evaluation(candidate=plain, reference=None)))
+    assert "vendor" not in _text(evaluation_table(Evaluation(candidate=plain)))
 
 
 def test_the_progress_chart_of_a_run_where_nothing_passed_draws_without_a_warning():

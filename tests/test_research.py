@@ -16,7 +16,6 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaopt.agent import nvidia_docs
-from cudaopt.agent.graph import Budget
 from cudaopt.agent.model import ModelSettings
 from cudaopt.agent.research import (
     EXCERPT_CHARS,
@@ -27,7 +26,8 @@ from cudaopt.agent.research import (
     search_cuda_docs,
 )
 from cudaopt.cli import app
-from cudaopt.optimize import ExperimentArgs, start_or_resume
+from cudaopt.optimize import Options, start_or_resume
+from cudaopt.record.runs import Budget, ExperimentArgs
 from cudaopt.record.schema import ModelCall
 from tests.conftest import SGEMM
 from tests.fake_openai import FakeOpenAI
@@ -96,7 +96,7 @@ def run_with(tmp_path, script, research):
     with FakeOpenAI(script) as server:
         run, _ = start_or_resume(ExperimentArgs(config=str(SGEMM / "experiment.json")),
                                  ModelSettings(base_url=server.url), Budget(max_iterations=1),
-                                 tmp_path / "results", ScriptedEvaluator(), research=research)
+                                 tmp_path / "results", ScriptedEvaluator(), Options(research=research))
     return run, server
 
 

@@ -84,15 +84,19 @@ def test_a_worker_process_is_started_without_secrets_in_an_empty_directory(tmp_p
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-planted-secret")
     script = tmp_path / "env_worker.py"
-    script.write_text("import json, os, sys\nprint(json.dumps({'type': 'ready', 'device': "
-                      "{'env': dict(os.environ), 'cwd': os.getcwd(), 'files': os.listdir('.')}}), flush=True)\n"
+    seen = tmp_path / "seen.json"
+    script.write_text("import json, os, sys\n"
+                      f"open({str(seen)!r}, 'w').write(json.dumps({{'env': dict(os.environ), 'cwd': os.getcwd(), "
+                      "'files': os.listdir('.')}))\n"
+                      "print(json.dumps({'type': 'ready', 'device': {'name': 'probe'}}), flush=True)\n"
                       "sys.stdin.read()\n")
     worker = Worker(0, tmp_path / "worker.log", [sys.executable, str(script)])
     worker.start()
     try:
-        assert "sk-planted-secret" not in json.dumps(worker.info)
-        assert "OPENAI_API_KEY" not in worker.info["env"]
-        assert worker.info["files"] == [] and worker.info["cwd"] != str(tmp_path)
+        info = json.loads(seen.read_text())
+        assert "sk-planted-secret" not in json.dumps(info)
+        assert "OPENAI_API_KEY" not in info["env"]
+        assert info["files"] == [] and info["cwd"] != str(tmp_path)
     finally:
         worker.stop()
 

@@ -6,18 +6,23 @@ import time
 
 import pytest
 
+from cudaopt.config import TimeoutPolicy
 from cudaopt.evaluation.supervisor import Supervisor
-from cudaopt.evaluation.timeouts import TimeoutPolicy
 from cudaopt.experiment import load_experiment
 from cudaopt.harness.protocol import CaseTimeouts, Timeouts
+from cudaopt.harness.results import CaseResult
 from tests.test_experiment import expect_error
 from tests.test_supervisor import FAKE
 
+
+def case(name, phases, status="ok"):
+    return CaseResult(name=name, role="performance", status=status, phases=phases)
+
+
 PASSED = [
-    {"name": "tiny", "status": "ok", "phases": {"setup_s": 0.01, "reference_s": 0.02, "check_s": 0.01}},
-    {"name": "big", "status": "ok",
-     "phases": {"setup_s": 0.4, "reference_s": 0.1, "check_s": 0.1, "timing_s": 1.9, "timed_checks_s": 0.1}},
-    {"name": "huge", "status": "ok", "phases": {"setup_s": 5, "reference_s": 5, "check_s": 5, "timing_s": 40}},
+    case("tiny", {"setup_s": 0.01, "reference_s": 0.02, "check_s": 0.01}),
+    case("big", {"setup_s": 0.4, "reference_s": 0.1, "check_s": 0.1, "timing_s": 1.9, "timed_checks_s": 0.1}),
+    case("huge", {"setup_s": 5, "reference_s": 5, "check_s": 5, "timing_s": 40}),
 ]
 
 
@@ -32,14 +37,14 @@ def test_limits_are_a_multiple_of_the_baseline_with_a_floor_and_a_ceiling():
 
 
 def test_failed_or_unmeasured_cases_and_fixed_policies_keep_the_fixed_limits():
-    failed = [dict(PASSED[1], status="mismatch"), {"name": "old", "status": "ok"}]
+    failed = [case("big", PASSED[1].phases, status="mismatch"), case("old", {})]
     assert TimeoutPolicy().scaled(failed).cases == {}
     assert TimeoutPolicy(multiple=None).scaled(PASSED).cases == {}
     assert TimeoutPolicy().scaled(failed).basis == ""
 
 
 def test_a_hang_costs_the_cases_scaled_limit_and_the_reason_says_why(tmp_path, sgemm):
-    timeouts = Timeouts(compile_s=5, check_s=120, timing_s=120, cases={"square-256": CaseTimeouts(1.0, 5.0)},
+    timeouts = Timeouts(compile_s=5, check_s=120, timing_s=120, cases={"square-256": CaseTimeouts(check_s=1.0, timing_s=5.0)},
                         basis="20x the baseline's time in this phase")
     with Supervisor(devices=[0], log_dir=tmp_path, command=FAKE) as sup:
         start = time.monotonic()
@@ -73,9 +78,10 @@ def test_a_bad_timeouts_section_names_its_field(example, timeouts, field, messag
 
 
 def test_a_cached_result_is_found_whatever_the_timeouts(tmp_path, sgemm):
+    from cudaopt.harness.results import DeviceInfo
     from cudaopt.record.recorder import ResultCache
 
-    cache = ResultCache(tmp_path, {"name": "GPU"})
-    scaled = Timeouts(cases={"square-256": CaseTimeouts(10, 12)}, basis="scaled")
+    cache = ResultCache(tmp_path, DeviceInfo(name="GPU"))
+    scaled = Timeouts(cases={"square-256": CaseTimeouts(check_s=10, timing_s=12)}, basis="scaled")
     assert cache.key(sgemm.request("// a")) == cache.key(sgemm.request("// a", timeouts=scaled))
     assert cache.key(sgemm.request("// a")) != cache.key(sgemm.request("// b"))

@@ -54,7 +54,8 @@ def test_a_tunable_may_not_rename_the_problem(name, why):
 
 
 def test_an_experiment_tune_space_that_shadows_a_scalar_is_refused(tmp_path):
-    from cudaopt.experiment import ExperimentError, load_experiment
+    from cudaopt.errors import ExperimentError
+    from cudaopt.experiment import load_experiment
 
     config = json.loads((SGEMM / "experiment.json").read_text())
     for key in ("reference", "input_cases", "initial_kernel"):
@@ -139,10 +140,10 @@ def test_every_cuda_error_becomes_an_outcome_and_a_lost_context_retires_the_work
 
 
 def test_a_result_that_says_nothing_about_the_kernel_is_never_cached(tmp_path):
-    from cudaopt.harness.protocol import EvalResult
+    from cudaopt.harness.results import DeviceInfo, EvalResult
     from cudaopt.record.recorder import ResultCache
 
-    cache = ResultCache(tmp_path, {"name": "H200"})
+    cache = ResultCache(tmp_path, DeviceInfo(name="H200"))
     request = type("R", (), {})()
     for status in ("internal_error", "crashed", "timeout"):
         cache.put(request, EvalResult(status=status))

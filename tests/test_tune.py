@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 
 import pytest
 
-from cudaopt.agent.graph import Budget
 from cudaopt.agent.model import ModelSettings
-from cudaopt.experiment import ExperimentError
-from cudaopt.harness.protocol import EvalRequest, from_dict
-from cudaopt.optimize import ExperimentArgs, start_or_resume
+from cudaopt.config import SpaceError, TuneSpace
+from cudaopt.config import space_in_source as from_source
+from cudaopt.errors import ExperimentError
+from cudaopt.harness.protocol import EvalRequest
+from cudaopt.optimize import Options, start_or_resume
+from cudaopt.record.runs import Budget, ExperimentArgs
 from cudaopt.record.schema import History
-from cudaopt.search.space import SpaceError, TuneSpace, from_source
 from tests.conftest import SGEMM
 from tests.fake_openai import FakeOpenAI
 from tests.scripted import ScriptedEvaluator, answer
@@ -41,7 +43,7 @@ def experiment(tmp_path):
 def tune(tmp_path, args, evaluator=None, **kwargs):
     evaluator = evaluator or ScriptedEvaluator()
     run, summary = start_or_resume(args, ModelSettings(), Budget(), tmp_path / "results", evaluator,
-                                   strategy="tune", **kwargs)
+                                   Options(strategy="tune", **kwargs))
     return run, summary, evaluator
 
 
@@ -54,7 +56,7 @@ def test_space_enumeration_with_restrictions():
                       restrictions=["X == Y * T"])
     configs = space.configurations()
     assert all(c["X"] == c["Y"] * c["T"] for c in configs)
-    assert len(configs) == 11 and space.size() == 72
+    assert len(configs) == 11 and math.prod(len(v) for v in space.tunables.values()) == 72
     assert TuneSpace(tunables={"A": [0, 1]}, restrictions=["4 // A > 1"]).configurations() == [{"A": 1}]
 
 
@@ -63,7 +65,7 @@ def test_the_example_space():
 
     space = load_experiment(SGEMM / "experiment.json").tuning.space
     configs = space.configurations()
-    assert 30 < len(configs) <= 40 < space.size()  # exhaustive within the default --max-evals
+    assert 30 < len(configs) <= 40 < math.prod(len(v) for v in space.tunables.values())  # exhaustive within the default --max-evals
     assert all(64 <= (c["BM"] // c["TM"]) * (c["BN"] // c["TN"]) <= 256 for c in configs)
     assert {c["SK"] for c in configs} == {16, 32, 64}
 
@@ -90,7 +92,7 @@ def test_exhaustive_tuning_leaves_the_audit_pack(tmp_path, experiment):
     best = run.file("best.cu").read_text()
     assert best.startswith("// tuned values") and "#define BM 32\n" in best and "#define FAIL 0\n" in best
     assert run.read_json("best-launch.json")["grid"] == ["cdiv(n, 32)", "cdiv(m, 32)"]
-    request = from_dict(EvalRequest, run.read_json("best-case-1.json"))
+    request = EvalRequest.model_validate(run.read_json("best-case-1.json"))
     assert request.kernel.defines == {"BM": 32, "BN": 32, "FAIL": 0}
     assert summary.speedup > 1
     assert run.file("heatmap.png").is_file()
@@ -153,7 +155,7 @@ def test_agent_plus_tune_sweeps_the_tunables_a_proposal_declares(tmp_path, exper
     with FakeOpenAI([tunable_answer({"BM": [16, 32], "BN": [32, 64]})]) as server:
         settings = ModelSettings(base_url=server.url)
         run, summary = start_or_resume(args, settings, Budget(max_iterations=1), tmp_path / "results",
-                                       ScriptedEvaluator(), strategy="agent+tune")
+                                       ScriptedEvaluator(), Options(strategy="agent+tune"))
     history = attempts(run)
     assert [a.kind for a in history] == ["baseline", "proposal", "tune", "tune", "tune"]
     assert all(a.parent == 1 for a in history[2:])
@@ -165,7 +167,7 @@ def test_agent_alone_rejects_tunables(tmp_path, experiment, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "x")
     with FakeOpenAI([tunable_answer({"BM": [16, 32]})]) as server:
         run, _ = start_or_resume(experiment(SMALL), ModelSettings(base_url=server.url), Budget(max_iterations=1),
-                                 tmp_path / "results", ScriptedEvaluator(), strategy="agent")
+                                 tmp_path / "results", ScriptedEvaluator(), Options(strategy="agent"))
     assert "only swept with --strategy agent+tune" in attempts(run)[1].reason
 
 
@@ -173,8 +175,8 @@ def test_ablation_reports_what_the_agent_added_beyond_tuning(tmp_path, experimen
     monkeypatch.setenv("OPENAI_API_KEY", "x")
     with FakeOpenAI([answer("ok 0.1", "a much better idea")]) as server:
         run, summary = start_or_resume(experiment(SMALL), ModelSettings(base_url=server.url), Budget(max_iterations=1),
-                                       tmp_path / "results", ScriptedEvaluator(), strategy="agent", ablation=True,
-                                       max_evals=100)
+                                       tmp_path / "results", ScriptedEvaluator(),
+                                       Options(strategy="agent", ablation=True, max_evals=100))
     ablation = summary.ablation
     assert ablation["run"] == "ablation" and run.file("ablation/history.json").is_file()
     assert ablation["tune_only_best_defines"] == {"BM": 32, "BN": 32, "FAIL": 0}

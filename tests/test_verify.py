@@ -7,11 +7,11 @@ import shutil
 
 import pytest
 
-from cudaopt.agent.graph import Budget
 from cudaopt.agent.model import ModelSettings
-from cudaopt.experiment import ExperimentError
-from cudaopt.harness.protocol import CaseResult, CheckInfo, EvalResult
-from cudaopt.optimize import ExperimentArgs, start_or_resume
+from cudaopt.errors import ExperimentError
+from cudaopt.harness.results import CaseResult, CheckInfo, EvalResult
+from cudaopt.optimize import start_or_resume
+from cudaopt.record.runs import Budget, ExperimentArgs
 from cudaopt.verify import verify
 from tests.conftest import SGEMM
 from tests.fake_openai import FakeOpenAI
@@ -37,7 +37,7 @@ def test_the_winner_is_checked_on_the_holdout_with_fresh_seeds(run):
     assert [c.name for c in request.cases] == ["holdout-515x261x1031"]
     assert request.cases[0].seed == 1234  # not the case file's seed (15)
     assert request.time_roles == [] and "RESULT: ok 0.5" in request.kernel.source
-    assert outcome["passed"] and outcome["attempt"] == 1
+    assert outcome.passed and outcome.attempt == 1
     assert json.loads((run_dir / "verify.json").read_text())["seed"] == 1234
 
 
@@ -56,7 +56,7 @@ class Failing(ScriptedEvaluator):
     def evaluate(self, request, on_event=None):
         check = CheckInfo(output="c", input_set=2, phase="check", ok=False, elements=10, mismatches=3,
                           max_abs_error=0.5, max_rel_error=0.1)
-        cases = [CaseResult(c.name, c.role, "mismatch", "c: 3/10 wrong", checks=[check]) for c in request.cases]
+        cases = [CaseResult(name=c.name, role=c.role, status="mismatch", reason="c: 3/10 wrong", checks=[check]) for c in request.cases]
         return EvalResult(status="mismatch", reason="case holdout: mismatch", cases=cases)
 
 
@@ -65,7 +65,7 @@ def test_a_failure_is_recorded_and_turns_the_report_verdict(run):
 
     run_dir, _ = run
     outcome = verify(run_dir, Failing())
-    assert not outcome["passed"] and outcome["cases"][0]["max_abs_error"] == 0.5
+    assert not outcome.passed and outcome.cases[0].max_abs_error == 0.5
     build(run_dir)
     assert "holdout: verification failed" in (run_dir / "report.html").read_text()
 

@@ -2,35 +2,26 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .evaluation.supervisor import Supervisor
 from .experiment import Experiment
-from .harness.protocol import EvalResult, LaunchSpec, TimingProtocol
+from .harness.protocol import LaunchSpec, Model, TimingProtocol
+from .harness.results import EvalResult
 
 
-@dataclass
-class Evaluation:
+class Evaluation(Model):
+    """What ``cudaopt evaluate --json`` writes."""
+
     candidate: EvalResult
-    reference: EvalResult | None  # the .cu reference timed with the same protocol, when there is one
+    reference_timing: EvalResult | None = None  # the .cu reference timed with the same protocol, when there is one
 
     def speedup(self, case: str) -> float | None:
         """Reference median over candidate median for one case, when both were timed."""
-        if self.reference is None:
+        if self.reference_timing is None:
             return None
-        mine = next((c for c in self.candidate.cases if c.name == case), None)
-        theirs = next((c for c in self.reference.cases if c.name == case), None)
+        mine, theirs = self.candidate.find(case), self.reference_timing.find(case)
         if not (mine and theirs and mine.timing and theirs.timing and mine.status == "ok"):
             return None
         return theirs.timing.median_us / mine.timing.median_us
-
-    def to_dict(self) -> dict:
-        from .harness.protocol import to_dict
-
-        return {
-            "candidate": to_dict(self.candidate),
-            "reference_timing": to_dict(self.reference) if self.reference else None,
-        }
 
 
 def evaluate_kernel(
@@ -60,4 +51,4 @@ def evaluate_kernel(
             request_id="reference",
         )
         reference = supervisor.evaluate(ref_request)
-    return Evaluation(candidate=candidate, reference=reference)
+    return Evaluation(candidate=candidate, reference_timing=reference)

@@ -11,7 +11,6 @@ same way, on one line naming the file and the field, with or without a GPU.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -19,10 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .experiment import Experiment, ExperimentError
+from .errors import ExperimentError
+from .experiment import Experiment
 from .harness.compiler import DEFAULT_ARCH, CompileError, compile_kernel
 from .harness.inputs import shape_of
-from .harness.protocol import CaseSpec, KernelSpec, from_dict, to_dict
+from .harness.protocol import CaseSpec, KernelSpec, Model, ReferenceSpec
 
 REFERENCE_TIMEOUT_S = 120.0
 
@@ -90,14 +90,21 @@ def smallest_case(experiment: Experiment) -> CaseSpec:
     return min(experiment.case_specs, key=size)
 
 
+class ReferenceCall(Model):
+    """What the subprocess of :func:`call_reference` is given."""
+
+    reference: ReferenceSpec
+    case: CaseSpec
+    signature: str
+
+
 def call_reference(experiment: Experiment, case: CaseSpec, timeout_s: float = REFERENCE_TIMEOUT_S) -> None:
     """Call the NumPy reference on one input set of ``case`` in a subprocess (the user's code may
     hang or crash), and check what it returns."""
-    request = {"reference": to_dict(experiment.reference_spec()), "case": to_dict(case),
-               "signature": experiment.signature_text}
+    request = ReferenceCall(reference=experiment.reference_spec(), case=case, signature=experiment.signature_text)
     where = experiment.reference_path
     try:
-        done = subprocess.run([sys.executable, "-m", "cudaopt.preflight"], input=json.dumps(request),
+        done = subprocess.run([sys.executable, "-m", "cudaopt.preflight"], input=request.to_json(),
                               capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         raise ExperimentError(where, "reference", f"did not return within {timeout_s:g} s on case "
@@ -111,14 +118,11 @@ def call_reference(experiment: Experiment, case: CaseSpec, timeout_s: float = RE
 def _run_reference_from_stdin() -> int:
     """The subprocess side of :func:`call_reference`: one line of error on failure, exit 1."""
     from .harness.inputs import InputError, generate
-    from .harness.protocol import ReferenceSpec
     from .harness.reference import ReferenceFailure, call_python, load_python
     from .harness.signature import parse_signature
 
-    request = json.loads(sys.stdin.read())
-    ref = from_dict(ReferenceSpec, request["reference"])
-    case = from_dict(CaseSpec, request["case"])
-    signature = parse_signature(request["signature"])
+    request = ReferenceCall.model_validate_json(sys.stdin.read())
+    ref, case, signature = request.reference, request.case, parse_signature(request.signature)
     try:
         (inputs,) = generate(case, signature, 1)
         shapes = {a.name: shape_of(case.outputs[a.name].shape, case.scalars, a.name) for a in signature.outputs}

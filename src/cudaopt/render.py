@@ -1,11 +1,15 @@
-"""Terminal tables for evaluation results."""
+"""Everything the CLI shows: tables for results, outcomes and checks, and the live progress line."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from rich.markup import escape
 from rich.table import Table
 
 from .evaluate import Evaluation
+from .record.events import AttemptFinished, AttemptStarted, PhaseProgress, ProgressEvent, UsageProgress
+from .record.schema import ReplayOutcome, VerifyOutcome
 
 _STYLE = {"ok": "green", "timeout": "yellow", "implausible": "magenta"}
 
@@ -15,7 +19,7 @@ def evaluation_table(evaluation: Evaluation) -> Table:
     comp = result.compile
     title = f"{result.status.upper()}"
     if result.device:
-        title += f" on {result.device.get('name', '?')} ({result.device.get('arch', '?')})"
+        title += f" on {result.device.name or '?'} ({result.device.arch or '?'})"
     table = Table(title=title, title_justify="left")
     vendors = [c.vendor for c in result.cases if c.vendor]
     columns = ["case", "role", "outcome", "median µs", "p10–p90 µs", "vs reference"]
@@ -88,18 +92,17 @@ class OptimizeProgress:
     def __exit__(self, *exc) -> None:
         self.live.__exit__(*exc)
 
-    def __call__(self, event: dict) -> None:
-        kind = event["type"]
-        if kind == "attempt":
-            self.state.update(attempt=event["id"], phase=event["what"])
-        elif kind == "phase":
-            self.state["phase"] = f"{event['phase']} {event['case']}".strip()
-        elif kind == "usage":
-            self.state.update(tokens=event["tokens"], cost=event["cost"])
-        elif kind == "done":
-            self.state.update(best=event["best"], best_id=event["best_id"], phase="done")
-            score = f"{event['score']:.2f} µs" if event["score"] else event["status"]
-            self.console.print(f"attempt #{event['id']}: {score}", highlight=False)
+    def __call__(self, event: ProgressEvent) -> None:
+        if isinstance(event, AttemptStarted):
+            self.state.update(attempt=event.id, phase=event.what)
+        elif isinstance(event, PhaseProgress):
+            self.state["phase"] = f"{event.phase} {event.case}".strip()
+        elif isinstance(event, UsageProgress):
+            self.state.update(tokens=event.tokens, cost=event.cost)
+        elif isinstance(event, AttemptFinished):
+            self.state.update(best=event.best, best_id=event.best_id, phase="done")
+            score = f"{event.score:.2f} µs" if event.score else event.status
+            self.console.print(f"attempt #{event.id}: {score}", highlight=False)
         self.live.update(self._render())
 
     def _render(self):
@@ -134,4 +137,94 @@ def summary_table(summary) -> Table:
         table.caption = escape(f"vendor: {summary.vendor} (timed interleaved with the baseline)")
         table.caption_justify = "left"
     table.add_row(*total, style="bold")
+    return table
+
+
+def summary_lines(summary) -> list[str]:
+    """What follows the summary table: usage, tunables, review flags, the ablation."""
+    t = summary.totals
+    lines = [f"{summary.attempts} attempts ({summary.valid} valid), {t.model_calls} model calls, "
+             f"{t.input_tokens} input / {t.output_tokens} output tokens, ${t.cost_usd:.4f}, "
+             f"GPU {t.gpu_seconds:.1f} s, wall {t.wall_seconds:.1f} s"]
+    if summary.best_defines:
+        lines.append(f"best tunables: {summary.best_defines}")
+    lines += [f"review: {flag}" for flag in summary.review]
+    if summary.ablation:
+        gain = summary.ablation["agent_gain_over_tuning"]
+        lines.append(f"ablation: tuning alone reached {summary.ablation['tune_only_best_score_us']} µs; "
+                     f"the agent added {gain:.2f}× beyond it" if gain else "ablation: no comparison")
+    return lines
+
+
+def check_table(done) -> Table:
+    """``cudaopt check``: what was checked and what it found."""
+    table = Table(title="cudaopt check: ready", title_justify="left")
+    table.add_column("check")
+    table.add_column("result")
+    for item in done:
+        table.add_row(item.what, item.detail)
+    return table
+
+
+def _num(value, spec: str = ".2f") -> str:
+    return format(value, spec) if isinstance(value, (int, float)) else "-"
+
+
+def replay_table(outcome: ReplayOutcome) -> Table:
+    table = Table(title="replay", title_justify="left")
+    for column in ("case", "outcome", "recorded µs", "now µs", "within noise", "vs baseline", "beats baseline",
+                   "vs vendor"):
+        table.add_column(column)
+    for c in outcome.cases:
+        table.add_row(c.name, c.status, _num(c.recorded_us), _num(c.now_us),
+                      "-" if c.within_noise is None else str(c.within_noise),
+                      f"{c.speedup_vs_baseline:.2f}×" if c.speedup_vs_baseline else "-",
+                      "-" if c.beats_baseline is None else str(c.beats_baseline),
+                      f"{c.speedup_vs_vendor:.2f}×" if c.speedup_vs_vendor else "-")
+    return table
+
+
+def replay_lines(outcome: ReplayOutcome) -> list[str]:
+    return ([f"environment differs: {line}" for line in outcome.environment_differences]
+            + [f"failed: {line}" for line in outcome.failures])
+
+
+def verify_table(outcome: VerifyOutcome) -> Table:
+    table = Table(title=f"verify attempt #{outcome.attempt} (seed {outcome.seed}): "
+                        f"{'PASSED' if outcome.passed else 'FAILED'}", title_justify="left")
+    for column in ("case", "role", "outcome", "max abs error", "max rel error"):
+        table.add_column(column)
+    for c in outcome.cases:
+        table.add_row(c.name, c.role, c.status, _num(c.max_abs_error, ".3g"), _num(c.max_rel_error, ".3g"))
+    return table
+
+
+def verify_lines(outcome: VerifyOutcome, run_dir: Path) -> list[str]:
+    lines = [f"{c.name}: {' '.join(c.reason.split())}" for c in outcome.cases if c.status != "ok"]
+    for tool in outcome.sanitize or []:
+        detail = "no errors" if tool.passed else (
+            f"{tool.errors} error(s)" if tool.errors else f"evaluation {tool.status}: {tool.reason}")
+        lines.append(f"compute-sanitizer {tool.tool}: {'ok' if tool.passed else 'FAILED'} ({detail}); "
+                     f"log: {run_dir / 'sanitize' / ('sanitize-' + tool.tool + '.log')}")
+    return lines
+
+
+def doctor_table(checks) -> Table:
+    table = Table(title="cudaopt doctor", title_justify="left")
+    for column in ("check", "status", "value", "what to do"):
+        table.add_column(column)
+    for check in checks:
+        table.add_row(check.name, "[green]ok[/]" if check.ok else "[red]missing[/]", escape(check.value),
+                      "" if check.ok else escape(check.fix))
+    return table
+
+
+def peaks_table(rows) -> Table:
+    table = Table(title="peaks: spec vs measured", title_justify="left",
+                  caption="spec FP32/FP64: matrix-unit rates (the speed-of-light floor's bound); measured: "
+                          "a device-to-device copy and FMA kernels, best of 10", caption_justify="left")
+    for column in ("peak", "unit", "spec", "measured", "measured / spec"):
+        table.add_column(column, justify="left" if column in ("peak", "unit") else "right")
+    for row in rows:
+        table.add_row(row.name, row.unit, f"{row.spec:,.1f}", f"{row.measured:,.1f}", f"{row.measured / row.spec:.0%}")
     return table

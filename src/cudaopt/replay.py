@@ -18,64 +18,47 @@ The result goes to ``replay.json`` in the run directory, where the report's verd
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 
-from .experiment import ExperimentError
-from .harness.protocol import EvalRequest, from_dict
+from pydantic import ValidationError
+
+from .errors import ExperimentError, validation_message
+from .harness.protocol import EvalRequest
+from .harness.results import DeviceInfo, TimingStats
 from .harness.stats import geomean
-from .optimize import load_run_experiment
 from .record.recorder import Evaluator
-from .record.rundir import RunDir
-from .record.schema import History, Summary
+from .record.runs import load_run_experiment, open_run, read_run_json, winner
+from .record.schema import Environment, ReplayedCase, ReplayOutcome
 
 MATTERS = ("name", "arch", "driver_cuda_version")  # environment differences that invalidate a replay
 
 
-def environment_differences(recorded: dict, now: dict) -> list[str]:
-    return [f"{key}: recorded {recorded.get(key)!r}, now {now.get(key)!r}"
-            for key in MATTERS if recorded.get(key) != now.get(key)]
+def environment_differences(recorded: DeviceInfo, now: DeviceInfo) -> list[str]:
+    return [f"{key}: recorded {getattr(recorded, key)!r}, now {getattr(now, key)!r}"
+            for key in MATTERS if getattr(recorded, key) != getattr(now, key)]
 
 
-def _median_of(result, case: str) -> float | None:
-    found = next((c for c in result.cases if c.name == case), None)
-    return found.timing.median_us if found and found.status == "ok" and found.timing else None
-
-
-def _vendor_median_of(result, case: str) -> float | None:
-    """The vendor baseline's median, timed interleaved with the winner in the same request."""
-    found = next((c for c in result.cases if c.name == case), None)
-    vendor = found.vendor if found else None
-    return vendor.timing.median_us if vendor and vendor.status == "ok" and vendor.timing else None
-
-
-def replay(target: Path, evaluator: Evaluator, repeats: int = 5) -> dict:
+def replay(target: Path, evaluator: Evaluator, repeats: int = 5) -> ReplayOutcome:
     """Replay a run directory (every best-case-N.json, beside the baseline) or one request file."""
     if target.is_file():
         return _replay_request(target, evaluator)
-    try:
-        run = RunDir.open(target)
-    except FileNotFoundError as exc:
-        raise ExperimentError(target, "", str(exc)) from None
+    run = open_run(target)
     experiment = load_run_experiment(run)
-    summary = Summary.model_validate(run.read_json("summary.json"))
-    history = {a.id: a for a in History.model_validate(run.read_json("history.json")).attempts}
-    if summary.best_attempt is None:
-        raise ExperimentError(run.file("summary.json"), "best_attempt", "the run has no winner to replay")
-    best = history[summary.best_attempt]
-    recorded = {c["name"]: c["timing"] for c in best.cases if c.get("timing")}
-    differences = environment_differences(run.read_json("env.json").get("gpu", {}), evaluator.device_info())
+    best = winner(run, "replay").attempt
+    recorded = {c.name: c.timing for c in best.cases if c.timing}
+    env = read_run_json(run, "env.json", Environment)
+    differences = environment_differences(env.gpu, evaluator.device_info())
     baseline_source = experiment.initial_kernel_path.read_text()
     cases, failures = [], []
     for path in sorted(run.path.glob("best-case-*.json")):
-        request = from_dict(EvalRequest, json.loads(path.read_text()))
+        request = read_run_json(run, path.name, EvalRequest)
         (case,) = request.cases
         if case.role != "performance":
             result = evaluator.evaluate(request)
             if not result.ok:
                 failures.append(f"{case.name}: {result.status}: {result.reason}")
-            cases.append({"name": case.name, "role": case.role, "status": result.status})
+            cases.append(ReplayedCase(name=case.name, role=case.role, status=result.status))
             continue
         baseline = experiment.request(baseline_source, request_id=f"replay-baseline-{case.name}")
         baseline.cases = [case]
@@ -87,68 +70,74 @@ def replay(target: Path, evaluator: Evaluator, repeats: int = 5) -> dict:
                 status = mine.status
                 failures.append(f"{case.name}: {mine.status}: {mine.reason}")
                 break
-            winner_us.append(_median_of(mine, case.name))
-            baseline_us.append(_median_of(theirs, case.name))
-            vendor_us.append(_vendor_median_of(mine, case.name))
+            found, other = mine.find(case.name), theirs.find(case.name)
+            winner_us.append(found.median_us if found else None)
+            baseline_us.append(other.median_us if other else None)
+            vendor_us.append(found.vendor_median_us if found else None)
         cases.append(_compare(case.name, status, recorded.get(case.name), winner_us, baseline_us, vendor_us))
-    timed = [c for c in cases if c.get("role") == "performance"]
-    outcome = {
-        "passed": not failures and not differences,
-        "environment_differences": differences,
-        "failures": failures,
-        "beats_baseline": _score_beats(timed, repeats),
-        "slower_cases": [c["name"] for c in timed if c["winner_medians_us"] and all(
-            w > b for w, b in zip(c["winner_medians_us"], c["baseline_medians_us"], strict=True))],
-        "repeats": repeats,
-        "cases": cases,
-    }
-    run.write_json("replay.json", outcome)
-    run.log(f"replay: {'passed' if outcome['passed'] else 'failed'}, beats baseline: {outcome['beats_baseline']}")
+    timed = [c for c in cases if c.role == "performance"]
+    outcome = ReplayOutcome(
+        passed=not failures and not differences,
+        environment_differences=differences,
+        failures=failures,
+        beats_baseline=_score_beats(timed, repeats),
+        slower_cases=[c.name for c in timed if c.winner_medians_us and all(
+            w > b for w, b in zip(c.winner_medians_us, c.baseline_medians_us, strict=True))],
+        repeats=repeats,
+        cases=cases,
+    )
+    run.write_model("replay.json", outcome)
+    run.log(f"replay: {'passed' if outcome.passed else 'failed'}, beats baseline: {outcome.beats_baseline}")
     return outcome
 
 
-def _score_beats(timed: list[dict], repeats: int) -> bool:
+def _score_beats(timed: list[ReplayedCase], repeats: int) -> bool:
     """The winner's geomean over the timed cases is below the baseline's in every repeat."""
-    if not timed or any(c["status"] != "ok" or len(c["winner_medians_us"]) != repeats for c in timed):
+    if not timed or any(c.status != "ok" or len(c.winner_medians_us) != repeats
+                        or None in c.winner_medians_us + c.baseline_medians_us for c in timed):
         return False
+
     def score(side: str, r: int) -> float:
-        return geomean([c[side][r] for c in timed])
+        return geomean([getattr(c, side)[r] for c in timed])
+
     return all(score("winner_medians_us", r) < score("baseline_medians_us", r) for r in range(repeats))
 
 
-def _compare(name: str, status: str, recorded: dict | None, winner_us: list, baseline_us: list,
-             vendor_us: list) -> dict:
+def _compare(name: str, status: str, recorded: TimingStats | None, winner_us: list, baseline_us: list,
+             vendor_us: list) -> ReplayedCase:
     pairs = [(w, b) for w, b in zip(winner_us, baseline_us, strict=True) if w and b]
     vendor_pairs = [(w, v) for w, v in zip(winner_us, vendor_us, strict=True) if w and v]
     now = statistics.median(w for w, _ in pairs) if pairs else None
     within = None
     if recorded and now:
         spread = (max(w for w, _ in pairs) - min(w for w, _ in pairs)) / now if len(pairs) > 1 else 0.0
-        slack = max(spread, 0.02) * recorded["median_us"]
-        within = recorded["p10_us"] - slack <= now <= recorded["p90_us"] + slack
-    return {
-        "name": name, "role": "performance", "status": status,
-        "recorded_us": recorded["median_us"] if recorded else None,
-        "now_us": now, "winner_medians_us": winner_us, "baseline_medians_us": baseline_us,
-        "within_noise": within,
-        "speedup_vs_baseline": statistics.median(b / w for w, b in pairs) if pairs else None,
-        "vendor_medians_us": vendor_us,
-        "speedup_vs_vendor": statistics.median(v / w for w, v in vendor_pairs) if vendor_pairs else None,
-        "beats_baseline": bool(pairs) and status == "ok" and all(w < b for w, b in pairs),
-    }
+        slack = max(spread, 0.02) * recorded.median_us
+        within = recorded.p10_us - slack <= now <= recorded.p90_us + slack
+    return ReplayedCase(
+        name=name, role="performance", status=status,
+        recorded_us=recorded.median_us if recorded else None,
+        now_us=now, winner_medians_us=winner_us, baseline_medians_us=baseline_us,
+        within_noise=within,
+        speedup_vs_baseline=statistics.median(b / w for w, b in pairs) if pairs else None,
+        vendor_medians_us=vendor_us,
+        speedup_vs_vendor=statistics.median(v / w for w, v in vendor_pairs) if vendor_pairs else None,
+        beats_baseline=bool(pairs) and status == "ok" and all(w < b for w, b in pairs),
+    )
 
 
-def _replay_request(path: Path, evaluator: Evaluator) -> dict:
+def _replay_request(path: Path, evaluator: Evaluator) -> ReplayOutcome:
     try:
-        request = from_dict(EvalRequest, json.loads(path.read_text()))
-    except (ValueError, json.JSONDecodeError) as exc:
-        raise ExperimentError(path, "", f"not an evaluation request: {exc}") from None
+        request = EvalRequest.model_validate_json(path.read_text())
+    except ValidationError as exc:
+        field, message = validation_message(exc)
+        raise ExperimentError(path, field, f"not an evaluation request: {message}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ExperimentError(path, "", f"cannot be read: {exc}") from None
     result = evaluator.evaluate(request)
-    return {
-        "passed": result.ok,
-        "failures": [] if result.ok else [f"{result.status}: {result.reason}"],
-        "environment_differences": [],
-        "cases": [{"name": c.name, "role": c.role, "status": c.status,
-                   "now_us": c.timing.median_us if c.timing else None,
-                   "vendor_us": _vendor_median_of(result, c.name)} for c in result.cases],
-    }
+    return ReplayOutcome(
+        passed=result.ok,
+        failures=[] if result.ok else [f"{result.status}: {result.reason}"],
+        cases=[ReplayedCase(name=c.name, role=c.role, status=c.status,
+                            now_us=c.timing.median_us if c.timing else None,
+                            vendor_us=c.vendor_median_us) for c in result.cases],
+    )

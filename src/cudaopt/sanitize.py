@@ -8,15 +8,15 @@ tool's report goes to a log file; its error summary decides. Any error fails ver
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from .errors import ExperimentError
 from .evaluation.supervisor import WORKER_COMMAND, Supervisor
-from .experiment import ExperimentError
 from .harness.protocol import EvalRequest, Timeouts
+from .record.schema import SanitizeReport
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 # memcheck, initcheck, synccheck: "ERROR SUMMARY: N errors"; racecheck: "N hazards displayed (E errors, W warnings)"
@@ -47,14 +47,13 @@ def find_sanitizer(toolkit_bins: tuple[str, ...] = TOOLKIT_BINS) -> str:
 
 
 def sanitize(request: EvalRequest, device: int, log_dir: Path, tools: tuple[str, ...] = TOOLS,
-             on_tool: Callable[[str], None] = lambda tool: None) -> list[dict]:
-    """Run ``request`` (checks only) under each tool; one record per tool."""
+             on_tool: Callable[[str], None] = lambda tool: None) -> list[SanitizeReport]:
+    """Run ``request`` (checks only) under each tool; one report per tool."""
     executable = find_sanitizer()
-    request = dataclasses.replace(
-        request, sanitize=True, time_roles=[], vendor=None,
-        protocol=dataclasses.replace(request.protocol, input_sets=1),
+    request = request.model_copy(update=dict(
+        sanitize=True, time_roles=[], vendor=None, protocol=request.protocol.model_copy(update={"input_sets": 1}),
         timeouts=Timeouts(compile_s=300, check_s=1200, timing_s=60),
-    )
+    ))
     records = []
     for tool in tools:
         on_tool(tool)
@@ -71,8 +70,6 @@ def sanitize(request: EvalRequest, device: int, log_dir: Path, tools: tuple[str,
         report = log_file.read_text(errors="replace") if log_file.is_file() else ""
         errors = error_count(report)
         passed = errors == 0 and result.status == "ok"
-        records.append({
-            "tool": tool, "passed": passed, "errors": errors, "status": result.status, "reason": result.reason,
-            "report": "\n".join(report.splitlines()[:_REPORT_LINES]),
-        })
+        records.append(SanitizeReport(tool=tool, passed=passed, errors=errors, status=result.status,
+                                      reason=result.reason, report="\n".join(report.splitlines()[:_REPORT_LINES])))
     return records

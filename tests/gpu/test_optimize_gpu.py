@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaopt.cli import app
-from cudaopt.harness.protocol import EvalRequest, from_dict
+from cudaopt.harness.protocol import EvalRequest
 from cudaopt.record.schema import History, Summary
 from tests.conftest import SGEMM, kernel_source
 from tests.fake_openai import FakeOpenAI
@@ -77,7 +77,7 @@ def test_optimize_end_to_end_with_real_kernels(tmp_path, supervisor):
     replays = sorted(run.glob("best-case-*.json"))
     assert len(replays) == 4
     for path in replays:
-        request = from_dict(EvalRequest, json.loads(path.read_text()))
+        request = EvalRequest.model_validate_json(path.read_text())
         replayed = supervisor.evaluate(request)
         assert replayed.status == "ok", (path.name, replayed.reason)
 

@@ -29,10 +29,10 @@ def test_doctor_measure_shows_spec_and_measured_peaks_and_caches_them(tmp_path):
 
 
 def test_the_worker_uses_measured_roofs(supervisor, sgemm):
-    assert supervisor.device_info()["measured_peaks"]["bytes_per_s"] > 1e11
+    assert supervisor.device_info().measured_peaks.bytes_per_s > 1e11
     request = sgemm.request(kernel_source("tiled.cu"), protocol=FAST)
     request.cases = [c for c in request.cases if c.name == "square-256"]
     result = supervisor.evaluate(request)
     roof = result.case("square-256").roofline
-    assert roof["peak_tflops_from"] == roof["peak_gbps_from"] == "measured"
-    assert 0 < roof["compute_pct"] < 100 and roof["floor_us"] < result.case("square-256").timing.median_us
+    assert roof.peak_tflops_from == roof.peak_gbps_from == "measured"
+    assert 0 < roof.compute_pct < 100 and roof.floor_us < result.case("square-256").timing.median_us

@@ -31,13 +31,13 @@ def test_correct_kernels_pass_every_case(supervisor, sgemm, name):
         assert {(c.phase, c.input_set) for c in case.checks} >= {("check", 0), ("check", 1), ("check", 2)}
         if case.role == "performance":
             timed = [c for c in case.checks if c.phase == "timed"]
-            assert [c.launch for c in timed] == case.audit["checked_launches"] and len(timed) == 3
+            assert [c.launch for c in timed] == case.audit.checked_launches and len(timed) == 3
             assert all(c.input_set == -1 for c in timed)
-            assert case.audit["launches_scanned"] == 2 + 10  # every warm-up and timed launch
+            assert case.audit.launches_scanned == 2 + 10  # every warm-up and timed launch
             t = case.timing
             assert t.n == 10 and t.min_us <= t.p10_us <= t.median_us <= t.p90_us <= t.max_us
             assert "L2 flushed" in t.method and "gated" in t.method
-            assert case.roofline["floor_us"] < t.median_us
+            assert case.roofline.floor_us < t.median_us
         else:
             assert case.timing is None  # correctness cases must pass but are not timed
     # the ptxas resource report was read on the GPU machine's NVRTC too
@@ -135,7 +135,7 @@ def test_dynamic_shared_memory_above_48_kib_is_allowed_up_to_the_device_limit(su
     launch = LaunchSpec(grid=["cdiv(n, 16)", "cdiv(m, 16)"], block=[16, 16], shared_bytes=100 * 1024)
     result = supervisor.evaluate(small_request(kernel_source("big_smem.cu"), launch=launch))
     assert result.status == "ok", result.reason
-    assert all(c.launch["shared_bytes"] == 100 * 1024 for c in result.cases)
+    assert all(c.launch.shared_bytes == 100 * 1024 for c in result.cases)
 
 
 def test_too_many_threads_per_block_is_a_launch_error(supervisor, small_request):
@@ -146,12 +146,11 @@ def test_too_many_threads_per_block_is_a_launch_error(supervisor, small_request)
 
 
 def test_hang_costs_seconds_and_a_fresh_worker_passes_within_the_scaled_limits(supervisor, small_request):
-    from cudaopt.evaluation.timeouts import TimeoutPolicy
-    from cudaopt.harness.protocol import to_dict
+    from cudaopt.config import TimeoutPolicy
 
     baseline = supervisor.evaluate(small_request(kernel_source("naive.cu")))
     assert baseline.status == "ok", baseline.reason
-    timeouts = TimeoutPolicy(multiple=20, floor_s=3).scaled([to_dict(c) for c in baseline.cases])
+    timeouts = TimeoutPolicy(multiple=20, floor_s=3).scaled(baseline.cases)
     assert timeouts.limit("check", "square-256") == 3  # a small case checks in milliseconds
     start = time.monotonic()
     result = supervisor.evaluate(small_request(kernel_source("spin_forever.cu"), timeouts=timeouts))

@@ -46,6 +46,6 @@ def test_a_configuration_that_needs_too_much_shared_memory_is_a_launch_error_and
     attempts = {a.defines.get("SMEM"): a for a in
                 History.model_validate_json((run / "history.json").read_text()).attempts if a.kind == "tune"}
     assert attempts[300000].status == "launch_error" and attempts[300000].score_us is None
-    assert all(c["timing"] is None for c in attempts[300000].cases)
+    assert all(c.timing is None for c in attempts[300000].cases)
     summary = Summary.model_validate_json((run / "summary.json").read_text())
     assert summary.best_defines.get("SMEM") != 300000

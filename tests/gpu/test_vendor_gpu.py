@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from tests.conftest import kernel_source
@@ -41,13 +39,13 @@ def test_cublas_through_cupy_is_checked_and_timed_interleaved_with_the_candidate
             assert "gate timed out" not in method  # cupy queued behind the gate, no host sync
         # the candidate's own timed outputs were checked, not the vendor's
         timed = [c for c in case.checks if c.phase == "timed"]
-        assert [c.launch for c in timed] == case.audit["checked_launches"] and {c.input_set for c in timed} == {-1}
+        assert [c.launch for c in timed] == case.audit.checked_launches and {c.input_set for c in timed} == {-1}
 
 
 def test_cublas_through_torch(supervisor, sgemm):
     pytest.importorskip("torch")
     source = "import torch\n\ndef sgemm(a, b, c, *, m, n, k):\n    torch.matmul(a, b, out=c)\n"
-    vendor = dataclasses.replace(sgemm.vendor, source=source, arrays="torch", label="cuBLAS (torch)")
+    vendor = sgemm.vendor.model_copy(update={"source": source, "arrays": "torch", "label": "cuBLAS (torch)"})
     result = supervisor.evaluate(request_with(sgemm, vendor))
     assert result.status == "ok", result.reason
     timed = [c for c in result.cases if c.role == "performance"]
@@ -65,7 +63,7 @@ def test_cublas_through_torch(supervisor, sgemm):
 def test_a_failing_vendor_is_reported_and_never_fails_the_candidate(supervisor, sgemm, body, status, reason):
     pytest.importorskip("cupy")
     source = f"import cupy\n\ndef sgemm(a, b, c, *, m, n, k):\n    {body}\n"
-    result = supervisor.evaluate(request_with(sgemm, dataclasses.replace(sgemm.vendor, source=source)))
+    result = supervisor.evaluate(request_with(sgemm, sgemm.vendor.model_copy(update={"source": source})))
     assert result.status == "ok", result.reason
     vendor = result.case("square-256").vendor
     assert vendor.status == status and reason in vendor.reason and vendor.timing is None

@@ -1,21 +1,25 @@
-"""The optimisation loop as a LangGraph graph: baseline -> propose -> evaluate -> decide -> ...
+"""The optimisation loop as a LangGraph graph: propose -> evaluate -> decide -> propose ...
 
-What counts: one *iteration* is one improvement attempt, i.e. one proposal turn. A turn may
-involve several requests to the model (tool calls, retries); those count as model calls, not
-iterations. A repair of a failed candidate is an iteration like any other. A proposal that
-never becomes a candidate (garbage, wrong signature, model error) is recorded as a rejected
-attempt and also counts. The baseline (the initial kernel) is attempt 0 and is no iteration.
-With ``agent+tune``, a proposal may declare tunables: every configuration of it (at most
-``MAX_SWEEP``) is evaluated; the first is the proposal's attempt, the others are ``tune``
-attempts whose parent is it; together they are one iteration.
+The baseline (the initial kernel, attempt 0) is evaluated before the graph starts and is no
+iteration. What counts: one *iteration* is one improvement attempt, i.e. one proposal turn. A
+turn may involve several requests to the model (tool calls, retries); those count as model
+calls, not iterations. A repair of a failed candidate is an iteration like any other. A
+proposal that never becomes a candidate (garbage, wrong signature, model error) is recorded as
+a rejected attempt and also counts. With ``agent+tune``, a proposal may declare tunables: every
+configuration of it (at most ``MAX_SWEEP``) is evaluated; the first is the proposal's attempt,
+the others are ``tune`` attempts whose parent is it; together they are one iteration.
+
+The graph's state holds what the loop decides on (the proposal waiting to be evaluated, its
+parent, a fatal model error, the stop reason); the recorder holds what happened (the audit pack).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TypedDict
 
+from ..record.events import AttemptStarted
 from ..record.recorder import Recorder
+from ..record.runs import Budget
 from ..record.schema import ModelCall, ModelUsage
 from . import prompts
 from .instruments import Instruments
@@ -24,24 +28,16 @@ from .proposal import Proposal, ProposalError, parse
 
 MAX_SWEEP = 16
 
-
-@dataclass
-class Budget:
-    max_iterations: int = 7
-    max_model_calls: int | None = None
-    max_cost_usd: float | None = None
-    time_limit_s: float | None = None
-    patience: int | None = None  # stop after this many attempts without a new best
-    max_model_errors: int = 3  # stop after this many model errors in a row
-
-
 MODEL_FAILURE = "model failure: "  # how a stop reason caused by the model begins (the CLI exits 5)
 MODEL_ERROR = "model error: "  # how the reason of a proposal the model never gave begins
 
 
 class State(TypedDict, total=False):
+    pending: Proposal | None  # parsed, waiting to be evaluated
+    parent: int | None  # the attempt the pending proposal improves or repairs
+    calls: list[int]  # the model calls that produced it
+    fatal_error: str  # a model error no retry can mend (refused credentials)
     stop_reason: str
-    pending: bool
 
 
 class Optimizer:
@@ -55,10 +51,6 @@ class Optimizer:
         self.tune = tune
         self.research = research
         self.instruments = instruments
-        self.pending: Proposal | None = None
-        self.pending_parent: int | None = None
-        self.pending_calls: list[int] = []
-        self.fatal_error = ""  # a model error no retry can mend (refused credentials)
 
     @property
     def iterations(self) -> int:
@@ -68,37 +60,24 @@ class Optimizer:
         from langgraph.graph import END, START, StateGraph
 
         graph = StateGraph(State)
-        graph.add_node("baseline", self._baseline)
         graph.add_node("propose", self._propose)
         graph.add_node("evaluate", self._evaluate)
         graph.add_node("decide", self._decide)
-        graph.add_edge(START, "baseline")
-        graph.add_conditional_edges("baseline", self._next, {"propose": "propose", "end": END})
+        graph.add_edge(START, "decide")  # a resumed run may have nothing left to do
         graph.add_conditional_edges("propose", lambda s: "evaluate" if s.get("pending") else "decide",
                                     {"evaluate": "evaluate", "decide": "decide"})
         graph.add_edge("evaluate", "decide")
         graph.add_conditional_edges("decide", self._next, {"propose": "propose", "end": END})
         return graph.compile()
 
-    def execute(self):
-        """Run to a stop reason (or an interrupt, recorded as such and re-raised)."""
+    def execute(self) -> str:
+        """Run to a stop reason."""
         limit = 10 + 4 * (self.budget.max_iterations + 1)
-        try:
-            state = self.build().invoke({}, {"recursion_limit": limit})
-        except KeyboardInterrupt:
-            self.rec.run.log("interrupted")
-            self.rec.finish("interrupted")
-            raise
-        return self.rec.finish(state["stop_reason"])
+        state = self.build().invoke({"pending": None, "fatal_error": ""}, {"recursion_limit": limit})
+        return state["stop_reason"]
 
     def _next(self, state: State) -> str:
         return "end" if state.get("stop_reason") else "propose"
-
-    def _baseline(self, state: State) -> State:
-        if self.rec.baseline is None:
-            self.rec.on_progress({"type": "attempt", "id": 0, "what": "baseline"})
-            self.rec.evaluate("baseline", self.rec.exp.initial_kernel_path.read_text(), None)
-        return {"stop_reason": self._stop_reason()}
 
     def _propose(self, state: State) -> State:
         rec = self.rec
@@ -107,7 +86,7 @@ class Optimizer:
         best = rec.best
         repairing = last is not None and last.status not in ("ok", "rejected") and last.source_file is not None
         parent = last.id if repairing else (best.id if best else 0)
-        rec.on_progress({"type": "attempt", "id": attempt_id, "what": "proposing"})
+        rec.on_progress(AttemptStarted(id=attempt_id, what="proposing"))
         system = prompts.system_prompt(rec.exp.signature_text, rec.cases, tunables=self.tune,
                                        research=self.research,
                                        instruments=self.instruments.offered if self.instruments else ())
@@ -129,40 +108,34 @@ class Optimizer:
         rec.add_call(call)
         if reply.error:
             rec.reject(parent, f"{MODEL_ERROR}{reply.error}", [call.id])
-            if reply.fatal:
-                self.fatal_error = reply.error
-            return {"pending": False}
+            return {"pending": None, "fatal_error": reply.error if reply.fatal else ""}
         try:
             proposal = parse(reply.text, rec.exp.signature, rec.cases, allow_tunables=self.tune,
                              max_configurations=MAX_SWEEP)
         except ProposalError as exc:
             rec.reject(parent, str(exc), [call.id])
-            return {"pending": False}
-        self.pending, self.pending_parent, self.pending_calls = proposal, parent, [call.id]
-        return {"pending": True}
+            return {"pending": None}
+        return {"pending": proposal, "parent": parent, "calls": [call.id]}
 
     def _evaluate(self, state: State) -> State:
-        proposal = self.pending
-        assert proposal is not None
+        proposal = state["pending"]
         rec = self.rec
-        configs = proposal.configurations or [{}]
         first = None
-        for index, defines in enumerate(configs):
-            rec.on_progress({"type": "attempt", "id": len(rec.attempts), "what": "evaluating"})
+        for index, defines in enumerate(proposal.configurations or [{}]):
+            rec.on_progress(AttemptStarted(id=len(rec.attempts), what="evaluating"))
             attempt = rec.evaluate("proposal" if index == 0 else "tune", proposal.source, proposal.launch,
-                                   defines=defines, parent=self.pending_parent if index == 0 else first.id,
-                                   rationale=proposal.rationale, calls=self.pending_calls if index == 0 else [])
+                                   defines=defines, parent=state["parent"] if index == 0 else first.id,
+                                   rationale=proposal.rationale, calls=state["calls"] if index == 0 else [])
             first = first or attempt
-        self.pending = None
-        return {"pending": False}
+        return {"pending": None}
 
     def _decide(self, state: State) -> State:
-        return {"stop_reason": self._stop_reason()}
+        return {"stop_reason": self._stop_reason(state.get("fatal_error", ""))}
 
-    def _stop_reason(self) -> str:
+    def _stop_reason(self, fatal_error: str) -> str:
         b, rec = self.budget, self.rec
-        if self.fatal_error:
-            return f"{MODEL_FAILURE}{self.fatal_error}"
+        if fatal_error:
+            return f"{MODEL_FAILURE}{fatal_error}"
         errors = self._model_errors_in_a_row()
         if errors and errors >= b.max_model_errors:
             last = rec.attempts[-1].reason.removeprefix(MODEL_ERROR)

@@ -15,9 +15,9 @@ import sys
 from collections.abc import Callable
 
 from ..harness.compiler import CompileError
-from ..harness.protocol import KernelSpec, LaunchSpec, from_dict
+from ..harness.protocol import KernelSpec
 from ..insight import ncu
-from ..insight.card import BottleneckCard, CardError, build_card
+from ..insight.card import BottleneckCard, CardError, ProfileRecord, build_card
 from ..insight.compiled import summarize
 from ..record.recorder import ROLES, Recorder
 from ..record.schema import Attempt
@@ -76,10 +76,10 @@ class Instruments:
             return {"error": f"attempt #{attempt.id} has no source: it was rejected before compiling"}
         spec = KernelSpec(source=source, entry=self.rec.exp.signature.name, defines=dict(attempt.defines))
         try:
-            summary = summarize(spec, (attempt.compile or {}).get("arch") or self.arch)
+            summary = summarize(spec, (attempt.compile.arch if attempt.compile else "") or self.arch)
         except CompileError as exc:
             return {"error": f"attempt #{attempt.id} does not compile: {exc.log[:1500]}"}
-        return {"attempt": attempt.id, **summary.to_dict()}
+        return {"attempt": attempt.id, **summary.model_dump(mode="json")}
 
     # --- cards ---------------------------------------------------------------------------
 
@@ -91,7 +91,7 @@ class Instruments:
             return None, self.unavailable or self.failures[attempt.id]
         name = f"profiles/attempt-{attempt.id}.json"
         if self.rec.run.file(name).is_file():  # a resumed run
-            self.cards[attempt.id] = BottleneckCard(**self.rec.run.read_json(name)["card"])
+            self.cards[attempt.id] = ProfileRecord.model_validate(self.rec.run.read_json(name)).card
             return self.cards[attempt.id], ""
         try:
             profile = ncu.profile(self._request(attempt), self.ncu_path, device=self.device)
@@ -103,9 +103,9 @@ class Instruments:
             self.failures[attempt.id] = f"attempt #{attempt.id} could not be profiled: {exc}"
             self.rec.run.log(self.failures[attempt.id])
             return None, self.failures[attempt.id]
-        self.rec.run.write_json(name, {"attempt": attempt.id, "case": profile.case, "why": why,
-                                       "seconds": profile.seconds, "command": profile.command,
-                                       "card": card.to_dict(), "raw_csv": profile.raw_csv})
+        self.rec.run.write_model(name, ProfileRecord(attempt=attempt.id, case=profile.case, why=why,
+                                                     seconds=profile.seconds, command=profile.command, card=card,
+                                                     raw_csv=profile.raw_csv))
         self.rec.run.log(f"profiled attempt {attempt.id} on {profile.case} ({why}, {profile.seconds} s): "
                          f"{card.bound}-bound")
         self.cards[attempt.id] = card
@@ -120,8 +120,7 @@ class Instruments:
         return card.to_text() if card else None
 
     def _request(self, attempt: Attempt):
-        launch = from_dict(LaunchSpec, attempt.launch) if attempt.launch else None
-        request = self.rec.exp.request(self.rec.source(attempt), launch=launch, defines=attempt.defines,
+        request = self.rec.exp.request(self.rec.source(attempt), launch=attempt.launch, defines=attempt.defines,
                                        roles=ROLES, request_id=f"profile-{attempt.id}")
         return ncu.profile_request(request)
 

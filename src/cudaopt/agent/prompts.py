@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 
 from ..harness.check import shown
-from ..harness.protocol import CaseSpec, to_dict
+from ..harness.protocol import CaseSpec
+from ..harness.results import CaseResult
 from ..record.recorder import medians
 from ..record.schema import Attempt
 
@@ -80,25 +81,23 @@ def _cases_text(cases: list[CaseSpec]) -> str:
     return "\n".join(lines)
 
 
-def _case_line(case: dict, baseline: dict[str, float], best: dict[str, float]) -> str:
-    name, status = case["name"], case["status"]
+def _case_line(case: CaseResult, baseline: dict[str, float], best: dict[str, float]) -> str:
+    name, status = case.name, case.status
     if status != "ok":
-        return f"  - {name}: {status}: {_clip(case.get('reason', ''), 600)}"
-    timing = case.get("timing")
+        return f"  - {name}: {status}: {_clip(case.reason, 600)}"
+    timing = case.timing
     if not timing:
         return f"  - {name}: ok (checked, not timed)"
-    median = timing["median_us"]
-    text = f"  - {name}: ok, median {median:.2f} us (p10-p90 {timing['p10_us']:.2f}-{timing['p90_us']:.2f})"
+    median = timing.median_us
+    text = f"  - {name}: ok, median {median:.2f} us (p10-p90 {timing.p10_us:.2f}-{timing.p90_us:.2f})"
     if name in baseline:
         text += f", {baseline[name] / median:.2f}x vs baseline"
     if name in best:
         text += f", {best[name] / median:.2f}x vs best so far"
-    occ = case.get("occupancy") or {}
-    if "occupancy" in occ:
-        text += f", occupancy {occ['occupancy']:.0%}"
-    roof = case.get("roofline") or {}
-    if "achieved_tflops" in roof:
-        text += f", {roof['achieved_tflops']} TFLOP/s"
+    if case.occupancy and case.occupancy.occupancy is not None:
+        text += f", occupancy {case.occupancy.occupancy:.0%}"
+    if case.roofline and case.roofline.achieved_tflops is not None:
+        text += f", {case.roofline.achieved_tflops} TFLOP/s"
     return text
 
 
@@ -115,11 +114,11 @@ def attempt_text(attempt: Attempt, baseline: Attempt | None, best: Attempt | Non
     if attempt.status == "rejected":
         return f"{head}: {attempt.reason}"
     lines = [head]
-    comp = attempt.compile or {}
+    comp = attempt.compile
     if comp:
         lines.append(
-            f"  registers {comp.get('registers')}, spill stores/loads {comp.get('spill_stores')}/{comp.get('spill_loads')}, "
-            f"static shared {comp.get('static_shared_bytes')} B, local {comp.get('local_bytes')} B"
+            f"  registers {comp.registers}, spill stores/loads {comp.spill_stores}/{comp.spill_loads}, "
+            f"static shared {comp.static_shared_bytes} B, local {comp.local_bytes} B"
         )
     if attempt.status == "compile_error":
         lines.append("  compiler output:\n" + _clip(attempt.reason, 2500))
@@ -127,13 +126,12 @@ def attempt_text(attempt: Attempt, baseline: Attempt | None, best: Attempt | Non
         lines.append(f"  {_clip(attempt.reason, 800)}")
     for case in attempt.cases:
         lines.append(_case_line(case, medians(baseline), medians(best) if best is not attempt else {}))
-        for check in case.get("checks", []):
-            if not check["ok"] and check.get("first_bad_index") is not None:
+        for check in case.checks:
+            if not check.ok and check.first_bad_index is not None:
                 lines.append(
-                    f"    first wrong element of {check['output']} at {tuple(check['first_bad_index'])}: expected "
-                    f"{shown(check['expected'])}, got {shown(check['actual'])}; {check['mismatches']} of "
-                    f"{check['elements']} wrong, "
-                    f"{check['unwritten']} unwritten, max abs error {check['max_abs_error']:.3g}"
+                    f"    first wrong element of {check.output} at {tuple(check.first_bad_index)}: expected "
+                    f"{shown(check.expected)}, got {shown(check.actual)}; {check.mismatches} of "
+                    f"{check.elements} wrong, {check.unwritten} unwritten, max abs error {check.max_abs_error:.3g}"
                 )
     return "\n".join(lines)
 
@@ -155,8 +153,8 @@ def digest(attempts: list[Attempt]) -> str:
 def launch_text(attempt: Attempt, cases: list[CaseSpec]) -> str:
     """The launch an attempt ran with: its own, or the input cases' (the baseline's usual case)."""
     if attempt.launch is not None:
-        return json.dumps(attempt.launch)
-    per_case = {c.name: json.dumps(to_dict(c.launch)) for c in cases if c.launch is not None}
+        return json.dumps(attempt.launch.to_data())
+    per_case = {c.name: json.dumps(c.launch.to_data()) for c in cases if c.launch is not None}
     if len(set(per_case.values())) == 1:
         return f"{next(iter(per_case.values()))} (the input cases' launch)"
     return "per case, from the input cases: " + "; ".join(f"{name}: {text}" for name, text in per_case.items())

@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..experiment import LaunchModel
 from ..harness import expr
-from ..harness.protocol import CaseSpec, LaunchSpec
 from ..harness.launch import resolve_launch, tunable_clashes
-from ..harness.signature import Signature, SignatureError, find_entry
+from ..harness.protocol import CaseSpec, LaunchSpec
+from ..harness.signature import Signature, SignatureError, entry_names, find_entry
 
 
 class ProposalError(ValueError):
@@ -28,7 +27,7 @@ class ProposalError(ValueError):
 
 class _Answer(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    launch: LaunchModel
+    launch: LaunchSpec
     rationale: str = Field(default="", max_length=4000)
     source: str | None = None
     tunables: dict[str, list[int | float | str]] | None = None
@@ -60,14 +59,15 @@ def parse(text: str, signature: Signature, cases: list[CaseSpec], allow_tunables
         raise ProposalError("empty answer")
     blocks = _FENCE.findall(text)
     json_text = next((body for lang, body in blocks if lang.lower() == "json"), None)
-    if json_text is None:
-        json_text = _bare_json(text)
-    if json_text is None:
+    if json_text is not None:
+        try:
+            data = json.loads(json_text)
+        except json.JSONDecodeError as exc:
+            raise ProposalError(f"the JSON block is not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    else:
+        data = _bare_json(text)
+    if data is None:
         raise ProposalError("no JSON block with the launch configuration found in the answer")
-    try:
-        data = json.loads(json_text)
-    except json.JSONDecodeError as exc:
-        raise ProposalError(f"the JSON block is not valid JSON: {exc.msg} (line {exc.lineno})") from None
     try:
         answer = _Answer.model_validate(data)
     except ValidationError as exc:
@@ -85,7 +85,7 @@ def parse(text: str, signature: Signature, cases: list[CaseSpec], allow_tunables
         if clashes:
             raise ProposalError(f"bad tunables: {'; '.join(clashes)}; give tunables names of their own")
     configurations = _configurations(answer, allow_tunables, max_configurations)
-    launch = answer.launch.spec()
+    launch = answer.launch
     for config in configurations or [{}]:
         for case in cases:  # the launch must resolve on every case the model may see
             try:
@@ -101,7 +101,7 @@ def _configurations(answer: _Answer, allowed: bool, limit: int) -> list[dict]:
         return []
     if not allowed:
         raise ProposalError("tunables are only swept with --strategy agent+tune; give fixed values in the source")
-    from ..search.space import TuneSpace
+    from ..config import TuneSpace
 
     try:
         space = TuneSpace(tunables=answer.tunables, restrictions=answer.restrictions)
@@ -124,36 +124,23 @@ def check_source(source: str, signature: Signature) -> None:
     except SignatureError as exc:
         raise ProposalError(f"the entry point cannot be parsed: {exc}") from None
     if declared is None:
-        found = re.findall(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)', source)
+        found = entry_names(source)
         also = f" (found: {', '.join(found)})" if found else ""
         raise ProposalError(f"no 'extern \"C\" __global__ void {signature.name}(...)' in the source{also}")
     if not declared.same_types(signature):
         raise ProposalError(f"the entry is declared as '{declared}', but the signature must be '{signature}'")
 
 
-def _bare_json(text: str) -> str | None:
-    """The first balanced {...} object in prose, if any."""
+def _bare_json(text: str) -> dict | None:
+    """The first JSON object written in prose, if any."""
+    decoder = json.JSONDecoder()
     start = text.find("{")
     while start != -1:
-        depth = 0
-        in_string = escape = False
-        for i in range(start, len(text)):
-            ch = text[i]
-            if in_string:
-                if escape:
-                    escape = False
-                elif ch == "\\":
-                    escape = True
-                elif ch == '"':
-                    in_string = False
-                continue
-            if ch == '"':
-                in_string = True
-            elif ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[start:i + 1]
+        try:
+            value, _ = decoder.raw_decode(text, start)
+        except json.JSONDecodeError:
+            value = None
+        if isinstance(value, dict):
+            return value
         start = text.find("{", start + 1)
     return None

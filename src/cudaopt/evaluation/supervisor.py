@@ -7,7 +7,6 @@ recorded with its type, what had finished is kept, and a fresh worker serves the
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import select
@@ -16,20 +15,24 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..harness.sandbox import worker_environment
-from ..harness.protocol import (
-    CaseResult,
-    CompileInfo,
-    EvalRequest,
-    EvalResult,
-    KernelSpec,
-    from_dict,
-    to_dict,
-    to_json,
+from pydantic import ValidationError
+
+from ..harness.messages import (
+    CaseDone,
+    Compiled,
+    Done,
+    Fatal,
+    PhaseStarted,
+    Prefetch,
+    Ready,
+    WorkerMessage,
+    read_message,
 )
+from ..harness.protocol import EvalRequest, KernelSpec
+from ..harness.results import CaseResult, DeviceInfo, EvalResult
+from ..harness.sandbox import worker_environment
 
 STARTUP_TIMEOUT_S = 120.0
 WORKER_COMMAND = [sys.executable, "-m", "cudaopt.harness.worker"]
@@ -49,7 +52,7 @@ class Worker:
         self.command = command or WORKER_COMMAND
         self.extra_env = dict(env or {})
         self.proc: subprocess.Popen | None = None
-        self.info: dict = {}
+        self.info = DeviceInfo()
         self._buffer = b""
         self._workdir: tempfile.TemporaryDirectory | None = None
 
@@ -78,12 +81,12 @@ class Worker:
         try:
             message = self._read(time.monotonic() + STARTUP_TIMEOUT_S)
         except WorkerError as exc:
-            message = {"message": str(exc)}
-        if message is None or message.get("type") != "ready":
-            detail = message.get("message") if message else "no answer"
+            message = Fatal(message=str(exc))
+        if not isinstance(message, Ready):
+            detail = message.message if isinstance(message, Fatal) else "no answer"
             self.kill()
             raise WorkerError(f"GPU worker {self.device} did not start: {detail}; log: {self._tail()}")
-        self.info = message["device"]
+        self.info = message.device
 
     @property
     def alive(self) -> bool:
@@ -115,7 +118,7 @@ class Worker:
 
     # --- one request ---------------------------------------------------------------------
 
-    def evaluate(self, request: EvalRequest, on_event: Callable[[dict], None] | None = None) -> EvalResult:
+    def evaluate(self, request: EvalRequest, on_event: Callable[[WorkerMessage], None] | None = None) -> EvalResult:
         """Run one request; ``on_event`` sees the worker's phase and partial-result messages."""
         if not self.alive:
             self.start()
@@ -126,7 +129,7 @@ class Worker:
         phase, case = "compile", ""
         deadline = start + timeouts.limit(phase)
         try:
-            self.proc.stdin.write((to_json(request) + "\n").encode())
+            self.proc.stdin.write((request.to_json() + "\n").encode())
             self.proc.stdin.flush()
             while True:
                 message = self._read(deadline)
@@ -136,21 +139,19 @@ class Worker:
                     reason = (f"{phase} phase ran past its {timeouts.limit(phase, case):.3g} s timeout{basis}; "
                               "the worker was killed")
                     return self._unfinished(partial, request, "timeout", reason, case, start)
-                kind = message.get("type")
                 if on_event is not None:
                     on_event(message)
-                if kind == "phase":
-                    phase, case = message["phase"], message.get("case", "")
+                if isinstance(message, PhaseStarted):
+                    phase, case = message.phase, message.case
                     deadline = time.monotonic() + timeouts.limit(phase, case)
-                elif kind == "compiled":
-                    partial.compile = from_dict(CompileInfo, message["compile"])
-                elif kind == "case":
-                    partial.cases.append(from_dict(CaseResult, message["case"]))
-                elif kind == "result":
-                    result = from_dict(EvalResult, message["result"])
-                    if _retired(result):  # the worker exits after a sticky CUDA error
+                elif isinstance(message, Compiled):
+                    partial.compile = message.compile
+                elif isinstance(message, CaseDone):
+                    partial.cases.append(message.case)
+                elif isinstance(message, Done):
+                    if _retired(message.result):  # the worker exits after a sticky CUDA error
                         self._reap_if_exiting()
-                    return result
+                    return message.result
         except (WorkerError, BrokenPipeError, OSError) as exc:
             self.kill()
             reason = f"the worker died during the {phase} phase ({exc}); log: {self._tail()}"
@@ -162,7 +163,7 @@ class Worker:
             self.start()
         assert self.proc is not None
         try:
-            self.proc.stdin.write((json.dumps({"prefetch": [to_dict(k) for k in kernels]}) + "\n").encode())
+            self.proc.stdin.write((Prefetch(prefetch=kernels).to_json() + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             self.kill()  # the next request starts a fresh worker and compiles as usual
@@ -184,24 +185,29 @@ class Worker:
             if spec.name in done:
                 continue
             if spec.name == case or (not case and status == "crashed"):
-                partial.cases.append(CaseResult(spec.name, spec.role, status, reason))
+                partial.cases.append(CaseResult(name=spec.name, role=spec.role, status=status, reason=reason))
                 case = spec.name
             else:
-                partial.cases.append(CaseResult(spec.name, spec.role, status, f"not run: {status} in case {case or '-'}"))
+                partial.cases.append(CaseResult(name=spec.name, role=spec.role, status=status,
+                                                reason=f"not run: {status} in case {case or '-'}"))
         partial.status = status
         partial.reason = f"case {case}: {reason}" if case else reason
         partial.wall_s = round(time.monotonic() - start, 4)
         return partial
 
-    def _read(self, deadline: float) -> dict | None:
-        """The next message, None at the deadline; WorkerError if the process closed its output."""
+    def _read(self, deadline: float) -> WorkerMessage | None:
+        """The next message, None at the deadline; WorkerError if the process closed its output or
+        wrote a line that is no message."""
         assert self.proc is not None and self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         while True:
             if b"\n" in self._buffer:
                 line, self._buffer = self._buffer.split(b"\n", 1)
                 if line.lstrip().startswith(b"{"):  # a tool wrapping the worker may print banners
-                    return json.loads(line)
+                    try:
+                        return read_message(line)
+                    except ValidationError as exc:
+                        raise WorkerError(f"the worker sent a line that is no message: {exc.errors()[0]['msg']}") from None
                 continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -258,14 +264,14 @@ class Supervisor:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def device_info(self) -> dict:
+    def device_info(self) -> DeviceInfo:
         """Facts about the first GPU (starts its worker if needed)."""
         worker = self.workers[0]
         if not worker.alive:
             worker.start()
         return worker.info
 
-    def evaluate(self, request: EvalRequest, on_event: Callable[[dict], None] | None = None) -> EvalResult:
+    def evaluate(self, request: EvalRequest, on_event: Callable[[WorkerMessage], None] | None = None) -> EvalResult:
         worker = self._free.get()
         try:
             return worker.evaluate(request, on_event)
@@ -276,11 +282,6 @@ class Supervisor:
         """Start compiling a sweep's kernels on every worker, ahead of their requests."""
         for worker in self.workers:
             worker.prefetch(kernels)
-
-    def evaluate_many(self, requests: list[EvalRequest]) -> list[EvalResult]:
-        """Evaluate in parallel across the GPUs; results in request order."""
-        with ThreadPoolExecutor(max_workers=len(self.workers)) as pool:
-            return list(pool.map(self.evaluate, requests))
 
     def close(self) -> None:
         for worker in self.workers:

@@ -18,7 +18,8 @@ import numpy as np
 
 from .check import compare
 from .gpu import Gpu, call
-from .protocol import CheckInfo, OutputSpec
+from .protocol import OutputSpec
+from .results import CheckInfo
 from .signature import DTYPES
 
 

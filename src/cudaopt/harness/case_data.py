@@ -10,7 +10,7 @@ from collections import OrderedDict
 from .buffers import CaseBuffers
 from .gpu import Gpu, call
 from .inputs import InputError, generate, shape_of
-from .protocol import CaseSpec, to_dict
+from .protocol import CaseSpec
 from .signature import Signature
 
 CACHE_BYTES = 4 << 30
@@ -59,7 +59,7 @@ class HostSets:
     def get(self, case: CaseSpec, signature: Signature, n_sets: int):
         shapes = output_shapes(case, signature)
         inputs = {n: shape_of(i.shape, case.scalars, f"case {case.name!r} input {n!r}") for n, i in case.inputs.items()}
-        key = cache_key(to_dict(case), n_sets, inputs, shapes, str(signature))
+        key = cache_key(case.to_data(), n_sets, inputs, shapes, str(signature))
         sets = self._cache.get(key)
         if sets is None:
             sets = generate(case, signature, n_sets)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .inputs import to_numbers
-from .protocol import CheckInfo
+from .results import CheckInfo
 from .signature import DTYPES
 
 

@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass
 
 from .cubin import inspect_cubin
-from .protocol import CompileInfo, KernelSpec
+from .protocol import KernelSpec
+from .results import CompileInfo
 from .sandbox import PROGRAM_NAME, IncludeError, check_includes, filter_log
 
 DEFAULT_ARCH = "sm_90"

@@ -14,6 +14,7 @@ from importlib import resources
 
 import numpy as np
 
+from .results import Clocks, DeviceInfo, MeasuredPeaksInfo
 from .signature import DTYPES
 
 # Element kinds understood by utilities.cu.
@@ -53,11 +54,7 @@ STICKY_ERRORS = (
 
 
 class CudaCallError(RuntimeError):
-    """A failed CUDA call; ``sticky`` when the context cannot be used any more."""
-
-    @property
-    def sticky(self) -> bool:
-        return is_sticky(str(self))
+    """A failed CUDA call (:func:`is_sticky` tells whether the context can still be used)."""
 
 
 def is_sticky(message: str) -> bool:
@@ -300,28 +297,22 @@ class Gpu:
         rates["float32_cuda_cores"] = _FP32_CUDA_CORE_OPS_PER_CLOCK_PER_SM * sms * clock_hz
         return Peaks(bytes_per_s=bandwidth, flops_per_s=rates)
 
-    def info(self) -> dict:
+    def info(self) -> DeviceInfo:
         from cuda import core
 
         driver_version = call("cuDriverGetVersion")
-        return {
-            "name": self.device.name,
-            "arch": self.arch,
-            "sm_count": int(self.props.multiprocessor_count),
-            "l2_bytes": self.l2_bytes,
-            "max_shared_per_block_optin": int(self.props.max_shared_memory_per_block_optin),
-            "driver_cuda_version": f"{driver_version // 1000}.{driver_version % 1000 // 10}",
-            "cuda_core": getattr(core, "__version__", "unknown"),
-            "nvrtc": nvrtc_version(),
-            "pci_bus_id": self.device.pci_bus_id,
-            "peak_bytes_per_s": self.peaks.bytes_per_s,
-            "measured_peaks": None if self.measured is None else {
-                "bytes_per_s": self.measured.bytes_per_s, "flops_per_s": self.measured.flops_per_s,
-                "measured_at": self.measured.measured_at,
-            },
-        }
+        measured = None if self.measured is None else MeasuredPeaksInfo(
+            bytes_per_s=self.measured.bytes_per_s, flops_per_s=self.measured.flops_per_s,
+            measured_at=self.measured.measured_at)
+        return DeviceInfo(
+            name=self.device.name, arch=self.arch, sm_count=int(self.props.multiprocessor_count),
+            l2_bytes=self.l2_bytes, max_shared_per_block_optin=int(self.props.max_shared_memory_per_block_optin),
+            driver_cuda_version=f"{driver_version // 1000}.{driver_version % 1000 // 10}",
+            cuda_core=getattr(core, "__version__", "unknown"), nvrtc=nvrtc_version(),
+            pci_bus_id=self.device.pci_bus_id, peak_bytes_per_s=self.peaks.bytes_per_s, measured_peaks=measured,
+        )
 
-    def clocks(self) -> dict:
+    def clocks(self) -> Clocks:
         return read_clocks(self.device.pci_bus_id)
 
 
@@ -359,18 +350,18 @@ def _nvml():
         return None
 
 
-def read_clocks(pci_bus_id: str) -> dict:
-    """SM/memory clock (MHz), temperature (C) and power (W), or an ``error`` entry."""
+def read_clocks(pci_bus_id: str) -> Clocks:
+    """SM/memory clock (MHz), temperature (C) and power (W), or an ``error``."""
     nvml = _nvml()
     if nvml is None:
-        return {"error": "NVML unavailable (install nvidia-ml-py)"}
+        return Clocks(error="NVML unavailable (install nvidia-ml-py)")
     try:
         handle = nvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id.encode() if isinstance(pci_bus_id, str) else pci_bus_id)
-        return {
-            "sm_mhz": nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM),
-            "mem_mhz": nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM),
-            "temperature_c": nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU),
-            "power_w": round(nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0, 1),
-        }
+        return Clocks(
+            sm_mhz=nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM),
+            mem_mhz=nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM),
+            temperature_c=nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU),
+            power_w=round(nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0, 1),
+        )
     except Exception as exc:
-        return {"error": f"NVML: {exc}"}
+        return Clocks(error=f"NVML: {exc}")

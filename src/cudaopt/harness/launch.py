@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from . import expr
 from .protocol import LaunchSpec
+from .results import ResolvedLaunch
 from .signature import C_TYPES, Signature
 
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
@@ -23,7 +24,7 @@ _RESERVED_WORDS = {word for c_type in C_TYPES for word in c_type.split()} | {
 }
 
 
-def resolve_launch(spec: LaunchSpec, names: Mapping) -> dict:
+def resolve_launch(spec: LaunchSpec, names: Mapping) -> ResolvedLaunch:
     """Evaluate grid, block and shared bytes; raise ValueError on anything unusable."""
     try:
         grid = [expr.evaluate_int(v, names) for v in spec.grid]
@@ -42,7 +43,7 @@ def resolve_launch(spec: LaunchSpec, names: Mapping) -> dict:
     def pad(dims: list[int]) -> tuple[int, ...]:
         return tuple(dims) + (1,) * (3 - len(dims))
 
-    return {"grid": pad(grid), "block": pad(block), "shared_bytes": shared}
+    return ResolvedLaunch(grid=pad(grid), block=pad(block), shared_bytes=shared)
 
 
 def tunable_clashes(names: Iterable[str], signature: Signature, scalar_names: Iterable[str]) -> list[str]:

@@ -9,6 +9,7 @@ replaced, and nothing measured after that point is trusted.
 from __future__ import annotations
 
 from .gpu import CudaCallError, Gpu, is_sticky
+from .results import ResolvedLaunch
 
 DEFAULT_SHARED_LIMIT = 48 * 1024
 
@@ -26,14 +27,14 @@ class Launcher:
         self.gpu = gpu
         self.dead = False
 
-    def launch(self, kernel, launch: dict, args: list) -> None:
+    def launch(self, kernel, launch: ResolvedLaunch, args: list) -> None:
         from cuda.core import LaunchConfig
         from cuda.core import launch as cuda_launch
 
         try:
-            if launch["shared_bytes"] > DEFAULT_SHARED_LIMIT:
-                _set_max_dynamic_shared(kernel, launch["shared_bytes"], self.gpu.device.device_id)
-            config = LaunchConfig(grid=launch["grid"], block=launch["block"], shmem_size=launch["shared_bytes"])
+            if launch.shared_bytes > DEFAULT_SHARED_LIMIT:
+                _set_max_dynamic_shared(kernel, launch.shared_bytes, self.gpu.device.device_id)
+            config = LaunchConfig(grid=launch.grid, block=launch.block, shmem_size=launch.shared_bytes)
             cuda_launch(self.gpu.stream, config, kernel, *args)
         except Exception as exc:
             raise self.failure(exc, "launch_error") from None

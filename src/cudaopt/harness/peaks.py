@@ -20,14 +20,14 @@ import io
 import json
 import os
 import re
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .protocol import from_dict, to_dict
+from .protocol import Model
+from .results import Roofline
 
 if TYPE_CHECKING:
     from .gpu import Gpu
@@ -37,8 +37,7 @@ FMA_ITERATIONS = 1 << 16
 SAMPLES = 10
 
 
-@dataclass
-class MeasuredPeaks:
+class MeasuredPeaks(Model):
     """What one GPU reached: copy bandwidth (bytes read + written per second) and FMA rates."""
 
     bytes_per_s: float
@@ -64,7 +63,7 @@ def cache_path(identity: dict[str, str]) -> Path:
 def load(identity: dict[str, str]) -> MeasuredPeaks | None:
     """The cached figures of exactly this GPU and driver; None when missing or unreadable."""
     try:
-        peaks = from_dict(MeasuredPeaks, json.loads(cache_path(identity).read_text()))
+        peaks = MeasuredPeaks.model_validate_json(cache_path(identity).read_text())
     except (OSError, ValueError):
         return None
     return peaks if peaks.identity == identity else None
@@ -74,7 +73,7 @@ def save(peaks: MeasuredPeaks) -> Path:
     path = cache_path(peaks.identity)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(to_dict(peaks), indent=2) + "\n")
+    tmp.write_text(peaks.to_json(indent=2) + "\n")
     os.replace(tmp, path)  # atomic: two workers measuring at once leave one whole file
     return path
 
@@ -172,28 +171,30 @@ def _fma_rates(gpu: Gpu, samples: int) -> dict[str, float]:
 
 def roofline(seconds: float, flops: float | None, nbytes: float | None, *, spec_flops: float,
              spec_bytes: float, measured_flops: float | None = None, measured_bytes: float | None = None,
-             memory_floor: bool = True) -> dict:
+             memory_floor: bool = True) -> Roofline:
     """Achieved rates, their share of the roofs and the speed-of-light floor for one timed case.
 
     Roofs: the measured peak when there is one, else the spec (``*_from`` says which). Floor: the
     declared work over the larger of the two; the memory floor only when the L2 was flushed.
     """
-    roof: dict = {}
+    roof = Roofline()
     floors: dict[str, float] = {}
     if flops is not None:
         peak, source = (measured_flops, "measured") if measured_flops else (spec_flops, "spec")
-        roof.update(flops=flops, achieved_tflops=round(flops / seconds / 1e12, 3), peak_tflops=round(peak / 1e12, 1),
-                    peak_tflops_from=source, compute_pct=round(100 * flops / seconds / peak, 1))
+        roof.flops, roof.achieved_tflops = flops, round(flops / seconds / 1e12, 3)
+        roof.peak_tflops, roof.peak_tflops_from = round(peak / 1e12, 1), source
+        roof.compute_pct = round(100 * flops / seconds / peak, 1)
         floors["compute"] = flops / max(spec_flops, measured_flops or 0.0)
     if nbytes is not None:
         peak, source = (measured_bytes, "measured") if measured_bytes else (spec_bytes, "spec")
-        roof.update(bytes=nbytes, achieved_gbps=round(nbytes / seconds / 1e9, 1), peak_gbps=round(peak / 1e9, 1),
-                    peak_gbps_from=source, memory_pct=round(100 * nbytes / seconds / peak, 1))
+        roof.bytes, roof.achieved_gbps = nbytes, round(nbytes / seconds / 1e9, 1)
+        roof.peak_gbps, roof.peak_gbps_from = round(peak / 1e9, 1), source
+        roof.memory_pct = round(100 * nbytes / seconds / peak, 1)
         if memory_floor:
             floors["memory"] = nbytes / max(spec_bytes, measured_bytes or 0.0)
     if floors:
         bound, floor = max(floors.items(), key=lambda kv: kv[1])
-        roof.update(floor_us=round(floor * 1e6, 3), bound=bound)
+        roof.floor_us, roof.bound = round(floor * 1e6, 3), bound
     return roof
 
 
@@ -210,7 +211,7 @@ def judge_plausibility(out, case, signature, limits, flush_l2: bool, spec, measu
         flops = float(expr.evaluate(case.flops, case.scalars)) if case.flops is not None else None
         nbytes = float(expr.evaluate(case.bytes, case.scalars)) if case.bytes is not None else None
     except expr.ExprError as exc:
-        out.roofline = {"error": str(exc)}
+        out.roofline = Roofline(error=str(exc))
         return
     dtype = compute_class(signature)
     rate_key = floor_rate_key(dtype, limits.allow_tf32)
@@ -220,13 +221,13 @@ def judge_plausibility(out, case, signature, limits, flush_l2: bool, spec, measu
         measured_flops=measured.flops_per_s.get(dtype) if measured else None,
         measured_bytes=measured.bytes_per_s if measured else None, memory_floor=flush_l2,
     )
-    out.roofline["floor_rate"] = rate_key
-    floor_us = out.roofline.get("floor_us")
+    out.roofline.floor_rate = rate_key
+    floor_us = out.roofline.floor_us
     if floor_us is not None and out.timing.median_us < floor_us:
         out.status = "implausible"
         out.reason = (
             f"median {out.timing.median_us:.3f} us is below the speed-of-light floor {floor_us:.3f} us "
-            f"({out.roofline['bound']}-bound, from the declared work and the larger of the spec and measured "
+            f"({out.roofline.bound}-bound, from the declared work and the larger of the spec and measured "
             f"peaks for {rate_key.replace('_', ' ')})"
         )
 

@@ -25,19 +25,12 @@ from .gpu import Gpu
 from .inputs import InputError
 from .launch import candidate_names, resolve_launch, tunable_clashes
 from .launcher import CaseFailure, Launcher, is_cuda_error
+from .messages import CaseDone, Compiled, PhaseStarted
 from .peaks import judge_plausibility
-from .protocol import (
-    CaseResult,
-    CaseSpec,
-    CompileInfo,
-    EvalRequest,
-    EvalResult,
-    KernelSpec,
-    VendorResult,
-    to_dict,
-)
+from .protocol import CaseSpec, EvalRequest, KernelSpec
 from .reference import CudaReference, ReferenceFailure, call_python, load_python
-from .signature import DTYPES, Signature, find_entry, parse_signature
+from .results import Audit, CaseResult, CompileInfo, EvalResult, Occupancy, ResolvedLaunch, VendorResult
+from .signature import DTYPES, Signature, entry_names, find_entry, parse_signature
 from .stats import summarize
 from .timing import CHECKED_INPUTS, TimedRun, draw_plan, method, new_seed
 from .vendor import BoundVendor, Vendor, VendorError
@@ -61,7 +54,7 @@ def check_order(sets: int) -> list[int]:
 
 
 class Runner:
-    def __init__(self, gpu: Gpu, on_event: Callable[[dict], None] = lambda event: None):
+    def __init__(self, gpu: Gpu, on_event: Callable[[object], None] = lambda event: None):
         self.gpu = gpu
         self.on_event = on_event
         self.launcher = Launcher(gpu)
@@ -113,10 +106,10 @@ class Runner:
         clashes = tunable_clashes(req.kernel.defines, signature, {n for c in req.cases for n in c.scalars})
         if clashes:
             raise CaseFailure("bad_launch_config", "tunables: " + "; ".join(clashes))
-        self.on_event({"type": "phase", "phase": "compile", "case": ""})
+        self.on_event(PhaseStarted(phase="compile"))
         kernel, info = self._compile(req.kernel, signature)
         result.compile = info
-        self.on_event({"type": "compiled", "compile": to_dict(info)})
+        self.on_event(Compiled(compile=info))
         if info.device_malloc:
             raise CaseFailure("global_state", "the kernel calls device-side malloc: memory that outlives a launch "
                                               "is not allowed (use the outputs, shared memory or registers)")
@@ -126,10 +119,11 @@ class Runner:
                                               f"(the experiment's limits.global_bytes)")
         for case in req.cases:
             if self.dead:
-                result.cases.append(CaseResult(case.name, case.role, "crashed", "not run: the GPU context was lost"))
+                result.cases.append(CaseResult(name=case.name, role=case.role, status="crashed",
+                                               reason="not run: the GPU context was lost"))
                 continue
             result.cases.append(self._case(req, signature, kernel, case, seed))
-            self.on_event({"type": "case", "case": to_dict(result.cases[-1])})
+            self.on_event(CaseDone(case=result.cases[-1]))
         failed = next((c for c in result.cases if c.status != "ok"), None)
         if failed:
             result.status = failed.status
@@ -149,7 +143,7 @@ class Runner:
         try:
             kernel = compiled.cubin.get_kernel(spec.entry)
         except Exception:
-            found = _entries(spec.source)
+            found = entry_names(spec.source)
             hint = f"; the source defines {', '.join(found)}" if found else ""
             raise CaseFailure("missing_entry", f"no kernel named {spec.entry!r} in the module{hint}") from None
         if kernel.num_arguments != len(signature.args):
@@ -176,7 +170,7 @@ class Runner:
     def _case(self, req: EvalRequest, signature: Signature, kernel, case: CaseSpec, seed: int) -> CaseResult:
         out = CaseResult(name=case.name, role=case.role, status="ok")
         buffers = None
-        self.on_event({"type": "phase", "phase": "check", "case": case.name})
+        self.on_event(PhaseStarted(phase="check", case=case.name))
         try:
             spec = req.launch or case.launch
             if spec is None:
@@ -185,7 +179,7 @@ class Runner:
                 launch = resolve_launch(spec, candidate_names(case.scalars, req.kernel.defines))
             except ValueError as exc:
                 raise CaseFailure("bad_launch_config", str(exc)) from None
-            out.launch = {k: list(v) if isinstance(v, tuple) else v for k, v in launch.items()}
+            out.launch = launch
             out.occupancy = self._occupancy(kernel, launch)
             clock = _Stopwatch(out.phases)
             n_sets = max(1, req.protocol.input_sets)
@@ -203,7 +197,7 @@ class Runner:
                     self._verify(out, buffers, signature, case, answers[s], s, "check")
             clock.lap("check_s")
             if case.role in req.time_roles:
-                self.on_event({"type": "phase", "phase": "timing", "case": case.name})
+                self.on_event(PhaseStarted(phase="timing", case=case.name))
                 vendor = self._vendor(out, req, signature, case, buffers, answers) if req.vendor and req.check else None
                 self._time(out, req, signature, kernel, launch, args, buffers, case, vendor, seed, clock)
                 judge_plausibility(out, case, signature, req.limits, req.protocol.flush_l2, self.gpu.peaks,
@@ -223,15 +217,15 @@ class Runner:
                 self._devices.give_back(buffers, keep=out.status == "ok")
         return out
 
-    def _occupancy(self, kernel, launch: dict) -> dict:
-        threads = int(np.prod(launch["block"]))
+    def _occupancy(self, kernel, launch: ResolvedLaunch) -> Occupancy:
+        threads = launch.threads
         try:
-            blocks = kernel.occupancy.max_active_blocks_per_multiprocessor(threads, launch["shared_bytes"])
+            blocks = kernel.occupancy.max_active_blocks_per_multiprocessor(threads, launch.shared_bytes)
         except Exception as exc:  # e.g. more threads than the kernel can take; the launch will say
-            return {"error": str(exc).splitlines()[0]}
+            return Occupancy(error=str(exc).splitlines()[0])
         max_warps = int(self.gpu.props.max_threads_per_multiprocessor) // 32
         warps = blocks * -(-threads // 32)
-        return {"blocks_per_sm": int(blocks), "warps_per_sm": warps, "occupancy": round(warps / max_warps, 3)}
+        return Occupancy(blocks_per_sm=int(blocks), warps_per_sm=warps, occupancy=round(warps / max_warps, 3))
 
     # --- the answer key ------------------------------------------------------------------
 
@@ -242,7 +236,7 @@ class Runner:
         ref = req.reference
         if ref is None:
             raise ReferenceFailure("the request has no reference")
-        key = cache_key(ref.source, ref.entry, ref.kind, to_dict(ref.launch) if ref.launch else None,
+        key = cache_key(ref.source, ref.entry, ref.kind, ref.launch.to_data() if ref.launch else None,
                         buffers.key, self.gpu.arch)
         cached = self._answers.get(key)
         if cached is not None:
@@ -313,7 +307,7 @@ class Runner:
         pointers = {a.name: (buffers.inputs[a.name].ptr, buffers.sets[0][a.name].data.shape) for a in signature.inputs}
         pointers |= {a.name: (buffers.outputs[a.name].ptr, buffers.output_shapes[a.name]) for a in signature.outputs}
         try:
-            key = cache_key(to_dict(spec))
+            key = cache_key(spec.to_data())
             if key not in self._vendors:
                 self._vendors[key] = Vendor(spec, int(self.gpu.stream.handle))
             bound = self._vendors[key].bind(signature, pointers, case.scalars)
@@ -354,7 +348,7 @@ class Runner:
             scanned = run.verify_audit()
         finally:
             run.close()
-        out.audit = {"checked_launches": list(plan.checked), "launches_scanned": scanned, "seed": seed}
+        out.audit = Audit(checked_launches=list(plan.checked), launches_scanned=scanned, seed=seed)
         clock.lap("timing_s")
         if req.check:
             violations = buffers.guard_violations()
@@ -387,10 +381,4 @@ def _close_answers(answers: list[dict[str, LockedAnswer]]) -> None:
 
 
 def _compile_key(spec: KernelSpec, arch: str) -> str:
-    return cache_key(to_dict(spec), arch)
-
-
-def _entries(source: str) -> list[str]:
-    import re
-
-    return re.findall(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)', source)
+    return cache_key(spec.to_data(), arch)

@@ -154,6 +154,11 @@ def find_entry(source: str, entry: str) -> Signature | None:
     return None
 
 
+def entry_names(source: str) -> list[str]:
+    """Every kernel entry a source declares plainly (for "did you mean" hints)."""
+    return [match.group(1) for match in _HEAD.finditer(_strip_comments(source))]
+
+
 def _strip_comments(text: str) -> str:
     text = re.sub(r"/\*.*?\*/", " ", text, flags=re.DOTALL)
     return re.sub(r"//[^\n]*", " ", text)

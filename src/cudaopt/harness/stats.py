@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .protocol import TimingStats
+from .results import TimingStats
 
 
 def summarize(samples_us: Sequence[float], method: str = "") -> TimingStats:

@@ -2,26 +2,14 @@
 
 Started by the supervisor as ``python -m cudaopt.harness.worker`` with ``CUDA_VISIBLE_DEVICES``
 pinned. Anything else that writes to stdout (the user's reference, a library) is redirected to
-stderr so it cannot corrupt the message stream. Messages, one JSON object per line:
-
-- ``{"type": "ready", "device": {...}}`` once the GPU is initialised and its peaks are known
-  (read from the cache, or measured the first time: harness/peaks.py);
-- ``{"type": "phase", "phase": "compile" | "check" | "timing", "case": NAME}`` as a request
-  progresses (the supervisor applies that phase's timeout);
-- ``{"type": "compiled", ...}`` and ``{"type": "case", ...}`` as partial results, so that what
-  finished survives a hang or a crash later in the request;
-- ``{"type": "result", "result": {...}}`` when a request is done.
-
-A line ``{"prefetch": [KernelSpec, ...]}`` instead of a request asks the worker to start
-compiling those kernels in the background (a sweep sends its configurations up front); it gets
-no answer.
-
-After a sticky CUDA error the worker sends its result and exits; the supervisor replaces it.
+stderr so it cannot corrupt the message stream. The messages are declared in messages.py.
+The device's peaks are read from the cache, or measured the first time (peaks.py), before
+``ready``. After a sticky CUDA error the worker sends its result and exits; the supervisor
+replaces it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import traceback
@@ -34,19 +22,20 @@ def main() -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
 
-    def send(message: dict) -> None:
-        channel.write(json.dumps(message, allow_nan=True) + "\n")
-        channel.flush()
-
     from .gpu import Gpu
+    from .messages import Done, Fatal, Prefetch, Ready, read_order
     from .peaks import identity, load, load_or_measure
-    from .protocol import EvalRequest, EvalResult, KernelSpec, from_dict, to_dict
+    from .results import EvalResult
     from .runner import Runner
+
+    def send(message) -> None:
+        channel.write(message.to_json() + "\n")
+        channel.flush()
 
     try:
         gpu = Gpu(0)
     except Exception as exc:
-        send({"type": "fatal", "message": f"cannot initialise the GPU: {exc}"})
+        send(Fatal(message=f"cannot initialise the GPU: {exc}"))
         return 1
     try:
         # a profiled worker (CUDAOPT_MEASURE_PEAKS=0) only reads the cache: figures measured under a
@@ -56,23 +45,22 @@ def main() -> int:
     except Exception as exc:  # the roofline falls back to the spec peaks
         print(f"peaks not measured: {exc.__class__.__name__}: {exc}", file=sys.stderr)
     runner = Runner(gpu, on_event=send)
-    send({"type": "ready", "device": gpu.info()})
+    send(Ready(device=gpu.info()))
     for line in sys.stdin:
         if not line.strip():
             continue
         try:
-            message = json.loads(line)
-            if "prefetch" in message:  # kernels to compile ahead; no answer
-                runner.prefetch([from_dict(KernelSpec, k) for k in message["prefetch"]])
+            order = read_order(line)
+            if isinstance(order, Prefetch):  # kernels to compile ahead; no answer
+                runner.prefetch(order.prefetch)
                 continue
-            request = from_dict(EvalRequest, message)
-            result = runner.evaluate(request)
+            result = runner.evaluate(order)
         except Exception as exc:
             result = EvalResult(status="internal_error", reason=f"{exc.__class__.__name__}: {exc}")
             traceback.print_exc()
             if not gpu.context_alive():  # whatever failed, a context that no longer answers is retired
                 result.status, runner.launcher.dead = "crashed", True
-        send({"type": "result", "result": to_dict(result)})
+        send(Done(result=result))
         if runner.dead:
             return EXIT_RETIRED
     return 0

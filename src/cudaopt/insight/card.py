@@ -8,10 +8,11 @@ in use, latency-bound otherwise, and then the top warp stall reasons say what th
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
 from typing import Literal
 
+from pydantic import Field
+
+from ..harness.protocol import Model
 from .parse import KernelMetrics
 
 Bound = Literal["memory", "compute", "latency", "occupancy"]
@@ -65,8 +66,7 @@ class CardError(ValueError):
     """The profile lacks the Speed-of-Light metrics a card needs."""
 
 
-@dataclass
-class BottleneckCard:
+class BottleneckCard(Model):
     kernel: str
     case: str
     bound: Bound
@@ -84,13 +84,10 @@ class BottleneckCard:
     shared_bytes_per_block: float | None = None
     l1_hit_pct: float | None = None
     l2_hit_pct: float | None = None
-    bank_conflicts: dict[str, float] = field(default_factory=dict)  # shared loads / stores
-    stalls: dict[str, float] = field(default_factory=dict)  # top reasons: cycles per issued instruction
-    pipes: dict[str, float] = field(default_factory=dict)  # % of peak: issue slots, FMA, tensor
+    bank_conflicts: dict[str, float] = Field(default_factory=dict)  # shared loads / stores
+    stalls: dict[str, float] = Field(default_factory=dict)  # top reasons: cycles per issued instruction
+    pipes: dict[str, float] = Field(default_factory=dict)  # % of peak: issue slots, FMA, tensor
     attempt: int | None = None
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
     def to_text(self) -> str:
         """A few lines for the model."""
@@ -212,3 +209,16 @@ def _duration_us(m: KernelMetrics) -> float | None:
 
 def _pct(value: float | None) -> str:
     return f"{value:.1f}%" if value is not None else "n/a"
+
+
+class ProfileRecord(Model):
+    """``profiles/attempt-N.json``: one attempt profiled under Nsight Compute (``--use-nsight``)."""
+
+    schema_version: int = Field(1, ge=1, le=1)
+    attempt: int
+    case: str
+    why: str = ""
+    seconds: float = 0.0
+    command: list[str] = Field(default_factory=list)
+    card: BottleneckCard
+    raw_csv: str = ""

@@ -12,11 +12,12 @@ import re
 import subprocess
 import tempfile
 from collections import Counter
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from pydantic import Field
+
 from ..harness.compiler import compile_kernel, compile_ptx
-from ..harness.protocol import KernelSpec
+from ..harness.protocol import KernelSpec, Model
 from .locate import find_tool
 
 _SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_.]*)")
@@ -26,19 +27,18 @@ _PTX_BITS = {"b8": 8, "u8": 8, "s8": 8, "b16": 16, "u16": 16, "s16": 16, "f16": 
              "b128": 128}
 
 
-@dataclass
-class CodeSummary:
+class CodeSummary(Model):
     """Static counts over one kernel's compiled code."""
 
     kind: str  # "sass" or "ptx"
     tool: str  # what produced it: the disassembler's path, or NVRTC
     arch: str
     instructions: int = 0
-    top_opcodes: dict[str, int] = field(default_factory=dict)
-    global_loads: dict[str, int] = field(default_factory=dict)  # by access width, e.g. {"128-bit": 4}
-    global_stores: dict[str, int] = field(default_factory=dict)
-    shared_loads: dict[str, int] = field(default_factory=dict)
-    shared_stores: dict[str, int] = field(default_factory=dict)
+    top_opcodes: dict[str, int] = Field(default_factory=dict)
+    global_loads: dict[str, int] = Field(default_factory=dict)  # by access width, e.g. {"128-bit": 4}
+    global_stores: dict[str, int] = Field(default_factory=dict)
+    shared_loads: dict[str, int] = Field(default_factory=dict)
+    shared_stores: dict[str, int] = Field(default_factory=dict)
     local_loads: int = 0  # spill and stack traffic
     local_stores: int = 0
     async_copies: int = 0  # cp.async / LDGSTS, global to shared without registers
@@ -46,11 +46,8 @@ class CodeSummary:
     tensor_mma: int = 0
     barriers: int = 0
     fma_per_global_load: float | None = None
-    resources: dict[str, int | None] = field(default_factory=dict)  # registers, spills, local memory (ptxas)
+    resources: dict[str, int | None] = Field(default_factory=dict)  # registers, spills, local memory (ptxas)
     note: str = "static counts: instructions in the code, not instructions executed"
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def summarize(spec: KernelSpec, arch: str) -> CodeSummary:

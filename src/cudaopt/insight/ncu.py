@@ -10,8 +10,6 @@ other. A profile's figures are evidence for the model; they are never used as la
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import signal
 import subprocess
@@ -22,14 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..harness.inputs import shape_of
-from ..harness.protocol import (
-    CaseSpec,
-    EvalRequest,
-    EvalResult,
-    TimingProtocol,
-    from_dict,
-    to_json,
-)
+from ..harness.messages import Done, Fatal, read_message
+from ..harness.protocol import CaseSpec, EvalRequest, TimingProtocol
+from ..harness.results import EvalResult
 from .parse import KernelMetrics, parse_raw_csv
 
 # What every profile collects (Hopper sm_90 names). Change the list here and nowhere else.
@@ -92,10 +85,10 @@ def profile_request(request: EvalRequest, case: str | None = None) -> EvalReques
         chosen = next((c for c in request.cases if c.name == case), None)
         if chosen is None:
             raise ProfileError(f"no case named {case!r}; cases: {', '.join(c.name for c in request.cases)}")
-    return dataclasses.replace(
-        request, cases=[chosen], time_roles=[], check=True,
-        protocol=TimingProtocol(warmup=0, iterations=1, flush_l2=False, input_sets=1, gate=False),
-    )
+    return request.model_copy(update=dict(
+        cases=[chosen], time_roles=[], check=True,
+        protocol=TimingProtocol(warmup=0, iterations=1, flush_l2=False, input_sets=1, gate=False, checked_launches=1),
+    ))
 
 
 def largest_case(cases: list[CaseSpec]) -> CaseSpec:
@@ -144,7 +137,7 @@ def profile(request: EvalRequest, ncu: str, *, device: int = 0, timeout_s: float
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=env, start_new_session=True, text=True)
         try:
-            out, err = proc.communicate(to_json(request) + "\n", timeout=timeout_s)
+            out, err = proc.communicate(request.to_json() + "\n", timeout=timeout_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # ncu and the worker it started
             proc.communicate()
@@ -167,13 +160,13 @@ def profile(request: EvalRequest, ncu: str, *, device: int = 0, timeout_s: float
 def _worker_result(stdout: str) -> EvalResult | None:
     for line in stdout.splitlines():
         try:
-            message = json.loads(line)
-        except ValueError:
+            message = read_message(line)
+        except ValueError:  # ncu's own output, or a message that is not the result
             continue
-        if isinstance(message, dict) and message.get("type") == "result":
-            return from_dict(EvalResult, message["result"])
-        if isinstance(message, dict) and message.get("type") == "fatal":
-            raise ProfileError(f"the worker could not start under ncu: {message.get('message')}")
+        if isinstance(message, Done):
+            return message.result
+        if isinstance(message, Fatal):
+            raise ProfileError(f"the worker could not start under ncu: {message.message}")
     return None
 
 

@@ -17,18 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from ..experiment import Experiment
-from ..harness.protocol import (
-    EvalRequest,
-    EvalResult,
-    LaunchSpec,
-    Timeouts,
-    from_dict,
-    result_from_json,
-    to_dict,
-    to_json,
-)
+from ..experiment import Experiment, LaunchFile
+from ..harness.messages import PhaseStarted, WorkerMessage
+from ..harness.protocol import EvalRequest, LaunchSpec, Timeouts
+from ..harness.results import CaseResult, DeviceInfo, EvalResult
 from ..harness.stats import geomean
+from .events import AttemptFinished, AttemptStarted, OnProgress, PhaseProgress, UsageProgress, ignore
 from .rundir import RunDir, write_atomic
 from .schema import Attempt, CaseSummary, History, ModelCall, Summary, Totals
 
@@ -37,32 +31,27 @@ REVIEW_SPEEDUP = 10.0  # a larger speed-up over the baseline is flagged for revi
 
 
 class Evaluator(Protocol):
-    def evaluate(self, request: EvalRequest, on_event: Callable[[dict], None] | None = None) -> EvalResult: ...
+    """What the recorder needs of the evaluation layer (the supervisor; a scripted one in tests)."""
 
-    def device_info(self) -> dict: ...
+    def evaluate(self, request: EvalRequest, on_event: Callable[[WorkerMessage], None] | None = None) -> EvalResult: ...
+
+    def device_info(self) -> DeviceInfo: ...
 
 
 def now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
-def score(cases: list[dict]) -> float | None:
+def score(cases: list[CaseResult]) -> float | None:
     """Geometric mean of the performance medians when every case passed, else None."""
-    if not cases or any(c["status"] != "ok" for c in cases):
+    if not cases or any(c.status != "ok" for c in cases):
         return None
-    medians = [c["timing"]["median_us"] for c in cases if c["role"] == "performance" and c.get("timing")]
+    medians = [c.timing.median_us for c in cases if c.role == "performance" and c.timing]
     return geomean(medians) if medians else None
 
 
 def medians(attempt: Attempt | None) -> dict[str, float]:
-    if attempt is None:
-        return {}
-    return {c["name"]: c["timing"]["median_us"] for c in attempt.cases if c.get("timing") and c["status"] == "ok"}
-
-
-def vendor_results(attempt: Attempt | None) -> dict[str, dict]:
-    """The vendor baseline's result per case (status, checks, timing), where it was timed."""
-    return {c["name"]: c["vendor"] for c in (attempt.cases if attempt else []) if c.get("vendor")}
+    return attempt.medians() if attempt else {}
 
 
 def bake(source: str, defines: dict) -> str:
@@ -92,30 +81,33 @@ class ResultCache:
     never measured twice within a run, and a re-run picks up where an earlier one stopped.
     """
 
-    def __init__(self, folder: Path, device: dict):
+    def __init__(self, folder: Path, device: DeviceInfo):
         self.folder = folder
-        self.device = {k: device.get(k) for k in ("name", "arch", "driver_cuda_version", "pci_bus_id")}
+        self.device = device.model_dump(include={"name", "arch", "driver_cuda_version", "pci_bus_id"})
 
     def key(self, request: EvalRequest) -> str:
-        data = to_dict(request)
-        data.pop("id", None)
-        data.pop("timeouts", None)  # how long a kernel may run is not a property of its result
+        # how long a kernel may run is not a property of its result
+        data = request.model_dump(mode="json", exclude={"id", "timeouts"})
         return hashlib.sha256(json.dumps([data, self.device], sort_keys=True).encode()).hexdigest()
 
     def get(self, request: EvalRequest) -> EvalResult | None:
         path = self.folder / f"{self.key(request)}.json"
-        return result_from_json(path.read_text()) if path.is_file() else None
+        if not path.is_file():
+            return None
+        try:
+            return EvalResult.model_validate_json(path.read_text())
+        except ValueError:  # written by another version, or damaged: measure again
+            return None
 
     def put(self, request: EvalRequest, result: EvalResult) -> None:
         if result.status in ("timeout", "crashed", "internal_error"):
             return  # not a property of the kernel alone: measure again next time
-        write_atomic(self.folder / f"{self.key(request)}.json", to_json(result))
+        write_atomic(self.folder / f"{self.key(request)}.json", result.to_json())
 
 
 class Recorder:
     def __init__(self, experiment: Experiment, run: RunDir, evaluator: Evaluator, *, strategy: str,
-                 model: dict, prices: dict, cache: ResultCache | None = None,
-                 on_progress: Callable[[dict], None] = lambda event: None):
+                 model: dict, prices: dict, cache: ResultCache | None = None, on_progress: OnProgress = ignore):
         self.exp = experiment
         self.run = run
         self.evaluator = evaluator
@@ -140,7 +132,7 @@ class Recorder:
             key=lambda c: c.id,
         )
         if self.run.file("summary.json").is_file():
-            self.previous_wall = float(self.run.read_json("summary.json")["totals"]["wall_seconds"])
+            self.previous_wall = Summary.model_validate(self.run.read_json("summary.json")).totals.wall_seconds
         self.run.log(f"resumed with {len(self.attempts)} attempt(s) and {len(self.calls)} model call(s)")
 
     # --- derived state -------------------------------------------------------------------
@@ -185,6 +177,14 @@ class Recorder:
 
     # --- recording -----------------------------------------------------------------------
 
+    def ensure_baseline(self) -> Attempt:
+        """Attempt 0, the bar every candidate is measured against: the initial kernel, evaluated
+        once per run (a resumed run keeps its own), with the vendor timed beside it."""
+        if self.baseline is None:
+            self.on_progress(AttemptStarted(id=0, what="baseline"))
+            self.evaluate("baseline", self.exp.initial_kernel_path.read_text(), None)
+        return self.baseline
+
     def evaluate(self, kind: str, source: str, launch: LaunchSpec | None, *, defines: dict | None = None,
                  parent: int | None = None, rationale: str = "", calls: list[int] | None = None) -> Attempt:
         """Evaluate a candidate on the correctness and performance cases and record the attempt."""
@@ -201,12 +201,11 @@ class Recorder:
                 self.cache.put(request, result)
         source_file = f"candidates/{attempt_id:03d}.cu"
         self.run.write_text(source_file, source)
-        cases = [to_dict(c) for c in result.cases]
         attempt = Attempt(
             id=attempt_id, parent=parent, kind=kind, status=result.status, reason=result.reason,
-            source_file=source_file, launch=to_dict(launch) if launch else None, defines=dict(defines or {}),
-            rationale=rationale, compile=to_dict(result.compile) if result.compile else None, cases=cases,
-            score_us=score(cases) if result.ok else None, model_calls=list(calls or []),
+            source_file=source_file, launch=launch, defines=dict(defines or {}),
+            rationale=rationale, compile=result.compile, cases=result.cases,
+            score_us=score(result.cases) if result.ok else None, model_calls=list(calls or []),
             eval_seconds=0.0 if cached else result.wall_s, cached=cached, started_at=started, finished_at=now(),
         )
         self._append(attempt)
@@ -235,15 +234,15 @@ class Recorder:
         self.run.log(f"model call {call.id} for attempt {call.attempt}: {call.usage.input_tokens} in, "
                      f"{call.usage.output_tokens} out, {call.latency_s} s" + (f", error: {call.error}" if call.error else ""))
         tokens = sum(c.usage.input_tokens + c.usage.output_tokens for c in self.calls)
-        self.on_progress({"type": "usage", "tokens": tokens, "cost": self.cost()})
+        self.on_progress(UsageProgress(tokens=tokens, cost=self.cost()))
 
-    def _on_worker_event(self, message: dict) -> None:
-        if message.get("type") == "phase":
-            self.on_progress({"type": "phase", "phase": message["phase"], "case": message.get("case", "")})
+    def _on_worker_event(self, message: WorkerMessage) -> None:
+        if isinstance(message, PhaseStarted):
+            self.on_progress(PhaseProgress(phase=message.phase, case=message.case))
 
     def _append(self, attempt: Attempt) -> None:
         self.attempts.append(attempt)
-        self.run.write_json("history.json", History(attempts=self.attempts).model_dump())
+        self.run.write_model("history.json", History(attempts=self.attempts))
         detail = f", {attempt.score_us:.3f} us" if attempt.score_us else ""
         if attempt.status != "ok" and attempt.reason:
             detail += f": {attempt.reason.splitlines()[0][:200]}"
@@ -251,34 +250,38 @@ class Recorder:
                      f"{attempt.status}{detail}")
         self.write_summary()
         best = self.best
-        self.on_progress({"type": "done", "id": attempt.id, "status": attempt.status, "score": attempt.score_us,
-                          "best": best.score_us if best else None, "best_id": best.id if best else None})
+        self.on_progress(AttemptFinished(id=attempt.id, status=attempt.status, score=attempt.score_us,
+                                         best=best.score_us if best else None, best_id=best.id if best else None))
 
     def _write_best(self, attempt: Attempt, source: str) -> None:
         self.run.write_text("best.cu", bake(source, attempt.defines))
-        launch = from_dict(LaunchSpec, attempt.launch) if attempt.launch else None
-        self.run.write_json("best-launch.json", bake_launch(to_dict(launch), attempt.defines) if launch else None)
+        launch = attempt.launch
+        if launch is None:  # the input cases' launch: nothing to bake
+            self.run.file("best-launch.json").unlink(missing_ok=True)
+        else:
+            self.run.write_model("best-launch.json", LaunchFile(**bake_launch(launch.to_data(), attempt.defines)))
         for old in self.run.path.glob("best-case-*.json"):
             old.unlink()
         for index, case in enumerate(self.cases):
             request = self.exp.request(source, launch=launch, defines=attempt.defines, roles=ROLES,
                                        request_id=f"best-case-{index}", vendor=True)
             request.cases = [case]
-            self.run.write_json(f"best-case-{index}.json", to_dict(request))
+            self.run.write_model(f"best-case-{index}.json", request)
 
     # --- the summary ---------------------------------------------------------------------
 
     def summary(self) -> Summary:
         baseline, best = self.baseline, self.best
-        base_m, best_m, vendor = medians(baseline), medians(best), vendor_results(baseline)
+        base_m, best_m = medians(baseline), medians(best)
+        vendor = {c.name: c for c in (baseline.cases if baseline else []) if c.vendor}
         cases = []
         for case in self.cases:
             b, n = base_m.get(case.name), best_m.get(case.name)
-            v = vendor.get(case.name) or {}
-            v_us = v["timing"]["median_us"] if v.get("status") == "ok" and v.get("timing") else None
+            timed = vendor.get(case.name)
+            v_us = timed.vendor_median_us if timed else None
             cases.append(CaseSummary(name=case.name, role=case.role, baseline_median_us=b, best_median_us=n,
                                      speedup=(b / n) if b and n else None, vendor_median_us=v_us,
-                                     vendor_status=v.get("status"),
+                                     vendor_status=timed.vendor.status if timed else None,
                                      speedup_vs_vendor=(v_us / n) if v_us and n else None))
         base_score = baseline.score_us if baseline else None
         best_score = best.score_us if best else None
@@ -313,7 +316,7 @@ class Recorder:
 
     def write_summary(self) -> Summary:
         summary = self.summary()
-        self.run.write_json("summary.json", summary.model_dump())
+        self.run.write_model("summary.json", summary)
         return summary
 
     def finish(self, stop_reason: str) -> Summary:

@@ -86,6 +86,10 @@ class RunDir:
     def write_json(self, name: str, data: Any) -> None:
         write_json(self.path / name, data)
 
+    def write_model(self, name: str, model) -> None:
+        """A typed file (record/schema.py and the harness's types), as its JSON."""
+        write_atomic(self.path / name, model.to_json(indent=2) + "\n")
+
     def read_json(self, name: str) -> Any:
         return read_json(self.path / name)
 

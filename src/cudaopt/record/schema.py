@@ -1,23 +1,31 @@
-"""Schemas of the audit pack's JSON files (history, summary, model calls, environment).
+"""Schemas of the audit pack's files, declared once.
 
 The writers build these models, so every file on disk has been validated; readers (``--resume``,
-reports, tests) validate again.
+verify, replay, the report, tests) validate again. Each file carries ``schema_version``; a
+reader refuses a version newer than it knows. ``docs/schemas/`` holds their JSON Schemas
+(``python -m cudaopt.record.schemas``). Files whose shape a version changed:
+
+- ``history.json`` 2: a case's ``launch``, ``occupancy``, ``roofline`` and ``audit`` are
+  ``null`` when absent (version 1 wrote ``{}``; it is still read).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from ..harness.protocol import STATUSES
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+from ..harness.protocol import LaunchSpec, Model
+from ..harness.results import STATUSES, CaseResult, CompileInfo, DeviceInfo
 
 
-class Attempt(_Model):
+def version_field(current: int):
+    """A ``schema_version`` field: files written before versioning read as the current shape;
+    a newer one is refused."""
+    return Field(current, ge=1, le=current, description=f"the file's schema version (this cudaopt writes {current})")
+
+
+class Attempt(Model):
     """One entry of history.json: the baseline, or one proposal (evaluated or rejected)."""
 
     id: int
@@ -26,18 +34,17 @@ class Attempt(_Model):
     status: str  # "ok", a harness outcome, or "rejected" (the model's answer never became a candidate)
     reason: str = ""
     source_file: str | None = None  # relative to the run directory
-    launch: dict[str, Any] | None = None
+    launch: LaunchSpec | None = None  # None: each case's own launch (the input cases')
     defines: dict[str, int | float | str] = Field(default_factory=dict)  # tunable values (-D defines)
     rationale: str = ""
-    compile: dict[str, Any] | None = None
-    cases: list[dict[str, Any]] = Field(default_factory=list)  # CaseResult, as the harness returned it
+    compile: CompileInfo | None = None
+    cases: list[CaseResult] = Field(default_factory=list)  # as the harness returned them
     score_us: float | None = None  # geometric mean of the performance medians, when every case passed
     model_calls: list[int] = Field(default_factory=list)
     eval_seconds: float = 0.0
     cached: bool = False  # the result came from the result cache, not a new measurement
     started_at: str
     finished_at: str
-
 
     @field_validator("status")
     @classmethod
@@ -46,20 +53,26 @@ class Attempt(_Model):
             raise ValueError(f"unknown status {value!r}")
         return value
 
+    def medians(self) -> dict[str, float]:
+        """Case name → median µs, for every passing timed case."""
+        return {c.name: c.median_us for c in self.cases if c.median_us is not None}
 
-class History(_Model):
+
+class History(Model):
+    schema_version: int = version_field(2)
     attempts: list[Attempt]
 
 
-class ModelUsage(_Model):
+class ModelUsage(Model):
     input_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
 
 
-class ModelCall(_Model):
+class ModelCall(Model):
     """model-NNN.json: one request to the model, its answer, tool calls and usage."""
 
+    schema_version: int = version_field(1)
     id: int
     attempt: int
     model: str
@@ -74,7 +87,7 @@ class ModelCall(_Model):
     error: str | None = None
 
 
-class CaseSummary(_Model):
+class CaseSummary(Model):
     name: str
     role: str
     baseline_median_us: float | None
@@ -85,7 +98,7 @@ class CaseSummary(_Model):
     speedup_vs_vendor: float | None = None  # vendor median / best median
 
 
-class Totals(_Model):
+class Totals(Model):
     model_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -95,7 +108,8 @@ class Totals(_Model):
     wall_seconds: float = 0.0
 
 
-class Summary(_Model):
+class Summary(Model):
+    schema_version: int = version_field(1)
     run: str
     strategy: str
     description: str
@@ -120,3 +134,79 @@ class Summary(_Model):
     prices_usd_per_million_tokens: dict[str, float]
     ablation: dict[str, Any] | None = None  # --ablation: tune-only on the same experiment, for comparison
     review: list[str] = Field(default_factory=list)  # speed-ups too large to take on trust (> 10x)
+
+
+class Environment(Model):
+    """env.json: where the run ran."""
+
+    schema_version: int = version_field(1)
+    gpu: DeviceInfo
+    python: str
+    platform: str
+    packages: dict[str, str | None]
+    git: dict[str, Any]
+    started_at: str
+    finished_at: str | None = None
+
+
+class SanitizeReport(Model):
+    """One compute-sanitizer tool's verdict on the winner (``verify --sanitize``)."""
+
+    tool: str
+    passed: bool
+    errors: int | None  # None: the tool wrote no summary
+    status: str  # the evaluation's outcome under the tool
+    reason: str = ""
+    report: str = ""  # the first lines of the tool's log
+
+
+class VerifiedCase(Model):
+    name: str
+    role: str
+    status: str
+    reason: str = ""
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    input_sets_checked: int = 0
+
+
+class VerifyOutcome(Model):
+    """verify.json: the winner on the holdout (and extra) cases, with fresh seeds."""
+
+    schema_version: int = version_field(1)
+    passed: bool
+    status: str
+    reason: str = ""
+    attempt: int
+    seed: int
+    cases: list[VerifiedCase]
+    sanitize: list[SanitizeReport] | None = None
+
+
+class ReplayedCase(Model):
+    name: str
+    role: str
+    status: str
+    recorded_us: float | None = None
+    now_us: float | None = None
+    winner_medians_us: list[float | None] = Field(default_factory=list)
+    baseline_medians_us: list[float | None] = Field(default_factory=list)
+    within_noise: bool | None = None
+    speedup_vs_baseline: float | None = None
+    vendor_medians_us: list[float | None] = Field(default_factory=list)
+    vendor_us: float | None = None
+    speedup_vs_vendor: float | None = None
+    beats_baseline: bool | None = None
+
+
+class ReplayOutcome(Model):
+    """replay.json: the winner measured again, interleaved with the baseline."""
+
+    schema_version: int = version_field(1)
+    passed: bool
+    environment_differences: list[str] = Field(default_factory=list)
+    failures: list[str] = Field(default_factory=list)
+    beats_baseline: bool = False
+    slower_cases: list[str] = Field(default_factory=list)
+    repeats: int = 0
+    cases: list[ReplayedCase] = Field(default_factory=list)

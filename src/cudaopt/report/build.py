@@ -9,22 +9,27 @@ the run directory when they exist.
 from __future__ import annotations
 
 import difflib
-import json
 from pathlib import Path
 
+from pydantic import BaseModel
+
+from ..config import RoiInputs
+from ..errors import ExperimentError
+from ..insight.card import ProfileRecord
 from ..record.rundir import RunDir, write_atomic
-from ..record.schema import History, ModelCall, Summary
+from ..record.runs import load_run_experiment, read_run_json
+from ..record.schema import Environment, History, ModelCall, ReplayOutcome, Summary, VerifyOutcome
 from . import charts
-from .roi import Roi, RoiInputs, compute
+from .roi import Roi, compute
 
 
-def verdict(verify: dict | None, replay: dict | None, roi: Roi | None) -> tuple[str, list[str]]:
+def verdict(verify: VerifyOutcome | None, replay: ReplayOutcome | None, roi: Roi | None) -> tuple[str, list[str]]:
     """("go" | "no-go", the reasons): every rule is listed, met or not."""
     reasons, go = [], True
     if verify is None:
         go = False
         reasons.append("holdout: not verified yet")
-    elif not verify.get("passed"):
+    elif not verify.passed:
         go = False
         reasons.append("holdout: verification failed")
     else:
@@ -32,13 +37,13 @@ def verdict(verify: dict | None, replay: dict | None, roi: Roi | None) -> tuple[
     if replay is None:
         go = False
         reasons.append("replay: not run yet")
-    elif not replay.get("beats_baseline"):
+    elif not replay.beats_baseline:
         go = False
         reasons.append("replay: the winner does not beat the baseline beyond noise")
     else:
         reasons.append("replay: beats the baseline beyond noise (geomean over the performance cases)")
-    if replay and replay.get("slower_cases"):
-        reasons.append(f"note: slower than the baseline in every replay pair on {', '.join(replay['slower_cases'])}")
+    if replay and replay.slower_cases:
+        reasons.append(f"note: slower than the baseline in every replay pair on {', '.join(replay.slower_cases)}")
     if roi is None or roi.payback_months is None:
         go = False
         reasons.append("payback: nothing saved, never pays back")
@@ -50,9 +55,9 @@ def verdict(verify: dict | None, replay: dict | None, roi: Roi | None) -> tuple[
     return ("go" if go else "no-go"), reasons
 
 
-def _optional_json(run: RunDir, name: str) -> dict | None:
-    path = run.file(name)
-    return json.loads(path.read_text()) if path.is_file() else None
+def _optional(run: RunDir, name: str, model: type[BaseModel]):
+    """A run's optional file (verify.json, replay.json, ...), validated; None when absent."""
+    return read_run_json(run, name, model) if run.file(name).is_file() else None
 
 
 def _diff(run: RunDir, attempt, parent) -> str:
@@ -68,30 +73,30 @@ def _diff(run: RunDir, attempt, parent) -> str:
 def _profiles(run: RunDir) -> list[dict]:
     """The bottleneck cards of the profiled attempts (``profiles/attempt-N.json``, from --use-nsight)."""
     paths = sorted(run.path.glob("profiles/attempt-*.json"), key=lambda p: int(p.stem.split("-")[1]))
-    return [{"why": data.get("why", ""), **data["card"]} for data in (json.loads(p.read_text()) for p in paths)]
+    records = [read_run_json(run, f"profiles/{p.name}", ProfileRecord) for p in paths]
+    return [{"why": r.why, **r.card.model_dump()} for r in records]
 
 
 def run_roi(run: RunDir) -> RoiInputs:
-    """The ROI inputs of the run's experiment (its ``roi`` section), or the defaults."""
-    from ..experiment import ExperimentError
-    from ..optimize import load_run_experiment
-
+    """The ROI inputs of the run's experiment (its ``roi`` section), or the defaults when the
+    experiment can no longer be loaded (the report of an old run still builds)."""
     try:
         return load_run_experiment(run).roi
-    except (ExperimentError, OSError, KeyError, TypeError):
+    except (ExperimentError, OSError):
         return RoiInputs()
 
 
 def build(path: Path, roi_inputs: RoiInputs | None = None) -> Path:
     """Write ``report.html`` in the run directory ``path`` and return its path."""
-    from jinja2 import Environment, PackageLoader, select_autoescape
+    from jinja2 import Environment as Templates
+    from jinja2 import PackageLoader, select_autoescape
 
     run = RunDir.open(path)
-    summary = Summary.model_validate(run.read_json("summary.json"))
-    attempts = History.model_validate(run.read_json("history.json")).attempts
+    summary = read_run_json(run, "summary.json", Summary)
+    attempts = read_run_json(run, "history.json", History).attempts
     by_id = {a.id: a for a in attempts}
-    env = _optional_json(run, "env.json") or {}
-    lock = _optional_json(run, "lock.json") or {}
+    env = _optional(run, "env.json", Environment)
+    lock = run.read_json("lock.json") if run.file("lock.json").is_file() else {}
     calls = sorted((ModelCall.model_validate_json(p.read_text()) for p in run.path.glob("model-*.json")),
                    key=lambda c: c.id)
     roi_inputs = roi_inputs or run_roi(run)
@@ -102,15 +107,15 @@ def build(path: Path, roi_inputs: RoiInputs | None = None) -> Path:
             timed, key=lambda c: c.baseline_median_us)
         roi = compute(roi_inputs, target.name, target.baseline_median_us, target.best_median_us,
                       summary.totals.cost_usd, summary.totals.gpu_seconds)
-    verify, replay = _optional_json(run, "verify.json"), _optional_json(run, "replay.json")
+    verify, replay = _optional(run, "verify.json", VerifyOutcome), _optional(run, "replay.json", ReplayOutcome)
     decision, reasons = verdict(verify, replay, roi)
     best = by_id.get(summary.best_attempt) if summary.best_attempt is not None else None
     roof_cases, peak_tflops, peak_gbps, roof_sources = [], None, None, {}
     for case in (best.cases if best else []):
-        roof = case.get("roofline") or {}
-        if roof:
+        if case.roofline is not None and not case.roofline.error:
+            roof = case.roofline.model_dump(exclude_none=True)
             shares = [(roof[f"{k}_pct"], k) for k in ("compute", "memory") if roof.get(f"{k}_pct") is not None]
-            roof_cases.append({"name": case["name"], **roof, "bounding_roof": max(shares, default=None)})
+            roof_cases.append({"name": case.name, **roof, "bounding_roof": max(shares, default=None)})
             peak_tflops, peak_gbps = roof.get("peak_tflops"), roof.get("peak_gbps")
             roof_sources = {"compute": roof.get("peak_tflops_from", "spec"),
                             "memory": roof.get("peak_gbps_from", "spec")}
@@ -119,10 +124,10 @@ def build(path: Path, roi_inputs: RoiInputs | None = None) -> Path:
     for a in attempts:
         parent = by_id.get(a.parent) if a.parent is not None else None
         rows.append({"a": a, "diff": _diff(run, a, parent), "reason": (a.reason or "").strip()[:2000]})
-    template = Environment(loader=PackageLoader("cudaopt.report", "templates"),
+    template = Templates(loader=PackageLoader("cudaopt.report", "templates"),
                            autoescape=select_autoescape(["html", "j2"])).get_template("report.html.j2")
     html = template.render(
-        summary=summary, attempts=rows, env=env, lock=lock, calls=calls, roi=roi, roi_inputs=roi_inputs,
+        summary=summary, attempts=rows, env=env.model_dump(mode="json") if env else {}, lock=lock, calls=calls, roi=roi, roi_inputs=roi_inputs,
         decision=decision, reasons=reasons, verify=verify, replay=replay, best=best, profiles=_profiles(run),
         roof_by_case={c["name"]: c for c in roof_cases}, roof_sources=roof_sources,
         progress_svg=charts.progress([(a.id, a.score_us, a.status) for a in attempts]),

@@ -7,25 +7,11 @@ payback (months)      = pilot cost / (saved GPU hours per month x GPU hourly pri
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
-from pydantic import BaseModel, ConfigDict, Field
-
-
-class RoiInputs(BaseModel):
-    """What only the user knows; given in the experiment's ``roi`` section or as flags."""
-
-    model_config = ConfigDict(extra="forbid")
-    engineer_hours: float = Field(2.0, ge=0)
-    engineer_rate_usd: float = Field(100.0, ge=0)
-    gpu_hour_usd: float = Field(3.0, ge=0)
-    calls_per_month: float = Field(1e6, ge=0)
-    payback_window_months: float = Field(3.0, gt=0)
-    case: str | None = None  # the case whose latency the calls pay; default: the slowest performance case
+from ..config import RoiInputs
+from ..harness.protocol import Model
 
 
-@dataclass
-class Roi:
+class Roi(Model):
     case: str
     baseline_ms: float
     best_ms: float
@@ -38,9 +24,6 @@ class Roi:
     monthly_saving_usd: float
     payback_months: float | None  # None: nothing is saved, the pilot never pays back
     fits_window: bool
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def compute(inputs: RoiInputs, case: str, baseline_us: float, best_us: float, model_cost_usd: float,

@@ -1,17 +1,20 @@
-"""The tuning strategy: every configuration of a tunable kernel checked on all cases and timed.
+"""The ``tune`` strategy: every configuration of a tunable kernel checked on all cases and timed.
 
 Exhaustive when the space fits in ``max_evals``; otherwise a seeded TPE search (optuna) proposes
 the configurations. A configuration that fails to compile or launch is recorded with its
-reason and told to the sampler as a failure, never as a time.
+reason and told to the sampler as a failure, never as a time. Needs no model.
 """
 
 from __future__ import annotations
 
 import time
 
+from ..config import TuneSpace
+from ..errors import ExperimentError
 from ..harness.protocol import LaunchSpec
+from ..record.events import AttemptStarted
 from ..record.recorder import Recorder
-from .space import TuneSpace
+from .base import Context, register
 
 
 class Tuner:
@@ -32,9 +35,6 @@ class Tuner:
 
     def execute(self) -> str:
         """Evaluate configurations until the space, ``max_evals`` or the time limit runs out."""
-        if self.rec.baseline is None:
-            self.rec.on_progress({"type": "attempt", "id": 0, "what": "baseline"})
-            self.rec.evaluate("baseline", self.rec.exp.initial_kernel_path.read_text(), None)
         configs = self.space.configurations()
         if not configs:
             return "no configuration satisfies the restrictions"
@@ -46,7 +46,7 @@ class Tuner:
         return self.time_limit_s is not None and time.monotonic() - self.started >= self.time_limit_s
 
     def _evaluate(self, config: dict) -> float | None:
-        self.rec.on_progress({"type": "attempt", "id": len(self.rec.attempts), "what": f"tuning {config}"})
+        self.rec.on_progress(AttemptStarted(id=len(self.rec.attempts), what=f"tuning {config}"))
         parent = self.rec.baseline.id if self.rec.baseline else None
         return self.rec.evaluate("tune", self.source, self.launch, defines=config, parent=parent).score_us
 
@@ -97,3 +97,25 @@ class Tuner:
             else:
                 study.tell(trial, value)
         return "evaluation budget exhausted" if evaluated >= self.max_evals else "search space exhausted"
+
+
+def need_tuning(experiment, origin: str) -> None:
+    """Bad input unless the experiment declares a tunable kernel."""
+    if experiment.tuning is None:
+        raise ExperimentError(origin, "tune", "the experiment declares no tunable kernel; --strategy tune and "
+                                              "--ablation need a 'tune' section (kernel, tunables, launch)")
+
+
+@register("tune")
+class TuneStrategy:
+    """Search the experiment's tunable kernel (its ``tune`` section); no model."""
+
+    needs_model = False
+
+    def check(self, experiment, origin: str) -> None:
+        need_tuning(experiment, origin)
+
+    def run(self, ctx: Context) -> str:
+        tuning = ctx.recorder.exp.tuning
+        return Tuner(ctx.recorder, tuning.source, tuning.space, tuning.launch, max_evals=ctx.max_evals,
+                     time_limit_s=ctx.budget.time_limit_s, seed=ctx.seed).execute()

@@ -1,0 +1,199 @@
+"""Checks of the user's files against the experiment's signature, before any GPU work.
+
+Each raises :class:`~.errors.ExperimentError` naming the file and the field. The schemas
+(config.py) check what a file says on its own; these check what it says against the rest:
+scalars against their C types, shapes and launches on every case, ``.npy`` headers, kernel
+entries and Python functions (read with ``ast``: nothing of the user's runs here).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from .errors import ExperimentError
+from .harness import expr
+from .harness.launch import resolve_launch
+from .harness.protocol import CaseSpec, LaunchSpec
+from .harness.signature import Signature, SignatureError, find_entry
+
+# Limits every CUDA GPU of compute capability 5.0 or later shares.
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK = (1024, 1024, 64)
+MAX_GRID = (2**31 - 1, 65535, 65535)
+
+_SCALAR_RANGES = {
+    "int8": (-2**7, 2**7 - 1), "uint8": (0, 2**8 - 1), "int16": (-2**15, 2**15 - 1), "uint16": (0, 2**16 - 1),
+    "int32": (-2**31, 2**31 - 1), "uint32": (0, 2**32 - 1), "int64": (-2**63, 2**63 - 1), "uint64": (0, 2**64 - 1),
+}
+
+
+def read_json_file(path: Path, what: str) -> Any:
+    if not path.is_file():
+        raise ExperimentError(path, "", f"{what} not found")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ExperimentError(path, f"line {exc.lineno}", f"not valid JSON: {exc.msg}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ExperimentError(path, "", f"cannot be read: {exc}") from None
+
+
+def read_text_file(path: Path, field: str) -> str:
+    """A source file's text; a binary or non-UTF-8 file is bad input naming the file."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ExperimentError(path, field, "not a UTF-8 text file") from None
+    except OSError as exc:
+        raise ExperimentError(path, field, exc.strerror or str(exc)) from None
+
+
+def check_case(path: Path, where: str, case: CaseSpec, default_launch: LaunchSpec | None,
+               signature: Signature) -> None:
+    """One case of an input-cases file against the signature: every argument given, scalars that
+    fit their types, shapes, input files, work and launch that evaluate on its scalars."""
+    for arg in signature.inputs:
+        if arg.name not in case.inputs:
+            raise ExperimentError(path, f"{where}.inputs", f"missing input {arg.name!r} (signature: {arg.c_decl()})")
+    for arg in signature.outputs:
+        if arg.name not in case.outputs:
+            raise ExperimentError(path, f"{where}.outputs", f"missing output {arg.name!r} (signature: {arg.c_decl()})")
+    for arg in signature.scalars:
+        if arg.name not in case.scalars:
+            raise ExperimentError(path, f"{where}.scalars", f"missing scalar {arg.name!r} (signature: {arg.c_decl()})")
+    known = {a.name for a in signature.args}
+    for kind, names in (("inputs", case.inputs), ("outputs", case.outputs)):
+        for name in names:
+            if name not in known:
+                raise ExperimentError(path, f"{where}.{kind}.{name}", "not an argument of the kernel signature")
+    check_scalars(path, where, case, signature)
+    shapes = {}
+    for kind, specs in (("inputs", case.inputs), ("outputs", case.outputs)):
+        for name, spec in specs.items():
+            try:
+                dims = [expr.evaluate_int(d, case.scalars) for d in spec.shape]
+            except expr.ExprError as exc:
+                raise ExperimentError(path, f"{where}.{kind}.{name}.shape", str(exc)) from None
+            if any(d < 0 for d in dims):
+                raise ExperimentError(path, f"{where}.{kind}.{name}.shape", f"negative dimension in {dims}")
+            shapes[name] = tuple(dims)
+    for name in case.outputs:
+        if 0 in shapes[name]:
+            raise ExperimentError(path, f"{where}.outputs.{name}.shape", f"{list(shapes[name])} has no elements: "
+                                                                         "nothing would be checked")
+    for name, spec in case.inputs.items():
+        if spec.init.file:
+            check_npy(path, f"{where}.inputs.{name}.init.file", path.parent / spec.init.file, shapes[name])
+    for field in ("flops", "bytes"):
+        value = getattr(case, field)
+        if value is not None:
+            try:
+                work = expr.evaluate(value, case.scalars)
+            except expr.ExprError as exc:
+                raise ExperimentError(path, f"{where}.{field}", str(exc)) from None
+            if not (isinstance(work, (int, float)) and math.isfinite(work) and work >= 0):
+                raise ExperimentError(path, f"{where}.{field}", f"{value!r} gives {work}, not a count of work")
+    launch = case.launch or default_launch
+    if launch is None:
+        raise ExperimentError(path, f"{where}.launch", "no launch configuration (give one per case or at the top level)")
+    check_launch(path, f"{where}.launch" if case.launch else "launch", launch, case)
+
+
+def check_launch(path: Path, field: str, launch: LaunchSpec, case: CaseSpec, names: dict | None = None) -> None:
+    """The launch resolves on the case's scalars (and ``names``) and fits what any CUDA GPU launches."""
+    try:
+        resolved = resolve_launch(launch, {**(names or {}), **case.scalars})
+    except ValueError as exc:
+        raise ExperimentError(path, field, f"case {case.name!r}: {exc}") from None
+    block, grid = resolved.block, resolved.grid
+    if resolved.threads > MAX_THREADS_PER_BLOCK or any(b > m for b, m in zip(block, MAX_BLOCK, strict=True)):
+        raise ExperimentError(path, f"{field}.block", f"case {case.name!r}: block {list(block)} ({resolved.threads} "
+                                                      f"threads) exceeds what a GPU launches ({MAX_THREADS_PER_BLOCK} "
+                                                      f"threads, {list(MAX_BLOCK)} per dimension)")
+    if any(g > m for g, m in zip(grid, MAX_GRID, strict=True)):
+        raise ExperimentError(path, f"{field}.grid", f"case {case.name!r}: grid {list(grid)} exceeds {list(MAX_GRID)}")
+
+
+def check_scalars(path: Path, where: str, case: CaseSpec, signature: Signature) -> None:
+    """Each scalar fits the C type the kernel receives it as, and is finite."""
+    for arg in signature.scalars:
+        value = case.scalars[arg.name]
+        field = f"{where}.scalars.{arg.name}"
+        if arg.dtype in _SCALAR_RANGES:
+            low, high = _SCALAR_RANGES[arg.dtype]
+            if isinstance(value, float) and not value.is_integer():
+                raise ExperimentError(path, field, f"{value} is not an integer ({arg.c_decl()})")
+            if not low <= value <= high:
+                raise ExperimentError(path, field, f"{int(value)} does not fit {arg.c_decl()} ({low} to {high})")
+        elif not math.isfinite(value):
+            raise ExperimentError(path, field, f"{value} is not a finite number ({arg.c_decl()})")
+
+
+def check_npy(path: Path, field: str, file: Path, shape: tuple[int, ...]) -> None:
+    """An input file exists, is a .npy array, and has the case's shape (read from its header only)."""
+    import numpy as np
+
+    if not file.is_file():
+        raise ExperimentError(path, field, f"{file.name} not found")
+    try:
+        data = np.load(file, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise ExperimentError(path, field, f"{file.name} is not a .npy array ({exc})".replace("\n", " ")) from None
+    if tuple(data.shape) != shape:
+        raise ExperimentError(path, field, f"{file.name} has shape {list(data.shape)}, the case says {list(shape)}")
+
+
+def check_kernel_entry(path: Path, source: str, entry: str, sig: Signature, plain: bool = False) -> None:
+    """The source declares ``entry`` with the experiment's argument types. A declaration that is
+    not written plainly (made by a macro, say) is left to the compiled kernel's check, unless
+    ``plain``; a name that appears nowhere is refused either way."""
+    try:
+        declared = find_entry(source, entry)
+    except SignatureError as exc:
+        raise ExperimentError(path, "entry", str(exc)) from None
+    if declared is None and not plain and re.search(rf"\b{re.escape(entry)}\b", source):
+        return
+    if declared is None:
+        raise ExperimentError(path, "entry", f"no 'extern \"C\" __global__ void {entry}(...)' found")
+    if not declared.same_types(sig):
+        raise ExperimentError(path, "signature", f"'{declared}' does not match the experiment's '{sig}'")
+
+
+def kernel_file(path: Path, entry: str, sig: Signature, field: str = "--kernel") -> str:
+    """A kernel file's text, its entry and signature matched to the experiment."""
+    if not path.is_file():
+        raise ExperimentError(path, field, "not found")
+    source = read_text_file(path, field)
+    check_kernel_entry(path, source, entry, sig)
+    return source
+
+
+def python_function(path: Path, source: str, name: str, wanted: list[str], field: str, what: str) -> ast.FunctionDef:
+    """A top-level function of a user's Python file that accepts every name in ``wanted`` by keyword."""
+    try:
+        tree = ast.parse(source, str(path))
+    except SyntaxError as exc:
+        raise ExperimentError(path, f"line {exc.lineno}", f"not valid Python: {exc.msg}") from None
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    if fn is None:
+        raise ExperimentError(path, field, f"no function named {name!r} at the top level")
+    params = fn.args
+    accepted = {p.arg for p in params.args + params.kwonlyargs}
+    missing = [n for n in wanted if n not in accepted]
+    if missing and params.kwarg is None:
+        raise ExperimentError(path, field, f"{name}() must accept {', '.join(missing)}: every {what} is passed "
+                                           f"by name ({', '.join(wanted)})")
+    return fn
+
+
+def required_parameters(fn: ast.FunctionDef) -> list[str]:
+    """The parameters a call must give (no default)."""
+    params = fn.args
+    required = [p.arg for p in params.args[:len(params.args) - len(params.defaults)]]
+    required += [p.arg for p, default in zip(params.kwonlyargs, params.kw_defaults, strict=True) if default is None]
+    return required

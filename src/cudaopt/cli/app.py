@@ -1,0 +1,128 @@
+"""The typer app, the options several commands share, and the one mapping from errors to exit
+statuses (:func:`command`): 0 pass, 1 a kernel failed, 2 bad input, 3 no GPU worker, 4 an
+unexpected error (a bug, with a crash log), 5 the model kept failing, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from ..errors import ExperimentError
+from ..evaluation.supervisor import WorkerError
+
+app = typer.Typer(
+    help="Turn a workload description into a fast CUDA kernel you can trust.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_NO_GPU = 3
+EXIT_INTERNAL = 4
+EXIT_MODEL_FAILED = 5
+EXIT_INTERRUPTED = 130
+PIPED_WIDTH = 240
+
+
+class ModelFailed(Exception):
+    """optimize stopped because the model kept failing (exit 5)."""
+
+
+def console(stderr: bool = False) -> Console:
+    """Made per command, so the terminal width is read when the command runs. Output that is not
+    a terminal (a pipe, a CI log) gets room for the widest table: no case name is cut short."""
+    made = Console(stderr=stderr)
+    return made if made.is_terminal else Console(stderr=stderr, width=max(made.width, PIPED_WIDTH))
+
+
+def say(out: Console, line: str) -> None:
+    """A plain line (no markup, no highlighting, never cut)."""
+    out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
+    Console(stderr=True).print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def command(interrupted: str = "interrupted"):
+    """Wrap a command so that every error a user can act on ends with one line and its exit status."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except ExperimentError as exc:
+                raise fail(str(exc), EXIT_BAD_INPUT) from None
+            except WorkerError as exc:  # what failed, and what to do: doctor says what is missing
+                reason = str(exc).removesuffix("; log: (empty)")
+                raise fail(f"{reason} — `cudaopt doctor` shows what this machine lacks; `cudaopt check` checks an "
+                           "experiment without a GPU", EXIT_NO_GPU) from None
+            except ModelFailed as exc:
+                raise fail(str(exc), EXIT_MODEL_FAILED) from None
+            except KeyboardInterrupt:
+                Console(stderr=True).print(interrupted, highlight=False, soft_wrap=True)
+                raise typer.Exit(EXIT_INTERRUPTED) from None
+        return run
+    return wrap
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"cudaopt {version('cudaopt')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    show_version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                               help="Print the version and exit.")] = False,
+) -> None:
+    """Turn a workload description into a fast CUDA kernel you can trust."""
+
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="Experiment config file (JSON); flags override it.")]
+DescriptionOpt = Annotated[str | None, typer.Option("--description", help="What the kernel computes.")]
+SignatureOpt = Annotated[str | None, typer.Option("--signature", help='Kernel signature: extern "C" __global__ void name(...).')]
+ReferenceOpt = Annotated[Path | None, typer.Option("--reference", help="Trusted reference: a .cu kernel or a .py NumPy function.")]
+InitialOpt = Annotated[Path | None, typer.Option("--initial-kernel", help="The kernel to start from (.cu).")]
+CasesOpt = Annotated[Path | None, typer.Option("--input-cases", help="Input cases (JSON).")]
+DeviceOpt = Annotated[int, typer.Option(min=0, help="GPU ordinal.")]
+
+
+def check_output_path(path: Path, option: str) -> None:
+    """Refuse, before any work, an output path that cannot take a regular file: a device, a
+    folder, a missing or read-only folder (a symlink such as /dev/stdout is never replaced)."""
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise ExperimentError(option, "", f"{path}: exists and is not a regular file (use - for standard output)")
+    folder = path.parent
+    if not folder.is_dir():
+        raise ExperimentError(option, "", f"{path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ExperimentError(option, "", f"{path}: not writable")
+
+
+def preflight(exp, **kwargs):
+    """The checks of ``cudaopt check``, before any GPU work (bad input: exit 2)."""
+    from ..preflight import preflight as run_checks
+
+    with Console(stderr=True).status("checking the experiment…"):
+        return run_checks(exp, **kwargs)
+
+
+def experiment(config, description, signature, reference, initial_kernel, input_cases):
+    from ..experiment import load_experiment
+
+    return load_experiment(config, description=description, signature=signature, reference=reference,
+                           initial_kernel=initial_kernel, input_cases=input_cases)

@@ -1,0 +1,225 @@
+"""``cudaopt check``, ``evaluate`` and ``optimize``: the commands that take an experiment."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from ..errors import ExperimentError
+from .app import (
+    EXIT_FAILED,
+    CasesOpt,
+    ConfigOpt,
+    DescriptionOpt,
+    DeviceOpt,
+    InitialOpt,
+    ModelFailed,
+    ReferenceOpt,
+    SignatureOpt,
+    app,
+    check_output_path,
+    command,
+    console,
+    experiment,
+    preflight,
+    say,
+)
+
+
+@app.command()
+@command()
+def check(
+    config: ConfigOpt = None,
+    description: DescriptionOpt = None,
+    signature: SignatureOpt = None,
+    reference: ReferenceOpt = None,
+    initial_kernel: InitialOpt = None,
+    input_cases: CasesOpt = None,
+    kernel: Annotated[Path | None, typer.Option("--kernel", help="Check this kernel instead of the initial kernel.")] = None,
+    entry: Annotated[str | None, typer.Option("--entry", help="Entry point name (default: the signature's name).")] = None,
+    arch: Annotated[str | None, typer.Option("--arch", help="Target architecture, e.g. sm_90 (default: the local GPU's, else sm_90).")] = None,
+) -> None:
+    """Check an experiment without a GPU: files, fields, every expression on every case, the
+    reference (a .py one is called on the smallest case), the kernels compiled with NVRTC."""
+    from ..checks import kernel_file
+    from ..render import check_table
+
+    exp = experiment(config, description, signature, reference, initial_kernel, input_cases)
+    if kernel is not None:
+        kernel_file(kernel, entry or exp.signature.name, exp.signature)
+    if arch is not None and not re.fullmatch(r"sm_\d{2,3}[a-z]?", arch):
+        raise ExperimentError("--arch", "", f"{arch!r} is not an architecture such as sm_90")
+    console().print(check_table(preflight(exp, kernel=kernel, entry=entry, arch=arch)))
+
+
+@app.command()
+@command()
+def evaluate(
+    config: ConfigOpt = None,
+    description: DescriptionOpt = None,
+    signature: SignatureOpt = None,
+    reference: ReferenceOpt = None,
+    initial_kernel: InitialOpt = None,
+    input_cases: CasesOpt = None,
+    kernel: Annotated[Path | None, typer.Option("--kernel", help="Kernel to evaluate (default: the initial kernel).")] = None,
+    entry: Annotated[str | None, typer.Option("--entry", help="Entry point name (default: the signature's name).")] = None,
+    launch: Annotated[str | None, typer.Option("--launch", help='Launch configuration as JSON or a JSON file: {"grid": [...], "block": [...], "shared_bytes": 0}.')] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the full result here (- for standard "
+                                                                 "output; the tables then go to standard error).")] = None,
+    warmup: Annotated[int | None, typer.Option(min=0, help="Warm-up launches per case (default 10).")] = None,
+    iterations: Annotated[int | None, typer.Option(min=1, help="Timed launches per case (default 100).")] = None,
+    device: DeviceOpt = 0,
+    time_reference: Annotated[bool, typer.Option(help="Also time a .cu reference, for the speed-up column.")] = True,
+) -> None:
+    """Check a kernel on every correctness and performance case, and time it honestly."""
+    from ..checks import kernel_file
+    from ..evaluate import evaluate_kernel
+    from ..evaluation.supervisor import Supervisor
+    from ..experiment import load_launch
+    from ..record.rundir import write_atomic
+    from ..render import evaluation_table, failure_lines
+
+    exp = experiment(config, description, signature, reference, initial_kernel, input_cases)
+    path = kernel or exp.initial_kernel_path
+    if path is None:
+        raise ExperimentError("--kernel", "", "no kernel given and the experiment has no initial kernel")
+    source = kernel_file(path, entry or exp.signature.name, exp.signature)
+    launch_spec = load_launch(launch) if launch else None
+    protocol = exp.protocol()
+    if warmup is not None:
+        protocol.warmup = warmup
+    if iterations is not None:
+        protocol.iterations = iterations
+    to_stdout = json_out is not None and str(json_out) == "-"
+    if json_out is not None and not to_stdout:
+        check_output_path(json_out, "--json")
+    preflight(exp, kernel=path, entry=entry, tune=False)
+    out = console(stderr=to_stdout)
+    with Supervisor(devices=[device]) as supervisor:
+        with out.status(f"evaluating {path.name} on {len(exp.cases({'correctness', 'performance'}))} cases…"):
+            result = evaluate_kernel(exp, source, supervisor, entry=entry, launch=launch_spec,
+                                     protocol=protocol, time_reference=time_reference)
+    out.print(evaluation_table(result))
+    for line in failure_lines(result):
+        say(out, line)
+    text = result.to_json(indent=2)
+    if to_stdout:
+        typer.echo(text)
+    elif json_out:
+        write_atomic(json_out, text + "\n")
+        say(out, f"result written to {json_out}")
+    if not result.candidate.ok:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command()
+@command(interrupted="interrupted: the run directory holds every finished attempt; continue it with --resume")
+def optimize(
+    config: ConfigOpt = None,
+    description: DescriptionOpt = None,
+    signature: SignatureOpt = None,
+    reference: ReferenceOpt = None,
+    initial_kernel: InitialOpt = None,
+    input_cases: CasesOpt = None,
+    max_iterations: Annotated[int | None, typer.Option(min=1, help="Improvement attempts (default 7, or the config's).")] = None,
+    model: Annotated[str, typer.Option(help="provider:model for LangChain's init_chat_model.")] = "openai:gpt-5-mini",
+    reasoning_effort: Annotated[str, typer.Option(help="For reasoning models (gpt-5, o-series).")] = "medium",
+    base_url: Annotated[str | None, typer.Option(help="An OpenAI-compatible server (vLLM, Ollama, llama.cpp).")] = None,
+    results_dir: Annotated[Path, typer.Option(help="Where run-NNN directories go.")] = Path("results"),
+    max_model_calls: Annotated[int | None, typer.Option(min=1, help="Stop after this many requests to the model.")] = None,
+    max_cost_usd: Annotated[float | None, typer.Option(min=0, help="Stop once the estimated cost reaches this.")] = None,
+    time_limit: Annotated[float | None, typer.Option(min=1, help="Stop after this many seconds of wall time.")] = None,
+    patience: Annotated[int | None, typer.Option(min=1, help="Stop after this many attempts without a new best.")] = None,
+    max_model_errors: Annotated[int, typer.Option(min=1, help="Stop (exit 5) after this many model errors in a row; "
+                                                          "refused credentials stop at once.")] = 3,
+    prices: Annotated[Path | None, typer.Option(help='JSON {"model": {"input": USD/M, "output": USD/M}} overriding the price table.')] = None,
+    resume: Annotated[Path | None, typer.Option(help="Continue an interrupted run directory.")] = None,
+    device: DeviceOpt = 0,
+    strategy: Annotated[str, typer.Option(help="auto | agent | agent+tune | tune. auto: agent+tune when the model's "
+                                                "credentials are set, tune otherwise.")] = "auto",
+    max_evals: Annotated[int, typer.Option(min=1, help="Configurations the tuner may evaluate.")] = 40,
+    seed: Annotated[int, typer.Option(help="Seed of the tuner's sampler.")] = 0,
+    ablation: Annotated[bool, typer.Option(help="Also tune only, and report what the agent added beyond tuning.")] = False,
+    cache: Annotated[bool, typer.Option(help="Reuse results of identical configurations (results/cache/).")] = True,
+    nvidia_research: Annotated[bool, typer.Option("--nvidia-research", help="Give the model a search tool over "
+                                                   "CUDA optimisation guidance: the bundled entries and the NVIDIA "
+                                                   "pages they cite, fetched once and cached (see `cudaopt docs`).")] = False,
+    use_nsight: Annotated[bool, typer.Option("--use-nsight", help="Give the model its instruments: Nsight Compute "
+                                             "bottleneck cards (profile_kernel; the loop also profiles the best "
+                                             "kernel when progress stalls) and compiled-code summaries "
+                                             "(inspect_compiled).")] = False,
+) -> None:
+    """Improve a kernel (a model in the loop, a tuner, or both); every step lands in results/run-NNN/."""
+    from .. import strategies
+    from ..agent.graph import MODEL_FAILURE
+    from ..agent.model import ModelSettings, credentials_problem, make_chat_model
+    from ..evaluation.supervisor import Supervisor
+    from ..optimize import Options, start_or_resume, stored_iterations
+    from ..record.runs import Budget, ExperimentArgs
+    from ..render import OptimizeProgress, summary_lines, summary_table
+
+    settings = ModelSettings(model=model, reasoning_effort=reasoning_effort, base_url=base_url)
+    if prices is not None:
+        settings.prices.update(_read_prices(prices))
+    if strategy not in strategies.names():
+        raise ExperimentError("--strategy", "", f"{strategy!r} is not one of {', '.join(strategies.names())}")
+    absolute = lambda p: str(p.resolve()) if p else None
+    args = ExperimentArgs(config=absolute(config), description=description, signature=signature,
+                          reference=absolute(reference), initial_kernel=absolute(initial_kernel),
+                          input_cases=absolute(input_cases), max_iterations=max_iterations)
+    if resume is None:
+        iterations = max_iterations or args.load().max_iterations
+        needs_model = strategy == strategies.AUTO or strategies.get(strategy).needs_model
+        problem = credentials_problem(settings) if needs_model else None
+        strategy, why = strategies.choose(strategy, problem, settings.model)
+        if why:
+            say(Console(stderr=True), f"strategy: {strategy} ({why})")
+        elif problem:
+            raise ExperimentError("--model", "", problem)
+    else:
+        iterations = max_iterations or stored_iterations(resume)
+    if strategy == strategies.AUTO or strategies.get(strategy).needs_model:
+        try:  # a model string the provider cannot build fails here, before any GPU work or run directory
+            make_chat_model(settings)
+        except Exception as exc:
+            raise ExperimentError(f"--model {settings.model}", "", ' '.join(str(exc).split())[:300]) from None
+        if nvidia_research:
+            from ..agent.research import default_library
+
+            for notice in default_library().notices:  # fetched before the run, so notices precede the progress
+                say(Console(stderr=True), notice)
+    if results_dir.exists() and not results_dir.is_dir():
+        raise ExperimentError("--results-dir", "", f"{results_dir}: exists and is not a folder")
+    if resume is None:
+        preflight(args.load())
+    budget = Budget(max_iterations=iterations, max_model_calls=max_model_calls, max_cost_usd=max_cost_usd,
+                    time_limit_s=time_limit, patience=patience, max_model_errors=max_model_errors)
+    options = Options(strategy=strategy, max_evals=max_evals, seed=seed, ablation=ablation, use_cache=cache,
+                      research=nvidia_research, use_nsight=use_nsight, device_index=device)
+    out = console()
+    steps = max_evals if strategy == "tune" else budget.max_iterations
+    with Supervisor(devices=[device]) as supervisor, OptimizeProgress(out, steps) as progress:
+        run, summary = start_or_resume(args, settings, budget, results_dir, supervisor, options, resume=resume,
+                                       on_progress=progress)
+    out.print(summary_table(summary))
+    for line in summary_lines(summary):
+        say(out, line)
+    say(out, f"audit pack: {run.path}")
+    if summary.stop_reason.startswith(MODEL_FAILURE):
+        raise ModelFailed(f"the run stopped on a model failure: {summary.stop_reason.removeprefix(MODEL_FAILURE)}")
+
+
+def _read_prices(path: Path) -> dict:
+    from pydantic import TypeAdapter, ValidationError
+
+    from ..checks import read_json_file
+    from ..errors import validation_message
+
+    try:
+        return TypeAdapter(dict[str, dict[str, float]]).validate_python(read_json_file(path, "price file"))
+    except ValidationError as exc:
+        raise ExperimentError(path, *validation_message(exc)) from None

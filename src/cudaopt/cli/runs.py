@@ -1,0 +1,96 @@
+"""``cudaopt verify``, ``replay`` and ``report``: the commands that take a run directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import ExperimentError
+from .app import EXIT_FAILED, DeviceOpt, app, command, console, say
+
+
+@app.command()
+@command()
+def replay(
+    target: Annotated[Path, typer.Argument(help="A run directory, or one best-case-N.json request.")],
+    repeats: Annotated[int, typer.Option(min=1, help="Interleaved winner/baseline measurements per case.")] = 5,
+    device: DeviceOpt = 0,
+) -> None:
+    """Measure the winner again beside the baseline; exit 1 if a check fails or the GPU/driver differ."""
+    from ..evaluation.supervisor import Supervisor
+    from ..render import replay_lines, replay_table
+    from ..replay import replay as run_replay
+    from ..report.build import build
+
+    with Supervisor(devices=[device]) as supervisor:
+        outcome = run_replay(target, supervisor, repeats)
+    out = console()
+    out.print(replay_table(outcome))
+    for line in replay_lines(outcome):
+        say(out, line)
+    if target.is_dir() and (target / "summary.json").is_file():
+        build(target)  # the report's verdict reads replay.json
+    if not outcome.passed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command()
+@command()
+def verify(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (results/run-NNN).")],
+    cases: Annotated[Path | None, typer.Option("--cases", help="Extra input cases (JSON) besides the holdout.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Base seed for the inputs (default: a fresh random one).")] = None,
+    sanitize: Annotated[bool, typer.Option("--sanitize", help="Also run the winner under compute-sanitizer "
+                                           "(memcheck, racecheck, initcheck, synccheck) on the correctness and "
+                                           "holdout cases; any error fails verification.")] = False,
+    device: DeviceOpt = 0,
+) -> None:
+    """Check the winner on the holdout cases (and --cases) with fresh seeds; exit 1 on any failure."""
+    from ..evaluation.supervisor import Supervisor
+    from ..render import verify_lines, verify_table
+    from ..report.build import build
+    from ..verify import verify as run_verify
+
+    err = console(stderr=True)
+    if sanitize:
+        from ..sanitize import find_sanitizer
+
+        find_sanitizer()  # before any GPU work: a missing tool is bad input, exit 2
+    with Supervisor(devices=[device]) as supervisor, err.status("verifying") as status:
+        outcome = run_verify(run_dir, supervisor, cases, seed, sanitize_device=device if sanitize else None,
+                             on_tool=lambda tool: status.update(f"compute-sanitizer --tool {tool}"))
+    out = console()
+    out.print(verify_table(outcome))
+    for line in verify_lines(outcome, run_dir):
+        say(out, line)
+    if (run_dir / "summary.json").is_file():
+        build(run_dir)  # the report's verdict reads verify.json
+    if not outcome.passed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command()
+@command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (results/run-NNN).")],
+    engineer_hours: Annotated[float | None, typer.Option(min=0, help="Engineer time spent on the pilot.")] = None,
+    engineer_rate_usd: Annotated[float | None, typer.Option(min=0, help="Engineer cost per hour.")] = None,
+    gpu_hour_usd: Annotated[float | None, typer.Option(min=0, help="Price of one GPU hour.")] = None,
+    calls_per_month: Annotated[float | None, typer.Option(min=0, help="Kernel calls per month in production.")] = None,
+    payback_window_months: Annotated[float | None, typer.Option(min=0.01, help="Longest acceptable payback.")] = None,
+    roi_case: Annotated[str | None, typer.Option(help="The case whose latency the calls pay (default: the slowest).")] = None,
+) -> None:
+    """Rebuild report.html for a run: verdict, per-case table, charts, attempts, usage, ROI."""
+    from ..config import RoiInputs
+    from ..record.runs import open_run
+    from ..report.build import build, run_roi
+
+    if not (run_dir / "summary.json").is_file() or not (run_dir / "history.json").is_file():
+        raise ExperimentError(run_dir, "", "not a run directory (no summary.json)")
+    given = {"engineer_hours": engineer_hours, "engineer_rate_usd": engineer_rate_usd, "gpu_hour_usd": gpu_hour_usd,
+             "calls_per_month": calls_per_month, "payback_window_months": payback_window_months, "case": roi_case}
+    base = run_roi(open_run(run_dir)).model_dump()
+    inputs = RoiInputs(**{**base, **{k: v for k, v in given.items() if v is not None}})
+    say(console(), f"report written to {build(run_dir, inputs)}")

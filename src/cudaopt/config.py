@@ -1,0 +1,198 @@
+"""The files a user writes: the experiment config, its input cases, a tunable space.
+
+Schemas only (pydantic), importing nothing above the harness: the cases, launches, timing
+protocol and limits are the harness's own types (harness/protocol.py), so what a user writes is
+what a worker receives. Loading, resolving paths and the checks that need the signature live in
+experiment.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from .harness import expr
+from .harness.protocol import CaseSpec, CaseTimeouts, LaunchSpec, Limits, Model, Timeouts, TimingProtocol
+
+
+class CasesFile(Model):
+    """An input-cases file: a list of cases, or ``{"launch": default, "cases": [...]}``."""
+
+    launch: LaunchSpec | None = None  # default for cases that give none
+    cases: list[CaseSpec] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_list(cls, data: Any) -> Any:
+        return {"cases": data} if isinstance(data, list) else data
+
+
+class TuneSpace(Model):
+    """Tunable parameters: the values each may take and the restrictions between them.
+
+    Tunables reach the kernel as preprocessor defines; launch expressions may use them; a
+    restriction is an expression over them (``BLOCK_X == BLOCK_Y * TILE_Y``). Declared in the
+    experiment's ``tune`` section or in a ``/* cudaopt-tune {...} */`` comment of the kernel.
+    """
+
+    tunables: dict[str, list[int | float | str]] = Field(min_length=1)
+    restrictions: list[str] = Field(default_factory=list)
+    launch: LaunchSpec | None = None
+
+    @field_validator("tunables")
+    @classmethod
+    def _names(cls, value: dict) -> dict:
+        for name, values in value.items():
+            if not re.fullmatch(r"[A-Za-z_]\w*", name):
+                raise ValueError(f"{name!r} is not a valid macro name")
+            if not values:
+                raise ValueError(f"{name}: needs at least one value")
+        return value
+
+    @field_validator("restrictions")
+    @classmethod
+    def _restrictions(cls, value: list[str]) -> list[str]:
+        for text in value:
+            expr.parse(text)
+        return value
+
+    def allows(self, config: dict) -> bool:
+        try:
+            return all(bool(expr.evaluate(r, config)) for r in self.restrictions)
+        except expr.ExprError:
+            return False  # e.g. a division by zero for this combination: not a valid point
+
+    def configurations(self) -> list[dict]:
+        """Every combination that satisfies the restrictions, in declaration order."""
+        names = list(self.tunables)
+        combos = (dict(zip(names, values, strict=True)) for values in itertools.product(*self.tunables.values()))
+        return [c for c in combos if self.allows(c)]
+
+
+class SpaceError(ValueError):
+    """A search space that cannot be used; the message names the field."""
+
+
+_TUNE_BLOCK = re.compile(r"/\*\s*cudaopt-tune\s*(\{.*?\})\s*\*/", re.DOTALL)
+
+
+def space_in_source(source: str) -> TuneSpace | None:
+    """The space declared in a ``/* cudaopt-tune {...} */`` comment of a kernel source, if any."""
+    match = _TUNE_BLOCK.search(source)
+    if not match:
+        return None
+    try:
+        return TuneSpace.model_validate(json.loads(match.group(1)))
+    except json.JSONDecodeError as exc:
+        raise SpaceError(f"cudaopt-tune block: not valid JSON: {exc.msg}") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise SpaceError(f"cudaopt-tune block: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+
+
+class TuneSection(Model):
+    """The tunable kernel for --strategy tune; the space may instead sit in the kernel's
+    ``/* cudaopt-tune {...} */`` comment block."""
+
+    kernel: str
+    tunables: dict[str, list[int | float | str]] | None = None
+    restrictions: list[str] = Field(default_factory=list)
+    launch: LaunchSpec | None = None
+
+
+class VendorSection(Model):
+    """A library call timed beside the candidate as the bar to beat (e.g. cuBLAS through cupy)."""
+
+    file: str  # a .py file, relative to the config
+    function: str | None = None  # default: the signature's name
+    label: str = ""  # how tables name it (default: file:function)
+    arrays: Literal["cupy", "torch"] = "cupy"
+    allow_tf32: bool = False
+
+
+# which of a case's recorded ``phases`` (harness/runner.py) belong to the supervisor's phases
+CHECK_STEPS = ("setup_s", "reference_s", "check_s")
+TIMING_STEPS = ("timing_s", "timed_checks_s")
+
+
+class TimeoutPolicy(Model):
+    """Phase limits scaled from what a run measured, so a hanging candidate costs seconds.
+
+    Before anything is measured (a run's first evaluation, ``cudaopt evaluate``, ``verify``)
+    each phase gets the fixed limits. Once the run's baseline has passed, each case's check and
+    timing limits become ``multiple`` times the baseline's wall time in that phase of that
+    case, never below ``floor_s`` nor above the fixed limit. The baseline's first evaluation
+    includes the one-off work a fresh worker repeats after a kill (host inputs, the reference's
+    answers), so the scaled limits cover a candidate that runs right after a respawn.
+    """
+
+    compile_s: float = Field(60.0, gt=0, allow_inf_nan=False)
+    check_s: float = Field(300.0, gt=0, allow_inf_nan=False)  # before anything is measured, and the ceiling after
+    timing_s: float = Field(300.0, gt=0, allow_inf_nan=False)
+    multiple: float | None = Field(20.0, ge=1, allow_inf_nan=False)  # None: the fixed limits always
+    floor_s: float = Field(10.0, gt=0, allow_inf_nan=False)
+
+    def fixed(self) -> Timeouts:
+        return Timeouts(compile_s=self.compile_s, check_s=self.check_s, timing_s=self.timing_s)
+
+    def scaled(self, cases: list) -> Timeouts:
+        """Limits from a passing evaluation's cases (``CaseResult`` with ``phases``)."""
+        timeouts = self.fixed()
+        if self.multiple is None:
+            return timeouts
+        for case in cases:
+            if case.status != "ok" or not case.phases:
+                continue
+            phases = case.phases
+            check = self._limit(sum(phases.get(k, 0.0) for k in CHECK_STEPS), self.check_s)
+            timed = [phases[k] for k in TIMING_STEPS if k in phases]
+            timing = self._limit(sum(timed), self.timing_s) if timed else self.timing_s
+            timeouts.cases[case.name] = CaseTimeouts(check_s=check, timing_s=timing)
+        if timeouts.cases:
+            timeouts.basis = (f"{self.multiple:g}x the baseline's time in this phase, at least {self.floor_s:g} s, "
+                              f"at most the fixed limit; set in the experiment's timeouts section")
+        return timeouts
+
+    def _limit(self, measured_s: float, ceiling_s: float) -> float:
+        return round(min(ceiling_s, max(self.floor_s, self.multiple * measured_s)), 3)
+
+
+class RoiInputs(Model):
+    """What only the user knows; given in the experiment's ``roi`` section or as flags."""
+
+    engineer_hours: float = Field(2.0, ge=0)
+    engineer_rate_usd: float = Field(100.0, ge=0)
+    gpu_hour_usd: float = Field(3.0, ge=0)
+    calls_per_month: float = Field(1e6, ge=0)
+    payback_window_months: float = Field(3.0, gt=0)
+    case: str | None = None  # the case whose latency the calls pay; default: the slowest performance case
+
+
+class ExperimentConfig(Model):
+    """An experiment config file (``--config``); paths are relative to it, flags override it."""
+
+    description: str | None = None
+    signature: str | None = None
+    reference: str | None = None
+    reference_entry: str | None = None
+    initial_kernel: str | None = None
+    input_cases: str | None = None
+    max_iterations: int | None = Field(None, ge=1)
+    timing: TimingProtocol = Field(default_factory=TimingProtocol)
+    tune: TuneSection | None = None
+    vendor: VendorSection | None = None
+    limits: Limits = Field(default_factory=Limits)
+    timeouts: TimeoutPolicy = Field(default_factory=TimeoutPolicy)
+    roi: RoiInputs = Field(default_factory=RoiInputs)
+
+    @field_validator("timing")
+    @classmethod
+    def _no_seed(cls, value: TimingProtocol) -> TimingProtocol:
+        if value.seed is not None:
+            raise ValueError("an experiment has no timing seed: a fixed seed would make the checked launches "
+                             "predictable (a request's protocol.seed reproduces one evaluation)")
+        return value

@@ -1,0 +1,71 @@
+"""The worker's message stream, one JSON object per line, typed.
+
+Into the worker: an :class:`~.protocol.EvalRequest`, or a :class:`Prefetch` (kernels a sweep
+will ask for, to compile ahead; no answer). Out of it, in this order per request: ``phase``
+messages as the request progresses (the supervisor applies each phase's timeout), ``compiled``
+and ``case`` messages as partial results (what finished survives a hang or a crash later), and
+one ``result``. ``ready`` comes once at start, ``fatal`` when the GPU cannot be initialised.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, TypeAdapter
+
+from .protocol import EvalRequest, KernelSpec, Model
+from .results import CaseResult, CompileInfo, DeviceInfo, EvalResult
+
+Phase = Literal["compile", "check", "timing"]
+
+
+class Ready(Model):
+    type: Literal["ready"] = "ready"
+    device: DeviceInfo
+
+
+class Fatal(Model):
+    type: Literal["fatal"] = "fatal"
+    message: str
+
+
+class PhaseStarted(Model):
+    type: Literal["phase"] = "phase"
+    phase: Phase
+    case: str = ""
+
+
+class Compiled(Model):
+    type: Literal["compiled"] = "compiled"
+    compile: CompileInfo
+
+
+class CaseDone(Model):
+    type: Literal["case"] = "case"
+    case: CaseResult
+
+
+class Done(Model):
+    type: Literal["result"] = "result"
+    result: EvalResult
+
+
+WorkerMessage = Annotated[Ready | Fatal | PhaseStarted | Compiled | CaseDone | Done, Field(discriminator="type")]
+_OUT = TypeAdapter(WorkerMessage)
+
+
+def read_message(line: str | bytes) -> WorkerMessage:
+    """One message from the worker (raises pydantic's ValidationError on anything else)."""
+    return _OUT.validate_json(line)
+
+
+class Prefetch(Model):
+    prefetch: list[KernelSpec]
+
+
+_IN = TypeAdapter(EvalRequest | Prefetch)
+
+
+def read_order(line: str | bytes) -> EvalRequest | Prefetch:
+    """One line to the worker: a request or a prefetch."""
+    return _IN.validate_json(line)

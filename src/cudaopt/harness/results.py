@@ -1,0 +1,230 @@
+"""Evaluation results: what a worker measured, declared once.
+
+The worker sends them as JSON, the supervisor reads them back into these models, the recorder
+keeps them in ``history.json`` (``Attempt.cases``), the result cache stores them whole, and the
+report and the model's prompt read their fields by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from .protocol import HARNESS_VERSION, Model, Role
+
+# Every way an evaluation can end. Only "ok" is a pass.
+STATUSES = (
+    "ok",
+    "compile_error",
+    "missing_entry",
+    "bad_signature",
+    "bad_launch_config",
+    "launch_error",
+    "mismatch",
+    "guard_violation",
+    "input_modified",
+    "global_state",
+    "timeout",
+    "crashed",
+    "implausible",
+    "reference_error",
+    "internal_error",
+)
+Status = Literal[STATUSES]  # type: ignore[valid-type]
+
+
+class MeasuredPeaksInfo(Model):
+    bytes_per_s: float
+    flops_per_s: dict[str, float]
+    measured_at: str = ""
+
+
+class DeviceInfo(Model):
+    """The GPU a worker runs on (``env.json``'s ``gpu``; the model's ``gpu_info`` tool)."""
+
+    name: str = ""
+    arch: str = ""
+    sm_count: int | None = None
+    l2_bytes: int | None = None
+    max_shared_per_block_optin: int | None = None
+    driver_cuda_version: str = ""
+    cuda_core: str = ""
+    nvrtc: str = ""
+    pci_bus_id: str = ""
+    peak_bytes_per_s: float | None = None
+    measured_peaks: MeasuredPeaksInfo | None = None
+
+
+class CompileInfo(Model):
+    ok: bool
+    log: str
+    arch: str = ""
+    seconds: float = 0.0
+    registers: int | None = None
+    spill_stores: int | None = None
+    spill_loads: int | None = None
+    stack_bytes: int | None = None
+    static_shared_bytes: int | None = None
+    local_bytes: int | None = None
+    max_threads_per_block: int | None = None
+    global_bytes: int | None = None  # mutable device-global memory in the cubin
+    device_malloc: bool = False
+
+
+class CheckInfo(Model):
+    """The comparison of one output of one input set with the reference.
+
+    ``input_set`` -1 with ``launch`` set: the fresh inputs of that timed launch (0-based among the
+    timed launches), drawn at random and never seen by the kernel before. ``expected`` and
+    ``actual`` are None when the value is not finite."""
+
+    output: str
+    input_set: int
+    phase: Literal["check", "timed"]
+    ok: bool
+    elements: int
+    mismatches: int = 0
+    unwritten: int = 0
+    nan_count: int = 0
+    inf_count: int = 0
+    max_abs_error: float = 0.0
+    max_rel_error: float = 0.0
+    rel_l2_error: float = 0.0
+    first_bad_index: list[int] | None = None
+    expected: float | None = None
+    actual: float | None = None
+    launch: int | None = None
+
+
+class TimingStats(Model):
+    median_us: float
+    mean_us: float
+    stdev_us: float
+    min_us: float
+    max_us: float
+    p10_us: float
+    p90_us: float
+    n: int
+    method: str = ""
+
+
+class VendorResult(Model):
+    """The vendor baseline on one case: checked once against the reference, then timed.
+
+    ``error``: it could not run (library missing, an exception); ``mismatch``: its outputs
+    disagree with the reference. Neither ever fails the candidate; only ``ok`` gets a timing.
+    """
+
+    label: str
+    status: Literal["ok", "mismatch", "error"]
+    reason: str = ""
+    checks: list[CheckInfo] = Field(default_factory=list)
+    timing: TimingStats | None = None
+
+
+class ResolvedLaunch(Model):
+    """A launch with every expression evaluated for one case: what the driver is given."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int = 0
+
+    @property
+    def threads(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+
+class Occupancy(Model):
+    blocks_per_sm: int | None = None
+    warps_per_sm: int | None = None
+    occupancy: float | None = None
+    error: str = ""
+
+
+class Roofline(Model):
+    """Achieved rates against the roofs, and the speed-of-light floor (harness/peaks.py)."""
+
+    flops: float | None = None
+    achieved_tflops: float | None = None
+    peak_tflops: float | None = None
+    peak_tflops_from: Literal["measured", "spec"] | None = None
+    compute_pct: float | None = None
+    bytes: float | None = None
+    achieved_gbps: float | None = None
+    peak_gbps: float | None = None
+    peak_gbps_from: Literal["measured", "spec"] | None = None
+    memory_pct: float | None = None
+    floor_us: float | None = None
+    bound: Literal["compute", "memory"] | None = None
+    floor_rate: str = ""  # which peak bounds the floor, e.g. float32_cuda_cores
+    error: str = ""  # the work could not be evaluated
+
+
+class Clocks(Model):
+    sm_mhz: int | None = None
+    mem_mhz: int | None = None
+    temperature_c: int | None = None
+    power_w: float | None = None
+    error: str = ""
+
+
+class Audit(Model):
+    """Which timed launches were checked on fresh inputs, and how many were scanned for unwritten outputs."""
+
+    checked_launches: list[int] = Field(default_factory=list)
+    launches_scanned: int = 0
+    seed: int | None = None
+
+
+class CaseResult(Model):
+    name: str
+    role: Role
+    status: Status
+    reason: str = ""
+    launch: ResolvedLaunch | None = None
+    occupancy: Occupancy | None = None
+    checks: list[CheckInfo] = Field(default_factory=list)
+    timing: TimingStats | None = None
+    clocks: dict[Literal["before", "after"], Clocks] = Field(default_factory=dict)
+    roofline: Roofline | None = None
+    phases: dict[str, float] = Field(default_factory=dict)  # wall seconds per step
+    vendor: VendorResult | None = None
+    audit: Audit | None = None
+
+    @field_validator("launch", "occupancy", "roofline", "audit", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if value == {} else value  # history.json before schema 2 wrote {} for "none"
+
+    @property
+    def median_us(self) -> float | None:
+        """The score's ingredient: the median of a passing, timed case."""
+        return self.timing.median_us if self.status == "ok" and self.timing else None
+
+    @property
+    def vendor_median_us(self) -> float | None:
+        vendor = self.vendor
+        return vendor.timing.median_us if vendor and vendor.status == "ok" and vendor.timing else None
+
+
+class EvalResult(Model):
+    status: Status
+    reason: str = ""
+    request_id: str = ""
+    compile: CompileInfo | None = None
+    cases: list[CaseResult] = Field(default_factory=list)
+    device: DeviceInfo = Field(default_factory=DeviceInfo)
+    wall_s: float = 0.0
+    seed: int | None = None  # the protocol seed this evaluation used (set it in a request to reproduce)
+    harness_version: str = HARNESS_VERSION
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def case(self, name: str) -> CaseResult:
+        return next(c for c in self.cases if c.name == name)
+
+    def find(self, name: str) -> CaseResult | None:
+        return next((c for c in self.cases if c.name == name), None)

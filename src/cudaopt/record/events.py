@@ -1,0 +1,44 @@
+"""Progress events: what a run tells the terminal while it works (render.OptimizeProgress).
+
+In memory only; every fact they carry is also in the audit pack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AttemptStarted:
+    id: int
+    what: str  # "baseline", "proposing", "evaluating", "tuning {...}"
+
+
+@dataclass(frozen=True)
+class PhaseProgress:
+    phase: str  # the worker's phase: compile, check, timing
+    case: str = ""
+
+
+@dataclass(frozen=True)
+class UsageProgress:
+    tokens: int
+    cost: float
+
+
+@dataclass(frozen=True)
+class AttemptFinished:
+    id: int
+    status: str
+    score: float | None
+    best: float | None
+    best_id: int | None
+
+
+ProgressEvent = AttemptStarted | PhaseProgress | UsageProgress | AttemptFinished
+OnProgress = Callable[[ProgressEvent], None]
+
+
+def ignore(event: ProgressEvent) -> None:
+    """The default listener."""

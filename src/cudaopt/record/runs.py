@@ -1,0 +1,133 @@
+"""Reading a run directory back: its settings, its experiment (lock-checked) and its winner.
+
+Resume, verify, replay and the report all start here, so a run whose files are broken or whose
+experiment changed is bad input with one line naming the file, wherever it is opened.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError
+
+from ..errors import ExperimentError, validation_message
+from ..experiment import Experiment, ExperimentLock, load_experiment
+from ..harness.protocol import LaunchSpec, Model
+from .rundir import RunDir
+from .schema import Attempt, History, Summary, version_field
+
+
+class Budget(Model):
+    """When a run stops (whichever comes first)."""
+
+    max_iterations: int = 7
+    max_model_calls: int | None = None
+    max_cost_usd: float | None = None
+    time_limit_s: float | None = None
+    patience: int | None = None  # stop after this many attempts without a new best
+    max_model_errors: int = 3  # stop after this many model errors in a row
+
+
+class ExperimentArgs(Model):
+    """How the experiment was given (paths as absolute strings), so --resume can load it again."""
+
+    config: str | None = None
+    description: str | None = None
+    signature: str | None = None
+    reference: str | None = None
+    initial_kernel: str | None = None
+    input_cases: str | None = None
+    max_iterations: int | None = None
+
+    def load(self) -> Experiment:
+        p = lambda v: Path(v) if v else None
+        return load_experiment(p(self.config), description=self.description, signature=self.signature,
+                               reference=p(self.reference), initial_kernel=p(self.initial_kernel),
+                               input_cases=p(self.input_cases), max_iterations=self.max_iterations)
+
+
+class RunSettings(Model):
+    """settings.json: what the run was asked to do (no secret: the model's public settings only)."""
+
+    schema_version: int = version_field(1)
+    experiment: ExperimentArgs
+    strategy: str
+    research: bool = False
+    use_nsight: bool = False
+    model: dict[str, Any] = Field(default_factory=dict)
+    budget: Budget = Field(default_factory=Budget)
+
+
+def read_run_json(run: RunDir, name: str, model: type[Model] | None = None) -> Any:
+    """One of a run's JSON files (validated as ``model`` when given); unreadable or broken is bad
+    input naming the file and the field."""
+    try:
+        data = run.read_json(name)
+    except OSError as exc:
+        raise ExperimentError(run.file(name), "", f"cannot be read: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ExperimentError(run.file(name), f"line {exc.lineno}", f"not valid JSON: {exc.msg}") from None
+    if model is None:
+        return data
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ExperimentError(run.file(name), *validation_message(exc)) from None
+
+
+def open_run(path: Path) -> RunDir:
+    try:
+        return RunDir.open(path)
+    except FileNotFoundError as exc:
+        raise ExperimentError(path, "", str(exc)) from None
+
+
+def load_run_experiment(run: RunDir) -> Experiment:
+    """A run's experiment, refused when what defines right and wrong changed since the run started."""
+    settings = read_run_json(run, "settings.json", RunSettings)
+    lock = read_run_json(run, "lock.json", ExperimentLock)
+    experiment = settings.experiment.load()
+    if lock.lock != experiment.lock().lock:
+        raise ExperimentError(run.file("lock.json"), "lock",
+                              "the reference, the input cases or the harness changed since this run started; "
+                              "start a new run")
+    return experiment
+
+
+def open_resumable(path: Path) -> tuple[RunDir, RunSettings, Experiment]:
+    """A run directory to continue: its files readable, its experiment unchanged (bad input otherwise)."""
+    run = open_run(path)
+    experiment = load_run_experiment(run)
+    read_run_json(run, "history.json", History)
+    return run, read_run_json(run, "settings.json", RunSettings), experiment
+
+
+@dataclass
+class Winner:
+    """The attempt a run chose, with what it takes to run it again."""
+
+    attempt: Attempt
+    source: str
+
+    @property
+    def launch(self) -> LaunchSpec | None:
+        return self.attempt.launch
+
+    @property
+    def defines(self) -> dict:
+        return dict(self.attempt.defines)
+
+
+def winner(run: RunDir, what: str = "verify") -> Winner:
+    summary = read_run_json(run, "summary.json", Summary)
+    if summary.best_attempt is None:
+        raise ExperimentError(run.file("summary.json"), "best_attempt", f"the run has no winner to {what}")
+    history = read_run_json(run, "history.json", History)
+    attempt = next((a for a in history.attempts if a.id == summary.best_attempt), None)
+    if attempt is None or attempt.source_file is None:
+        raise ExperimentError(run.file("history.json"), "attempts",
+                              f"attempt {summary.best_attempt} (the summary's best) is missing")
+    return Winner(attempt, run.file(attempt.source_file).read_text())

@@ -1,0 +1,51 @@
+"""The ``agent`` and ``agent+tune`` strategies: the LangGraph loop (agent/graph.py) with a model."""
+
+from __future__ import annotations
+
+from ..agent.graph import Optimizer
+from ..agent.instruments import Instruments
+from ..agent.model import ModelClient, make_chat_model
+from ..agent.research import search_cuda_docs
+from ..insight.locate import find_tool
+from .base import Context, register
+
+
+class _Agent:
+    needs_model = True
+    tune = False
+
+    def check(self, experiment, origin: str) -> None:
+        """Every experiment with an initial kernel can be run by the agent."""
+
+    def run(self, ctx: Context) -> str:
+        rec = ctx.recorder
+        device = rec.evaluator.device_info()
+
+        def gpu_info() -> dict:
+            """The GPU the kernels run on: name, architecture, SM count, L2 size, shared memory limit, peak bandwidth."""
+            return device.model_dump(mode="json")
+
+        tools = {"gpu_info": gpu_info}
+        if ctx.research:
+            tools["search_cuda_docs"] = search_cuda_docs
+        instruments = None
+        if ctx.use_nsight:
+            instruments = Instruments(rec, ncu_path=find_tool("ncu"), device=ctx.device_index,
+                                      arch=device.arch or "sm_90", patience=ctx.budget.patience)
+            tools.update(instruments.tools())
+        chat = ctx.chat_model if ctx.chat_model is not None else make_chat_model(ctx.model)
+        client = ModelClient(chat, ctx.model, tools)
+        return Optimizer(rec, client, ctx.budget, tune=self.tune, research=ctx.research,
+                         instruments=instruments).execute()
+
+
+@register("agent")
+class AgentStrategy(_Agent):
+    """A model proposes complete kernels; each is checked, timed and fed back."""
+
+
+@register("agent+tune")
+class AgentTuneStrategy(_Agent):
+    """As ``agent``, and a proposal may declare tunables: every configuration is swept."""
+
+    tune = True

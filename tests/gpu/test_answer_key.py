@@ -49,12 +49,12 @@ def test_a_locked_answer_compares_like_any_other(gpu):
     try:
         values = ref.astype(np.float32)
         gpu.upload(int(out.handle), values)
-        ok = check_output(gpu, "c", "float32", int(out.handle), values.nbytes, ref.shape, OutputSpec(ref.shape),
+        ok = check_output(gpu, "c", "float32", int(out.handle), values.nbytes, ref.shape, OutputSpec(shape=list(ref.shape)),
                           key, 0, "check")
         assert ok.ok and ok.max_abs_error < 1e-7
         values[3, 7] += 1
         gpu.upload(int(out.handle), values)
-        bad = check_output(gpu, "c", "float32", int(out.handle), values.nbytes, ref.shape, OutputSpec(ref.shape),
+        bad = check_output(gpu, "c", "float32", int(out.handle), values.nbytes, ref.shape, OutputSpec(shape=list(ref.shape)),
                            key, 0, "check")
         assert not bad.ok and bad.first_bad_index == [3, 7] and bad.expected == pytest.approx(ref[3, 7])
     finally:

@@ -140,9 +140,9 @@ def test_memcheck_sees_reads_past_the_end_without_guard_bands(tmp_path, sgemm):
     clean = sgemm.request(kernel_source("naive.cu"))
     clean.cases = [c for c in clean.cases if c.name in cases]
     (ok,) = sanitize(clean, 0, tmp_path / "clean", tools=("memcheck",))
-    assert ok["passed"] and ok["errors"] == 0, ok["report"]
+    assert ok.passed and ok.errors == 0, ok.report
     cheat = sgemm.request(kernel_source("reads_past_end.cu"))
     cheat.cases = [c for c in cheat.cases if c.name in cases]
     (caught,) = sanitize(cheat, 0, tmp_path / "cheat", tools=("memcheck",))
-    assert not caught["passed"] and caught["errors"], caught["report"]
-    assert "Invalid __global__ read" in caught["report"]
+    assert not caught.passed and caught.errors, caught.report
+    assert "Invalid __global__ read" in caught.report

@@ -69,7 +69,7 @@ def test_optimize_end_to_end_with_real_kernels(tmp_path, supervisor):
     best = run / "best.cu"
     assert best.read_text().strip() == hybrid_kernel().strip()
     check = runner.invoke(app, ["evaluate", "--config", str(SGEMM / "experiment.json"), "--kernel", str(best),
-                                "--launch", json.dumps(attempts[4].launch), "--iterations", "20",
+                                "--launch", attempts[4].launch.to_json(), "--iterations", "20",
                                 "--no-time-reference"])
     assert check.exit_code == 0, check.output
 

@@ -28,7 +28,7 @@ def test_flags_override_the_config(example, tmp_path):
 def test_seed_style_flags_without_a_config():
     sig = json.loads((SGEMM / "experiment.json").read_text())["signature"]
     exp = load_experiment(signature=sig, reference=SGEMM / "reference.cu", input_cases=SGEMM / "input_cases.json")
-    assert exp.initial_kernel_path is None and len(exp.case_specs) == 5
+    assert exp.initial_kernel_path is None and len(exp.case_specs) == 6
 
 
 def test_lock_changes_when_the_reference_changes(example):

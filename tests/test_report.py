@@ -214,3 +214,53 @@ def test_the_progress_chart_of_a_run_where_nothing_passed_draws_without_a_warnin
         warnings.simplefilter("error")
         svg = progress([(0, None, "mismatch"), (1, None, "compile_error")])
     assert svg.lstrip().startswith("<") and "failed (no attempt passed)" in svg
+
+
+@pytest.mark.skipif(_chromium() is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_a_shape_sweep_is_charted_in_the_browser_and_its_worst_shapes_named(run_dir, tmp_path):
+    from cudaopt.verify import verify
+    from tests.scripted import ScriptedEvaluator
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    shapes = tmp_path / "shapes.json"
+    shapes.write_text(json.dumps({"m": [64, 512], "n": [128], "k": [96]}))
+    verify(copy, ScriptedEvaluator(), seed=1, shapes=shapes, repeats=1)
+    from cudaopt.report.build import build
+
+    build(copy)
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([_chromium(), *flags, "--dump-dom", (copy / "report.html").as_uri()], check=True,
+                         capture_output=True, text=True, timeout=120).stdout
+    assert 'id="shapes"' in dom and 'id="timed"' in dom and 'id="worst"' in dom
+    shapes_chart = dom.split('id="shapes"')[1].split("</div>")[0]
+    assert "<svg" in shapes_chart and "m=512,n=128,k=96" in dom
+
+
+def test_the_tune_report_shows_the_best_configuration_per_case(tmp_path):
+    from cudaopt.optimize import Options
+    from tests.scripted import ScriptedEvaluator
+
+    class PerShape(ScriptedEvaluator):
+        """BM=64 is best on square-256, BM=128 on the other cases: no one configuration wins everywhere."""
+
+        def evaluate(self, request, on_event=None):
+            result = super().evaluate(request, on_event)
+            bm = request.kernel.defines.get("BM")
+            for case in result.cases:
+                if case.timing and bm:
+                    better = (bm == 64) == (case.name == "square-256")
+                    case.timing.median_us *= 0.5 if better else 1.0
+            return result
+
+    run, summary = start_or_resume(ExperimentArgs(config=str(SGEMM / "experiment.json")), ModelSettings(),
+                                   Budget(), tmp_path / "results", PerShape(), Options(strategy="tune", max_evals=100))
+    best = {c.case: c for c in summary.per_case_best}
+    assert set(best) == {"square-256", "rect-384x256x320", "square-4096"}
+    assert all(b.best_us <= b.winner_us for b in best.values())
+    assert any(b.gain > 1 for b in best.values())  # the winner is not the best everywhere
+    assert summary.dispatch_score_us < summary.best_score_us
+    html = (run.path / "report.html").read_text()
+    assert 'id="per-case-best"' in html and "What a shape-specialised dispatch would gain" in html

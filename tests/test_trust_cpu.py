@@ -148,3 +148,44 @@ def test_a_result_that_says_nothing_about_the_kernel_is_never_cached(tmp_path):
     for status in ("internal_error", "crashed", "timeout"):
         cache.put(request, EvalResult(status=status))
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["num_sms", "CUDAOPT_NUM_SMS", "CUDAOPT_ANYTHING"])
+def test_a_tunable_may_not_take_the_name_of_a_gpu_fact(name):
+    (problem,) = tunable_clashes([name], SIG, {"m", "n", "k"})
+    assert "reserved for the GPU's facts" in problem
+
+
+def test_a_case_scalar_may_not_be_called_num_sms(example):
+    from cudaopt.errors import ExperimentError
+    from cudaopt.experiment import load_experiment
+
+    folder, edit = example
+
+    def rename(data):
+        data["cases"][0]["scalars"]["num_sms"] = 3
+
+    edit("input_cases.json", rename)
+    with pytest.raises(ExperimentError, match=r"cases\[0\]\.scalars\.num_sms: 'num_sms' is reserved"):
+        load_experiment(folder / "experiment.json")
+
+
+def test_launch_expressions_may_size_the_grid_in_waves_of_the_gpus_sms(sgemm):
+    from cudaopt.agent.proposal import parse
+
+    answer = ('```cuda\nextern "C" __global__ void matmul_f32(const float* a, const float* b, float* c, int m, int n, '
+              'int k) { }\n```\n```json\n{"launch": {"grid": ["min(cdiv(m * n, 256), 4 * num_sms)"], "block": [256]}}\n```')
+    proposal = parse(answer, sgemm.signature, sgemm.cases(), device={"num_sms": 78})
+    assert proposal.launch.grid == ["min(cdiv(m * n, 256), 4 * num_sms)"]
+    from cudaopt.harness.launch import candidate_names, resolve_launch
+
+    big = next(c for c in sgemm.cases() if c.name == "square-4096")
+    assert resolve_launch(proposal.launch, candidate_names(big.scalars, {}, {"num_sms": 78})).grid == (312, 1, 1)
+
+
+def test_kernels_compiled_before_the_gpu_see_the_nominal_sm_count(tmp_path, sgemm):
+    from cudaopt.preflight import _compile
+
+    source = ('#if CUDAOPT_NUM_SMS != 132\n#error "no SM count"\n#endif\n'
+              'extern "C" __global__ void k(float* c) { c[0] = CUDAOPT_NUM_SMS; }')
+    assert _compile(tmp_path / "k.cu", source, "k", {}, "sm_90").registers is not None

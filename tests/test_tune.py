@@ -65,9 +65,27 @@ def test_the_example_space():
 
     space = load_experiment(SGEMM / "experiment.json").tuning.space
     configs = space.configurations()
-    assert 30 < len(configs) <= 40 < math.prod(len(v) for v in space.tunables.values())  # exhaustive within the default --max-evals
+    assert 10 < len(configs) <= 40 < math.prod(len(v) for v in space.tunables.values())  # exhaustive by default
     assert all(64 <= (c["BM"] // c["TM"]) * (c["BN"] // c["TN"]) <= 256 for c in configs)
-    assert {c["SK"] for c in configs} == {16, 32, 64}
+    assert {c["ST"] for c in configs} == {16, 32}
+
+
+@pytest.mark.parametrize("m, n, k, sms, tier", [
+    (4096, 4096, 4096, 132, "large"),  # 1024 tiles of 128 x 128: every SM busy
+    (1024, 1024, 1024, 132, "medium"),  # 64 large tiles would leave half the SMs idle; 256 of 64 x 64 do not
+    (384, 256, 320, 132, "small"),
+    (1024, 1024, 1024, 16, "large"),  # a GPU with 16 SMs: the large tiles already fill it
+])
+def test_the_example_dispatches_by_waves_of_the_gpus_sms(m, n, k, sms, tier):
+    """The tunable kernel's launch picks its tier from num_sms, as the kernel does from CUDAOPT_NUM_SMS."""
+    from cudaopt.experiment import load_experiment
+    from cudaopt.harness.launch import candidate_names, resolve_launch
+
+    tuning = load_experiment(SGEMM / "experiment.json").tuning
+    config = {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "ST": 32}
+    launch = resolve_launch(tuning.launch, candidate_names({"m": m, "n": n, "k": k}, config, {"num_sms": sms}))
+    tiles = {"large": (128, 256), "medium": (64, 256), "small": (32, 64)}[tier]
+    assert launch.grid == (-(-n // tiles[0]), -(-m // tiles[0]), 1) and launch.block == (tiles[1], 1, 1)
 
 
 def test_space_from_a_kernel_comment_block():

@@ -1,4 +1,5 @@
-"""`cudaopt verify`: the winner on the holdout (and extra) cases, fresh seeds, check only."""
+"""`cudaopt verify`: the winner on the holdout (and extra) cases with fresh seeds; timed holdout
+cases and shape sweeps beside the baseline and the vendor, and regressions."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from tests.fake_openai import FakeOpenAI
 from tests.scripted import ScriptedEvaluator, answer
 
 
+HOLDOUTS = ["holdout-515x261x1031", "holdout-96x3072x1536"]
+
+
 @pytest.fixture
 def run(tmp_path):
     folder = tmp_path / "exp"
@@ -33,12 +37,135 @@ def test_the_winner_is_checked_on_the_holdout_with_fresh_seeds(run):
     run_dir, _ = run
     evaluator = ScriptedEvaluator()
     outcome = verify(run_dir, evaluator, seed=1234)
-    (request,) = evaluator.requests
-    assert [c.name for c in request.cases] == ["holdout-515x261x1031"]
-    assert request.cases[0].seed == 1234  # not the case file's seed (15)
+    request, *timed = evaluator.requests
+    assert [c.name for c in request.cases] == HOLDOUTS
+    assert [c.seed for c in request.cases] == [1234, 1235]  # not the case file's seeds (15, 16)
     assert request.time_roles == [] and "RESULT: ok 0.5" in request.kernel.source
     assert outcome.passed and outcome.attempt == 1
     assert json.loads((run_dir / "verify.json").read_text())["seed"] == 1234
+    # one holdout declares its work, the other says timed: both timed, winner (vendor beside it)
+    # and baseline in turn, 3 times each
+    assert len(timed) == 12 and all(r.time_roles == ["holdout"] for r in timed)
+    assert ["ok 0.5" in r.kernel.source for r in timed] == [True, False] * 6
+    assert [bool(r.vendor) for r in timed] == [True, False] * 6
+    assert [c.name for c in outcome.timed] == HOLDOUTS
+    for case in outcome.timed:
+        assert case.origin == "holdout" and case.speedup_vs_baseline == pytest.approx(2.0)
+        assert case.speedup_vs_vendor == pytest.approx(1.2) and not case.regression
+    assert outcome.regressions == []
+
+
+class SlowerOnTheHoldout(ScriptedEvaluator):
+    """The winner is 2x faster on the benchmark cases but 1.5x slower than the initial kernel on the holdout."""
+
+    def evaluate(self, request, on_event=None):
+        if "ok 0.5" in request.kernel.source and request.time_roles == ["holdout"]:
+            request = request.model_copy(deep=True)
+            request.kernel.source = request.kernel.source.replace("ok 0.5", "ok 1.5")
+        return super().evaluate(request, on_event)
+
+
+def test_a_holdout_shape_slower_than_the_baseline_is_a_regression_and_fails(run):
+    from cudaopt.report.build import build
+
+    run_dir, _ = run
+    outcome = verify(run_dir, SlowerOnTheHoldout(), seed=3)
+    assert all(c.regression and c.speedup_vs_baseline == pytest.approx(1 / 1.5) for c in outcome.timed)
+    assert not outcome.passed and outcome.regressions == HOLDOUTS
+    build(run_dir)
+    html = (run_dir / "report.html").read_text()
+    assert '<div class="verdict">no-go</div>' in html
+    assert f"holdout: regression on {', '.join(HOLDOUTS)} (slower than the baseline beyond noise)" in html
+    assert 'id="timed"' in html and "regression" in html
+
+
+def test_verify_exits_1_on_a_regression_and_shows_it(run, monkeypatch):
+    from typer.testing import CliRunner
+
+    import cudaopt.evaluation.supervisor as supervisor
+    from cudaopt.cli import app
+
+    class Scripted(SlowerOnTheHoldout):
+        def __init__(self, *args, **kwargs):
+            super().__init__()
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    monkeypatch.setattr(supervisor, "Supervisor", Scripted)
+    run_dir, _ = run
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["verify", str(run_dir), "--repeats", "2"])
+    assert result.exit_code == 1, result.output
+    assert f"regressions (slower than the baseline beyond noise): {', '.join(HOLDOUTS)}" in result.output
+    assert "worst shapes: holdout-96x3072x1536 0.67× vs baseline; holdout-515x261x1031 0.67×" in result.output
+
+
+def test_one_slower_repeat_is_noise_not_a_regression(run):
+    class OnceSlower(ScriptedEvaluator):
+        calls = 0
+
+        def evaluate(self, request, on_event=None):
+            if "ok 0.5" in request.kernel.source and request.time_roles == ["holdout"]:
+                OnceSlower.calls += 1
+                if OnceSlower.calls == 2:
+                    request = request.model_copy(deep=True)
+                    request.kernel.source = request.kernel.source.replace("ok 0.5", "ok 1.5")
+            return super().evaluate(request, on_event)
+
+    run_dir, _ = run
+    outcome = verify(run_dir, OnceSlower(), seed=3)
+    case = outcome.timed[0]
+    assert case.winner_medians_us[1] > case.baseline_medians_us[1] and not case.regression
+    assert outcome.passed
+
+
+def test_a_holdout_that_says_timed_false_is_only_checked(run, tmp_path):
+    run_dir, folder = run
+    cases = json.loads((folder / "input_cases.json").read_text())
+    cases["cases"][-1]["timed"] = False
+    (folder / "input_cases.json").write_text(json.dumps(cases))
+    with pytest.raises(ExperimentError, match="lock"):  # the input cases are part of the lock
+        verify(run_dir, ScriptedEvaluator())
+
+
+def test_a_shape_sweep_times_every_shape_of_a_grid(run, tmp_path):
+    run_dir, _ = run
+    shapes = tmp_path / "shapes.json"
+    shapes.write_text(json.dumps({"m": [128, 1024], "n": [256], "k": [64, 4096]}))
+    evaluator, steps = ScriptedEvaluator(), []
+    outcome = verify(run_dir, evaluator, seed=9, shapes=shapes, repeats=2,
+                     on_step=lambda what, done, total: steps.append((what, done, total)))
+    swept = [c for c in outcome.timed if c.origin == "shapes"]
+    assert [c.name for c in swept] == ["m=128,n=256,k=64", "m=128,n=256,k=4096", "m=1024,n=256,k=64",
+                                      "m=1024,n=256,k=4096"]
+    assert all(c.speedup_vs_baseline == pytest.approx(2.0) for c in swept) and outcome.passed
+    assert steps[-1] == ("m=1024,n=256,k=4096", 12, 12)  # (2 holdouts + 4 shapes) x 2 repeats
+    sweep_requests = [r for r in evaluator.requests if r.cases[0].name.startswith("m=")]
+    assert all(r.protocol.iterations == 30 and r.protocol.input_sets == 1 for r in sweep_requests)
+    assert sweep_requests[0].cases[0].inputs["a"].shape == ["m", "k"]  # the template's own expressions
+    assert outcome.shapes_file == str(shapes) and [c.name for c in outcome.worst(1)]
+
+
+@pytest.mark.parametrize("content, field", [
+    ('{"m": [64], "q": [2]}', "shapes[0]: q: not a scalar"),
+    ('{"template": "nope", "shapes": [{"m": 4}]}', "template: no case named 'nope'"),
+    ('{"m": [4294967296]}', "shapes[0].scalars.m: 4294967296 does not fit int m"),
+    ('[{"m": 0}]', "shapes[0].outputs.c.shape"),
+    ('{"shapes": []}', "shapes: "),
+    ("[{", "not valid JSON"),
+])
+def test_a_bad_shapes_file_is_bad_input_naming_the_field(run, tmp_path, content, field):
+    run_dir, _ = run
+    shapes = tmp_path / "shapes.json"
+    shapes.write_text(content)
+    evaluator = ScriptedEvaluator()
+    with pytest.raises(ExperimentError) as err:
+        verify(run_dir, evaluator, shapes=shapes)
+    assert field in str(err.value) and "\n" not in str(err.value)
+    assert evaluator.requests == []  # nothing ran
 
 
 def test_extra_cases_are_verified_too(run, tmp_path):
@@ -49,7 +176,7 @@ def test_extra_cases_are_verified_too(run, tmp_path):
     path.write_text(json.dumps(extra))
     evaluator = ScriptedEvaluator()
     verify(run_dir, evaluator, extra=path)
-    assert [c.name for c in evaluator.requests[0].cases] == ["holdout-515x261x1031", "odd-7x5x3"]
+    assert [c.name for c in evaluator.requests[0].cases] == [*HOLDOUTS, "odd-7x5x3"]
 
 
 class Failing(ScriptedEvaluator):

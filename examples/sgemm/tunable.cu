@@ -1,19 +1,19 @@
-// SGEMM with two paths, chosen by problem size (the launch expressions in experiment.json take
-// the same decision, so grid and block always match the path):
+// SGEMM in three tiers of one register-tiled algorithm, chosen by waves: each tier is the largest
+// tile that still gives every SM a block (CUDAOPT_NUM_SMS, set by cudaopt for the GPU at hand):
 //
-// - large problems (at least LARGE_MIN_TILES tiles of BM x BN): register-tiled. Each block of
-//   (BM/TM)*(BN/TN) threads computes a BM x BN tile of C. BK-deep slices of A (stored transposed)
-//   and B go through double-buffered shared memory, the next slice prefetched into registers while
-//   the current one is multiplied. Each thread accumulates TM x TN outputs, reading its operands
-//   from shared memory as float4 in groups of 4 rows/columns spread across the tile.
-// - small problems, where large tiles would leave most SMs idle: 16 x 16 tiles, one output per
-//   thread, 256 threads; SK-deep slices of A and B staged in shared memory, the next slice's global
-//   loads in flight while the current one is multiplied (these cases are latency-bound).
+// - L: BM x BN tiles, TM x TN outputs per thread, BK-deep slices (all tunable), for problems with
+//   at least one L tile per SM;
+// - M: 64 x 64 tiles, 4 x 4 per thread, 256 threads, when L tiles would leave SMs idle;
+// - S: ST x ST tiles, (ST/8) x (ST/8) per thread, 64 threads (ST tunable), for the rest: small or
+//   skinny problems, where parallelism matters more than reuse.
 //
-// At least two blocks of 256 threads fit on an SM (__launch_bounds__), which caps registers at
-// 128 per thread: the small path needs the occupancy, and both paths share one register budget.
+// The launch expressions in experiment.json take the same decision with num_sms, so grid and
+// block always match the tier. In every tier, BK-deep slices of A (stored transposed) and B go
+// through double-buffered shared memory; the next slice's global loads are in flight while the
+// current one is multiplied; each thread reads its operands from shared memory as float4 (float2
+// for 2-wide fragments) in groups spread across the tile, and accumulates in registers.
 //
-// Global loads and stores are float4 when k and n are multiples of 4 and the pointers are
+// Global loads and stores are vectorised when k and n are multiples of 4 and the pointers are
 // 16-byte aligned; otherwise element-wise, with every access guarded.
 #ifndef BM
 #define BM 128
@@ -30,45 +30,72 @@
 #ifndef TN
 #define TN 8
 #endif
-#ifndef SK
-#define SK 32
+#ifndef ST
+#define ST 32
 #endif
-#define LARGE_MIN_TILES 256
+#ifndef CUDAOPT_NUM_SMS
+#define CUDAOPT_NUM_SMS 132
+#endif
 
-#define THREADS ((BM / TM) * (BN / TN))
-#define BOUND 256  // the small path's block; restrictions keep THREADS <= 256
-#define APAD 4                       // pads transposed-A rows: spreads the transposing stores over banks
-#define A_LOADS (BM * BK / 4 / THREADS)  // float4 loads of A per thread per slice
-#define B_LOADS (BK * BN / 4 / THREADS)
-#define ROW_STRIDE (4 * BM / TM)     // distance between a thread's groups of 4 rows
-#define COL_STRIDE (4 * BN / TN)
-
-static_assert(TM % 4 == 0 && TN % 4 == 0, "TM and TN must be multiples of 4");
-static_assert(THREADS <= BOUND && SK % 16 == 0, "at most 256 threads; SK a multiple of 16");
-static_assert(A_LOADS >= 1 && B_LOADS >= 1 && A_LOADS * THREADS * 4 == BM * BK && B_LOADS * THREADS * 4 == BK * BN,
-              "each thread must load whole float4s of both tiles");
+#define APAD 4  // pads transposed-A rows: spreads the transposing stores over the banks
 
 __device__ __forceinline__ bool aligned16(const void* p) { return ((unsigned long long)p & 15ull) == 0ull; }
 
-__device__ void large_tiles(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
-                            int m, int n, int k, float (*As)[BK][BM + APAD], float (*Bs)[BK][BN])
+// W consecutive floats from shared memory (W = 4 or 2), as one vector load.
+template <int W>
+__device__ __forceinline__ void fragment(float* out, const float* p)
 {
+    if constexpr (W == 4) {
+        const float4 v = *reinterpret_cast<const float4*>(p);
+        out[0] = v.x; out[1] = v.y; out[2] = v.z; out[3] = v.w;
+    } else {
+        const float2 v = *reinterpret_cast<const float2*>(p);
+        out[0] = v.x; out[1] = v.y;
+    }
+}
+
+template <int TBM, int TBN, int TBK, int TTM, int TTN>
+struct Tier {
+    static constexpr int threads = (TBM / TTM) * (TBN / TTN);
+    static constexpr int vm = TTM < 4 ? TTM : 4;  // fragment width along m
+    static constexpr int vn = TTN < 4 ? TTN : 4;
+    static constexpr int a_loads = TBM * TBK / 4 / threads;  // float4 loads of A per thread per slice
+    static constexpr int b_loads = TBK * TBN / 4 / threads;
+    static constexpr int a_floats = TBK * (TBM + APAD);
+    static constexpr int b_floats = TBK * TBN;
+    static constexpr int smem_floats = 2 * (a_floats + b_floats);
+    static_assert(TTM % vm == 0 && TTN % vn == 0 && (vm == 2 || vm == 4) && (vn == 2 || vn == 4), "fragment widths");
+    static_assert(a_loads >= 1 && b_loads >= 1 && a_loads * threads * 4 == TBM * TBK &&
+                  b_loads * threads * 4 == TBK * TBN, "each thread loads whole float4s of both tiles");
+};
+
+template <int TBM, int TBN, int TBK, int TTM, int TTN>
+__device__ __forceinline__ void gemm(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
+                                     int m, int n, int k, float* smem)
+{
+    using T = Tier<TBM, TBN, TBK, TTM, TTN>;
+    constexpr int THREADS = T::threads, VM = T::vm, VN = T::vn;
+    constexpr int ROW_STRIDE = VM * TBM / TTM;  // distance between a thread's groups of VM rows
+    constexpr int COL_STRIDE = VN * TBN / TTN;
+    float (*As)[TBK][TBM + APAD] = reinterpret_cast<float (*)[TBK][TBM + APAD]>(smem);
+    float (*Bs)[TBK][TBN] = reinterpret_cast<float (*)[TBK][TBN]>(smem + 2 * T::a_floats);
+
     const int tid = threadIdx.x;
-    const int tx = tid % (BN / TN);
-    const int ty = tid / (BN / TN);
-    const int row0 = blockIdx.y * BM;
-    const int col0 = blockIdx.x * BN;
+    const int tx = tid % (TBN / TTN);
+    const int ty = tid / (TBN / TTN);
+    const int row0 = blockIdx.y * TBM;
+    const int col0 = blockIdx.x * TBN;
     const bool vecA = (k % 4 == 0) && aligned16(a);
     const bool vecB = (n % 4 == 0) && aligned16(b);
     const bool vecC = (n % 4 == 0) && aligned16(c);
 
-    float ra[A_LOADS][4], rb[B_LOADS][4];
+    float ra[T::a_loads][4], rb[T::b_loads][4];
 
     auto load = [&](int k0) {
 #pragma unroll
-        for (int l = 0; l < A_LOADS; ++l) {
+        for (int l = 0; l < T::a_loads; ++l) {
             const int e = tid + l * THREADS;
-            const int r = row0 + e / (BK / 4), kq = k0 + (e % (BK / 4)) * 4;
+            const int r = row0 + e / (TBK / 4), kq = k0 + (e % (TBK / 4)) * 4;
             const float* p = a + (size_t)r * k + kq;
             if (vecA && r < m && kq < k) {  // k % 4 == 0 and kq % 4 == 0: kq < k implies kq + 3 < k
                 const float4 v = __ldg(reinterpret_cast<const float4*>(p));
@@ -79,9 +106,9 @@ __device__ void large_tiles(const float* __restrict__ a, const float* __restrict
             }
         }
 #pragma unroll
-        for (int l = 0; l < B_LOADS; ++l) {
+        for (int l = 0; l < T::b_loads; ++l) {
             const int e = tid + l * THREADS;
-            const int kr = k0 + e / (BN / 4), cq = col0 + (e % (BN / 4)) * 4;
+            const int kr = k0 + e / (TBN / 4), cq = col0 + (e % (TBN / 4)) * 4;
             const float* p = b + (size_t)kr * n + cq;
             if (vecB && kr < k && cq < n) {
                 const float4 v = __ldg(reinterpret_cast<const float4*>(p));
@@ -94,51 +121,45 @@ __device__ void large_tiles(const float* __restrict__ a, const float* __restrict
     };
     auto store = [&](int buf) {
 #pragma unroll
-        for (int l = 0; l < A_LOADS; ++l) {
+        for (int l = 0; l < T::a_loads; ++l) {
             const int e = tid + l * THREADS;
-            const int r = e / (BK / 4), kq = (e % (BK / 4)) * 4;
+            const int r = e / (TBK / 4), kq = (e % (TBK / 4)) * 4;
 #pragma unroll
             for (int j = 0; j < 4; ++j) As[buf][kq + j][r] = ra[l][j];
         }
 #pragma unroll
-        for (int l = 0; l < B_LOADS; ++l) {
+        for (int l = 0; l < T::b_loads; ++l) {
             const int e = tid + l * THREADS;
-            *reinterpret_cast<float4*>(&Bs[buf][e / (BN / 4)][(e % (BN / 4)) * 4]) =
+            *reinterpret_cast<float4*>(&Bs[buf][e / (TBN / 4)][(e % (TBN / 4)) * 4]) =
                 make_float4(rb[l][0], rb[l][1], rb[l][2], rb[l][3]);
         }
     };
 
-    float acc[TM][TN];
+    float acc[TTM][TTN];
 #pragma unroll
-    for (int i = 0; i < TM; ++i)
+    for (int i = 0; i < TTM; ++i)
 #pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+        for (int j = 0; j < TTN; ++j) acc[i][j] = 0.0f;
 
-    const int slices = (k + BK - 1) / BK;
+    const int slices = (k + TBK - 1) / TBK;
     load(0);
     store(0);
     __syncthreads();
     int buf = 0;
     for (int t = 0; t < slices; ++t) {
         const bool more = t + 1 < slices;
-        if (more) load((t + 1) * BK);  // global loads in flight during the FMAs below
+        if (more) load((t + 1) * TBK);  // global loads in flight during the FMAs below
 #pragma unroll
-        for (int kk = 0; kk < BK; ++kk) {
-            float av[TM], bv[TN];
+        for (int kk = 0; kk < TBK; ++kk) {
+            float av[TTM], bv[TTN];
 #pragma unroll
-            for (int h = 0; h < TM / 4; ++h) {
-                const float4 v = *reinterpret_cast<const float4*>(&As[buf][kk][h * ROW_STRIDE + ty * 4]);
-                av[h * 4 + 0] = v.x; av[h * 4 + 1] = v.y; av[h * 4 + 2] = v.z; av[h * 4 + 3] = v.w;
-            }
+            for (int h = 0; h < TTM / VM; ++h) fragment<VM>(av + h * VM, &As[buf][kk][h * ROW_STRIDE + ty * VM]);
 #pragma unroll
-            for (int h = 0; h < TN / 4; ++h) {
-                const float4 v = *reinterpret_cast<const float4*>(&Bs[buf][kk][h * COL_STRIDE + tx * 4]);
-                bv[h * 4 + 0] = v.x; bv[h * 4 + 1] = v.y; bv[h * 4 + 2] = v.z; bv[h * 4 + 3] = v.w;
-            }
+            for (int h = 0; h < TTN / VN; ++h) fragment<VN>(bv + h * VN, &Bs[buf][kk][h * COL_STRIDE + tx * VN]);
 #pragma unroll
-            for (int i = 0; i < TM; ++i)
+            for (int i = 0; i < TTM; ++i)
 #pragma unroll
-                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+                for (int j = 0; j < TTN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
         }
         if (more) store(buf ^ 1);  // the other buffer was last read before the previous barrier
         __syncthreads();
@@ -146,76 +167,44 @@ __device__ void large_tiles(const float* __restrict__ a, const float* __restrict
     }
 
 #pragma unroll
-    for (int i = 0; i < TM; ++i) {
-        const int r = row0 + (i / 4) * ROW_STRIDE + ty * 4 + i % 4;
+    for (int i = 0; i < TTM; ++i) {
+        const int r = row0 + (i / VM) * ROW_STRIDE + ty * VM + i % VM;
         if (r >= m) continue;
         float* row = c + (size_t)r * n;
 #pragma unroll
-        for (int h = 0; h < TN / 4; ++h) {
-            const int col = col0 + h * COL_STRIDE + tx * 4;
-            if (vecC && col < n) {
-                *reinterpret_cast<float4*>(row + col) =
-                    make_float4(acc[i][h * 4 + 0], acc[i][h * 4 + 1], acc[i][h * 4 + 2], acc[i][h * 4 + 3]);
+        for (int h = 0; h < TTN / VN; ++h) {
+            const int col = col0 + h * COL_STRIDE + tx * VN;
+            const float* v = &acc[i][h * VN];
+            if (VN == 4 && vecC && col < n) {  // n % 4 == 0 and col % 4 == 0: col < n implies col + 3 < n
+                *reinterpret_cast<float4*>(row + col) = make_float4(v[0], v[1], v[2], v[3]);
             } else {
 #pragma unroll
-                for (int j = 0; j < 4; ++j)
-                    if (col + j < n) row[col + j] = acc[i][h * 4 + j];
+                for (int j = 0; j < VN; ++j)
+                    if (col + j < n) row[col + j] = v[j];
             }
         }
     }
 }
 
-__device__ void small_tiles(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
-                            int m, int n, int k, float (*As)[SK + 1], float (*Bs)[16])
-{
-    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-    const int row0 = blockIdx.y * 16, col0 = blockIdx.x * 16;
-    float ra[SK / 16], rb[SK / 16];
+using Large = Tier<BM, BN, BK, TM, TN>;
+using Medium = Tier<64, 64, 16, 4, 4>;
+using Small = Tier<ST, ST, 16, ST / 8, ST / 8>;
+static_assert(Large::threads <= 256 && Medium::threads == 256 && Small::threads == 64, "at most 256 threads");
 
-    auto load = [&](int k0) {
-#pragma unroll
-        for (int l = 0; l < SK / 16; ++l) {
-            const int e = tid + l * 256;
-            const int r = row0 + e / SK, ka = k0 + e % SK;
-            ra[l] = (r < m && ka < k) ? __ldg(a + (size_t)r * k + ka) : 0.0f;
-            const int kb = k0 + e / 16, col = col0 + e % 16;
-            rb[l] = (kb < k && col < n) ? __ldg(b + (size_t)kb * n + col) : 0.0f;
-        }
-    };
-    float acc = 0.0f;
-    const int slices = (k + SK - 1) / SK;
-    load(0);
-    for (int t = 0; t < slices; ++t) {
-#pragma unroll
-        for (int l = 0; l < SK / 16; ++l) {
-            const int e = tid + l * 256;
-            As[e / SK][e % SK] = ra[l];
-            Bs[e / 16][e % 16] = rb[l];
-        }
-        __syncthreads();
-        if (t + 1 < slices) load((t + 1) * SK);  // the next slice's loads overlap these FMAs
-#pragma unroll
-        for (int kk = 0; kk < SK; ++kk) acc = fmaf(As[ty][kk], Bs[kk][tx], acc);
-        __syncthreads();
-    }
-    const int row = row0 + ty, col = col0 + tx;
-    if (row < m && col < n) c[(size_t)row * n + col] = acc;
-}
+__host__ __device__ constexpr int max3(int x, int y, int z) { return x > y ? (x > z ? x : z) : (y > z ? y : z); }
 
-#define LARGE_FLOATS (2 * BK * (BM + APAD) + 2 * BK * BN)
-#define SMALL_FLOATS (16 * (SK + 1) + SK * 16)
-
-extern "C" __global__ void __launch_bounds__(BOUND, 2)
+extern "C" __global__ void __launch_bounds__(256, 2)
 matmul_f32(const float* a, const float* b, float* c, int m, int n, int k)
 {
-    // One shared buffer, carved differently by each path.
-    __shared__ __align__(16) float smem[LARGE_FLOATS > SMALL_FLOATS ? LARGE_FLOATS : SMALL_FLOATS];
-    const long long tiles = (long long)((m + BM - 1) / BM) * ((n + BN - 1) / BN);
-    if (tiles >= LARGE_MIN_TILES) {
-        large_tiles(a, b, c, m, n, k, reinterpret_cast<float (*)[BK][BM + APAD]>(smem),
-                    reinterpret_cast<float (*)[BK][BN]>(smem + 2 * BK * (BM + APAD)));
+    // One shared buffer, carved by the tier that runs.
+    __shared__ __align__(16) float smem[max3(Large::smem_floats, Medium::smem_floats, Small::smem_floats)];
+    const long long large = (long long)((m + BM - 1) / BM) * ((n + BN - 1) / BN);
+    const long long medium = (long long)((m + 63) / 64) * ((n + 63) / 64);
+    if (large >= CUDAOPT_NUM_SMS) {
+        gemm<BM, BN, BK, TM, TN>(a, b, c, m, n, k, smem);
+    } else if (medium >= CUDAOPT_NUM_SMS) {
+        gemm<64, 64, 16, 4, 4>(a, b, c, m, n, k, smem);
     } else {
-        small_tiles(a, b, c, m, n, k, reinterpret_cast<float (*)[SK + 1]>(smem),
-                    reinterpret_cast<float (*)[16]>(smem + 16 * (SK + 1)));
+        gemm<ST, ST, 16, ST / 8, ST / 8>(a, b, c, m, n, k, smem);
     }
 }

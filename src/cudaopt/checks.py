@@ -17,7 +17,7 @@ from typing import Any
 
 from .errors import ExperimentError
 from .harness import expr
-from .harness.launch import resolve_launch
+from .harness.launch import DEVICE_NAMES, NOMINAL_DEVICE, resolve_launch
 from .harness.protocol import CaseSpec, LaunchSpec
 from .harness.signature import Signature, SignatureError, find_entry
 
@@ -66,6 +66,10 @@ def check_case(path: Path, where: str, case: CaseSpec, default_launch: LaunchSpe
     for arg in signature.scalars:
         if arg.name not in case.scalars:
             raise ExperimentError(path, f"{where}.scalars", f"missing scalar {arg.name!r} (signature: {arg.c_decl()})")
+    for name in case.scalars:
+        if name in DEVICE_NAMES:
+            raise ExperimentError(path, f"{where}.scalars.{name}", f"{name!r} is reserved: launch expressions use it "
+                                                                  "for the GPU's own value")
     known = {a.name for a in signature.args}
     for kind, names in (("inputs", case.inputs), ("outputs", case.outputs)):
         for name in names:
@@ -105,9 +109,10 @@ def check_case(path: Path, where: str, case: CaseSpec, default_launch: LaunchSpe
 
 
 def check_launch(path: Path, field: str, launch: LaunchSpec, case: CaseSpec, names: dict | None = None) -> None:
-    """The launch resolves on the case's scalars (and ``names``) and fits what any CUDA GPU launches."""
+    """The launch resolves on the case's scalars (and ``names``: tunables) and fits what any CUDA
+    GPU launches; the GPU's facts (``num_sms``) take their nominal values here."""
     try:
-        resolved = resolve_launch(launch, {**(names or {}), **case.scalars})
+        resolved = resolve_launch(launch, {**(names or {}), **NOMINAL_DEVICE, **case.scalars})
     except ValueError as exc:
         raise ExperimentError(path, field, f"case {case.name!r}: {exc}") from None
     block, grid = resolved.block, resolved.grid

@@ -22,6 +22,7 @@ from .errors import ExperimentError
 from .experiment import Experiment
 from .harness.compiler import DEFAULT_ARCH, CompileError, compile_kernel
 from .harness.inputs import shape_of
+from .harness.launch import NOMINAL_DEVICE, device_defines
 from .harness.protocol import CaseSpec, KernelSpec, Model, ReferenceSpec
 
 REFERENCE_TIMEOUT_S = 120.0
@@ -75,7 +76,8 @@ def preflight(experiment: Experiment, *, kernel: Path | None = None, entry: str 
 
 def _compile(path: Path, source: str, entry: str, defines: dict, arch: str):
     try:
-        return compile_kernel(KernelSpec(source=source, entry=entry, defines=dict(defines)), arch).info
+        spec = device_defines(KernelSpec(source=source, entry=entry, defines=dict(defines)), NOMINAL_DEVICE)
+        return compile_kernel(spec, arch).info
     except CompileError as exc:
         first = next((line for line in exc.log.splitlines() if "error" in line), exc.log.splitlines()[0])
         where = f" with {defines}" if defines else ""

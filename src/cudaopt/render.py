@@ -199,8 +199,31 @@ def verify_table(outcome: VerifyOutcome) -> Table:
     return table
 
 
+def timed_table(outcome: VerifyOutcome) -> Table:
+    """The timed holdout cases and shapes: winner, baseline and vendor, and the regression verdict."""
+    table = Table(title=f"timed beside the baseline and the vendor ({outcome.repeats} interleaved repeats)",
+                  title_justify="left")
+    for column in ("shape", "from", "winner µs", "baseline µs", "vendor µs", "vs baseline", "vs vendor", "verdict"):
+        table.add_column(column, justify="left" if column in ("shape", "from", "verdict") else "right")
+    for c in outcome.timed:
+        verdict = c.status if c.status != "ok" else (
+            f"[red]regression[/] (> {c.margin:.0%} slower every repeat)" if c.regression else "ok")
+        table.add_row(c.name, c.origin, _num(c.winner_us), _num(c.baseline_us), _num(c.vendor_us),
+                      f"{c.speedup_vs_baseline:.2f}×" if c.speedup_vs_baseline else "-",
+                      f"{c.speedup_vs_vendor:.2f}×" if c.speedup_vs_vendor else "-", verdict)
+    return table
+
+
 def verify_lines(outcome: VerifyOutcome, run_dir: Path) -> list[str]:
     lines = [f"{c.name}: {' '.join(c.reason.split())}" for c in outcome.cases if c.status != "ok"]
+    lines += [f"{c.name}: {c.status}: {' '.join(c.reason.split())}" for c in outcome.timed if c.status != "ok"]
+    if outcome.regressions:
+        lines.append(f"regressions (slower than the baseline beyond noise): {', '.join(outcome.regressions)}")
+    worst = outcome.worst()
+    if worst:
+        lines.append("worst shapes: " + "; ".join(
+            f"{c.name} {c.speedup_vs_baseline or c.speedup_vs_vendor:.2f}× vs "
+            f"{'baseline' if c.speedup_vs_baseline else 'vendor'}" for c in worst))
     for tool in outcome.sanitize or []:
         detail = "no errors" if tool.passed else (
             f"{tool.errors} error(s)" if tool.errors else f"evaluation {tool.status}: {tool.reason}")

@@ -1,10 +1,13 @@
 """``cudaopt verify``: the winner on cases it never saw, with fresh seeds, against the reference.
 
 The holdout cases of the experiment (never evaluated during the run, never shown to a model)
-and any extra cases are checked — not timed — with the winner's source, tunable values and
-launch expressions (shapes always from each case's own scalars). With ``--sanitize`` the
-winner also runs under compute-sanitizer (sanitize.py). The outcome goes to ``verify.json`` in
-the run directory, where the report's verdict reads it.
+and any extra cases are checked with the winner's source, tunable values and launch
+expressions (shapes always from each case's own scalars). The holdout cases that declare their
+work or ``"timed": true``, and every shape of ``--shapes FILE``, are also timed beside the
+baseline and the vendor (shapes.py); a shape where the winner is slower than the baseline beyond
+noise is a regression, and fails verification. With ``--sanitize`` the winner also runs under
+compute-sanitizer (sanitize.py). The outcome goes to ``verify.json`` in the run directory, where
+the report's verdict reads it.
 """
 
 from __future__ import annotations
@@ -14,29 +17,37 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import ExperimentError
+from .harness.protocol import CaseSpec, EvalRequest, TimingProtocol
 from .record.recorder import Evaluator
-from .record.runs import load_run_experiment, open_run, winner
+from .record.runs import Winner, load_run_experiment, open_run, winner
 from .record.schema import VerifiedCase, VerifyOutcome
+from .shapes import load_shapes, sweep_protocol, time_shapes
 
 
 def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed: int | None = None,
-           sanitize_device: int | None = None, on_tool: Callable[[str], None] = lambda tool: None) -> VerifyOutcome:
-    """Check the winner on the holdout (and extra) cases; with ``sanitize_device``, also run it under
-    compute-sanitizer on that GPU, on the correctness and holdout cases."""
+           sanitize_device: int | None = None, on_tool: Callable[[str], None] = lambda tool: None,
+           shapes: Path | None = None, repeats: int = 3,
+           on_step: Callable[[str, int, int], None] = lambda what, done, total: None) -> VerifyOutcome:
+    """Check the winner on the holdout (and extra) cases and time what should be timed; with
+    ``sanitize_device``, also run it under compute-sanitizer on that GPU, on the correctness and
+    holdout cases. ``on_step(what, done, total)`` follows the timed part."""
     run = open_run(run_dir)
     experiment = load_run_experiment(run)
     best = winner(run)
+    sweep = load_shapes(shapes, experiment) if shapes else []
     cases = experiment.cases({"holdout"}) + (experiment.extra_cases(extra) if extra else [])
-    if not cases:
+    if not cases and not sweep:
         raise ExperimentError(experiment.cases_path, "cases", "no holdout case to verify on (give --cases FILE)")
     seed = secrets.randbits(31) if seed is None else seed
     fresh = [case.model_copy(update={"seed": seed + i}) for i, case in enumerate(cases)]
     request = experiment.request(best.source, launch=best.launch, defines=best.defines, roles={"holdout"},
                                  request_id=f"verify-{best.attempt.id}")
     request.cases, request.time_roles = fresh, []
-    result = evaluator.evaluate(request)
+    result = evaluator.evaluate(request) if fresh else None
     outcome = VerifyOutcome(
-        passed=result.ok, status=result.status, reason=result.reason, attempt=best.attempt.id, seed=seed,
+        passed=result.ok if result else True, status=result.status if result else "ok",
+        reason=result.reason if result else "", attempt=best.attempt.id, seed=seed, repeats=repeats,
+        shapes_file=str(shapes) if shapes else None,
         cases=[
             VerifiedCase(
                 name=c.name, role=c.role, status=c.status, reason=c.reason,
@@ -44,17 +55,57 @@ def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed:
                 max_rel_error=max((k.max_rel_error for k in c.checks), default=None),
                 input_sets_checked=len({k.input_set for k in c.checks}),
             )
-            for c in result.cases
+            for c in (result.cases if result else [])
         ],
     )
+    timed = [c for c in fresh if c.role == "holdout" and c.timed_in_verify]
+    total = (len(timed) + len(sweep)) * repeats
+    done = 0
+
+    def step(name: str) -> None:
+        nonlocal done
+        done += 1
+        on_step(name, done, total)
+
+    if timed:
+        outcome.timed += time_shapes(evaluator, timed, "holdout", *_requests(experiment, best, experiment.protocol()),
+                                     repeats, step)
+    if sweep:
+        sweep = [c.model_copy(update={"seed": seed + len(fresh) + i}) for i, c in enumerate(sweep)]
+        outcome.timed += time_shapes(evaluator, sweep, "shapes",
+                                     *_requests(experiment, best, sweep_protocol(experiment.protocol())), repeats, step)
+    outcome.regressions = [c.name for c in outcome.timed if c.regression]
+    broken = [c for c in outcome.timed if c.status != "ok"]
+    outcome.passed = outcome.passed and not broken and not outcome.regressions
+    if broken and outcome.status == "ok":
+        outcome.status, outcome.reason = broken[0].status, f"case {broken[0].name}: {broken[0].reason}"
     if sanitize_device is not None:
         from .sanitize import sanitize
 
-        checked = [c.model_copy(update={"seed": seed + len(fresh) + i})
+        checked = [c.model_copy(update={"seed": seed + len(fresh) + len(sweep) + i})
                    for i, c in enumerate(experiment.cases({"correctness"}))]
         request.cases = checked + fresh
         outcome.sanitize = sanitize(request, sanitize_device, run.file("sanitize"), on_tool=on_tool)
         outcome.passed = outcome.passed and all(r.passed for r in outcome.sanitize)
     run.write_model("verify.json", outcome)
-    run.log(f"verify: attempt {best.attempt.id} on {len(fresh)} case(s), seed {seed}: {result.status}")
+    run.log(f"verify: attempt {best.attempt.id} on {len(fresh)} case(s) and {len(sweep)} shape(s), seed {seed}: "
+            f"{'passed' if outcome.passed else 'failed'}"
+            + (f", regressions: {', '.join(outcome.regressions)}" if outcome.regressions else ""))
     return outcome
+
+
+def _requests(experiment, best: Winner, protocol: TimingProtocol):
+    """How the winner (with the vendor beside it) and the baseline are asked to time one case."""
+    def winner_request(case: CaseSpec) -> EvalRequest:
+        request = experiment.request(best.source, launch=best.launch, defines=best.defines, protocol=protocol,
+                                     request_id=f"verify-time-{case.name}", vendor=True)
+        request.cases, request.time_roles = [case], ["holdout"]
+        return request
+
+    def baseline_request(case: CaseSpec) -> EvalRequest:
+        request = experiment.request(experiment.initial_kernel_path.read_text(), protocol=protocol,
+                                     request_id=f"verify-baseline-{case.name}")
+        request.cases, request.time_roles = [case], ["holdout"]
+        return request
+
+    return winner_request, (baseline_request if experiment.initial_kernel_path else None)

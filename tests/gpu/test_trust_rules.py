@@ -198,3 +198,31 @@ def test_gate_keeps_host_launch_latency_out(supervisor, sgemm):
     result = supervisor.evaluate(request)
     assert result.status == "ok", result.reason
     assert result.cases[0].timing.median_us < 4.0
+
+
+def test_launches_and_kernels_see_the_gpus_sm_count(supervisor):
+    """grid = num_sms in the launch, CUDAOPT_NUM_SMS in the kernel: both the GPU's own count."""
+    from cudaopt.harness.protocol import (
+        CaseSpec,
+        EvalRequest,
+        KernelSpec,
+        LaunchSpec,
+        OutputSpec,
+        ReferenceSpec,
+        TimingProtocol,
+    )
+
+    sms = supervisor.device_info().sm_count
+    source = ('extern "C" __global__ void sms(int* out) {\n'
+              '    if (threadIdx.x == 0) out[blockIdx.x] = (gridDim.x == CUDAOPT_NUM_SMS) ? CUDAOPT_NUM_SMS : -1;\n}')
+    reference = f"import numpy as np\n\ndef sms(**kwargs):\n    return np.full({sms}, {sms}, dtype=np.int32)\n"
+    case = CaseSpec(name="one-per-sm", role="performance", scalars={}, inputs={},
+                    outputs={"out": OutputSpec(shape=[sms], rtol=0, atol=0)},
+                    launch=LaunchSpec(grid=["num_sms"], block=[32]))
+    request = EvalRequest(signature='extern "C" __global__ void sms(int* out)',
+                          kernel=KernelSpec(source=source, entry="sms"), cases=[case],
+                          reference=ReferenceSpec(kind="py", source=reference, entry="sms", path="sms_reference.py"),
+                          protocol=TimingProtocol(warmup=1, iterations=5))
+    result = supervisor.evaluate(request)
+    assert result.status == "ok", result.reason
+    assert result.cases[0].launch.grid == (sms, 1, 1)

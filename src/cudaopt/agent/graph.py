@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from ..harness.launch import device_facts
 from ..record.events import AttemptStarted
 from ..record.recorder import Recorder
 from ..record.runs import Budget
@@ -111,7 +112,7 @@ class Optimizer:
             return {"pending": None, "fatal_error": reply.error if reply.fatal else ""}
         try:
             proposal = parse(reply.text, rec.exp.signature, rec.cases, allow_tunables=self.tune,
-                             max_configurations=MAX_SWEEP)
+                             max_configurations=MAX_SWEEP, device=device_facts(rec.evaluator.device_info()))
         except ProposalError as exc:
             rec.reject(parent, str(exc), [call.id])
             return {"pending": None}

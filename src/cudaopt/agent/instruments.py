@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable
 
 from ..harness.compiler import CompileError
+from ..harness.launch import device_defines, device_facts
 from ..harness.protocol import KernelSpec
 from ..insight import ncu
 from ..insight.card import BottleneckCard, CardError, ProfileRecord, build_card
@@ -75,6 +76,7 @@ class Instruments:
         if source is None:
             return {"error": f"attempt #{attempt.id} has no source: it was rejected before compiling"}
         spec = KernelSpec(source=source, entry=self.rec.exp.signature.name, defines=dict(attempt.defines))
+        spec = device_defines(spec, device_facts(self.rec.evaluator.device_info()))
         try:
             summary = summarize(spec, (attempt.compile.arch if attempt.compile else "") or self.arch)
         except CompileError as exc:

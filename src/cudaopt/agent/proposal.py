@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..harness import expr
-from ..harness.launch import resolve_launch, tunable_clashes
+from ..harness.launch import NOMINAL_DEVICE, candidate_names, resolve_launch, tunable_clashes
 from ..harness.protocol import CaseSpec, LaunchSpec
 from ..harness.signature import Signature, SignatureError, entry_names, find_entry
 
@@ -53,8 +54,9 @@ _HOST_CODE = [
 
 
 def parse(text: str, signature: Signature, cases: list[CaseSpec], allow_tunables: bool = False,
-          max_configurations: int = 16) -> Proposal:
-    """Parse and validate a model answer against the experiment's signature and cases."""
+          max_configurations: int = 16, device: Mapping = NOMINAL_DEVICE) -> Proposal:
+    """Parse and validate a model answer against the experiment's signature and cases (its launch
+    resolved with ``device``'s facts, e.g. ``num_sms``)."""
     if not text or not text.strip():
         raise ProposalError("empty answer")
     blocks = _FENCE.findall(text)
@@ -89,7 +91,7 @@ def parse(text: str, signature: Signature, cases: list[CaseSpec], allow_tunables
     for config in configurations or [{}]:
         for case in cases:  # the launch must resolve on every case the model may see
             try:
-                resolve_launch(launch, {**case.scalars, **config})
+                resolve_launch(launch, candidate_names(case.scalars, config, device))
             except (ValueError, expr.ExprError) as exc:
                 where = f" with {config}" if config else ""
                 raise ProposalError(f"launch configuration does not work for case {case.name!r}{where}: {exc}") from None

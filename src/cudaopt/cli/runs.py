@@ -45,11 +45,22 @@ def verify(
     sanitize: Annotated[bool, typer.Option("--sanitize", help="Also run the winner under compute-sanitizer "
                                            "(memcheck, racecheck, initcheck, synccheck) on the correctness and "
                                            "holdout cases; any error fails verification.")] = False,
+    shapes: Annotated[Path | None, typer.Option("--shapes", help='Also time the winner, the baseline and the vendor '
+                                                "on every shape of this file: scalar sets, or a grid such as "
+                                                '{"m": [256, 4096], "n": [...], "k": [...]}, on a template case '
+                                                '({"template": CASE, "shapes": ...}; default: the first performance '
+                                                "case). A shape slower than the baseline beyond noise fails.")] = None,
+    repeats: Annotated[int, typer.Option(min=1, help="Interleaved winner/baseline measurements per timed holdout "
+                                                     "case and per shape.")] = 3,
     device: DeviceOpt = 0,
 ) -> None:
-    """Check the winner on the holdout cases (and --cases) with fresh seeds; exit 1 on any failure."""
+    """Check the winner on the holdout cases (and --cases) with fresh seeds, and time the holdout
+    cases that declare their work (and --shapes) beside the baseline and the vendor; exit 1 on any
+    failure or regression."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from ..evaluation.supervisor import Supervisor
-    from ..render import verify_lines, verify_table
+    from ..render import timed_table, verify_lines, verify_table
     from ..report.build import build
     from ..verify import verify as run_verify
 
@@ -58,11 +69,20 @@ def verify(
         from ..sanitize import find_sanitizer
 
         find_sanitizer()  # before any GPU work: a missing tool is bad input, exit 2
-    with Supervisor(devices=[device]) as supervisor, err.status("verifying") as status:
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Supervisor(devices=[device]) as supervisor, Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task("verifying", total=None)
+
+        def step(what: str, done: int, total: int) -> None:
+            bar.update(task, description=f"timing {what}", completed=done, total=total)
+
         outcome = run_verify(run_dir, supervisor, cases, seed, sanitize_device=device if sanitize else None,
-                             on_tool=lambda tool: status.update(f"compute-sanitizer --tool {tool}"))
+                             on_tool=lambda tool: bar.update(task, description=f"compute-sanitizer --tool {tool}"),
+                             shapes=shapes, repeats=repeats, on_step=step)
     out = console()
     out.print(verify_table(outcome))
+    if outcome.timed:
+        out.print(timed_table(outcome))
     for line in verify_lines(outcome, run_dir):
         say(out, line)
     if (run_dir / "summary.json").is_file():

@@ -312,6 +312,10 @@ class Gpu:
             pci_bus_id=self.device.pci_bus_id, peak_bytes_per_s=self.peaks.bytes_per_s, measured_peaks=measured,
         )
 
+    def facts(self) -> dict[str, int]:
+        """What launch expressions may use of this GPU (launch.DEVICE_NAMES)."""
+        return {"num_sms": int(self.props.multiprocessor_count)}
+
     def clocks(self) -> Clocks:
         return read_clocks(self.device.pci_bus_id)
 

@@ -1,11 +1,13 @@
 """Launch configurations: expressions resolved per case, and the names a tunable may not take.
 
-A launch is written as expressions over the case scalars and the kernel's tunables
-(``cdiv(n, BM)``). Tunables are the candidate's to choose; scalars define the problem. So a
-tunable may never share a name with a case scalar, a signature argument, an expression function
-or a C type: were it allowed to, a candidate could resize what is checked (``m = 16``) while the
-kernel runs the real problem. Shapes, the reference's launch, flops and bytes are always
-resolved from the case's own scalars; only the candidate's launch sees the tunables.
+A launch is written as expressions over the case scalars, the kernel's tunables (``cdiv(n,
+BM)``) and facts of the GPU it runs on (``num_sms``, so a kernel can size its grid in waves).
+Tunables are the candidate's to choose; scalars define the problem. So a tunable may never share
+a name with a case scalar, a signature argument, a GPU fact, an expression function or a C
+type: were it allowed to, a candidate could resize what is checked (``m = 16``) while the
+kernel runs the real problem. Shapes, flops and bytes are always resolved from the case's own
+scalars; launches see the GPU's facts too, and only the candidate's launch sees the tunables.
+Kernels see the same facts as defines (``CUDAOPT_NUM_SMS``), set by the harness.
 """
 
 from __future__ import annotations
@@ -14,14 +16,31 @@ import re
 from collections.abc import Iterable, Mapping
 
 from . import expr
-from .protocol import LaunchSpec
-from .results import ResolvedLaunch
+from .protocol import KernelSpec, LaunchSpec
+from .results import DeviceInfo, ResolvedLaunch
 from .signature import C_TYPES, Signature
 
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 _RESERVED_WORDS = {word for c_type in C_TYPES for word in c_type.split()} | {
     "const", "void", "bool", "signed", "extern", "__global__", "__device__", "__shared__", "__restrict__",
 }
+
+
+# Facts of the GPU that launch expressions may use, and the define each reaches a kernel as.
+DEVICE_NAMES = {"num_sms": "CUDAOPT_NUM_SMS"}
+NOMINAL_DEVICE = {"num_sms": 132}  # checks before any GPU (cudaopt check) assume an H100/H200 SXM
+RESERVED_PREFIX = "CUDAOPT_"  # defines the harness sets
+
+
+def device_facts(info: DeviceInfo) -> dict[str, int]:
+    """The launch names of a GPU described by the worker (the nominal ones where it says nothing)."""
+    return {"num_sms": info.sm_count or NOMINAL_DEVICE["num_sms"]}
+
+
+def device_defines(spec: KernelSpec, device: Mapping) -> KernelSpec:
+    """``spec`` with the GPU's facts added as defines (``CUDAOPT_NUM_SMS``)."""
+    extra = {define: int(device[name]) for name, define in DEVICE_NAMES.items()}
+    return spec.model_copy(update={"defines": {**spec.defines, **extra}})
 
 
 def resolve_launch(spec: LaunchSpec, names: Mapping) -> ResolvedLaunch:
@@ -59,6 +78,8 @@ def tunable_clashes(names: Iterable[str], signature: Signature, scalar_names: It
             problems.append(f"{name!r} shadows the case scalar {name!r}")
         elif name in arguments:
             problems.append(f"{name!r} shadows the signature argument {name!r}")
+        elif name in DEVICE_NAMES or name.startswith(RESERVED_PREFIX):
+            problems.append(f"{name!r} is reserved for the GPU's facts the harness provides")
         elif name in expr.FUNCTIONS:
             problems.append(f"{name!r} shadows the expression function {name}()")
         elif name in _RESERVED_WORDS:
@@ -66,7 +87,8 @@ def tunable_clashes(names: Iterable[str], signature: Signature, scalar_names: It
     return problems
 
 
-def candidate_names(scalars: Mapping, defines: Mapping) -> dict:
-    """The names a candidate's launch expressions see: the case scalars and its numeric tunables.
-    Callers check :func:`tunable_clashes` first, so no tunable replaces a scalar here."""
-    return {**{k: v for k, v in defines.items() if isinstance(v, (int, float))}, **scalars}
+def candidate_names(scalars: Mapping, defines: Mapping, device: Mapping) -> dict:
+    """The names a candidate's launch expressions see: its numeric tunables, the GPU's facts and
+    the case scalars. Callers check :func:`tunable_clashes` first, so nothing is replaced here."""
+    tunables = {k: v for k, v in defines.items() if isinstance(v, (int, float))}
+    return {**tunables, **device, **scalars}

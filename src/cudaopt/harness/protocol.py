@@ -113,12 +113,18 @@ class CaseSpec(Model):
     launch: LaunchSpec | None = None  # in a request, the cases file's default is filled in
     flops: Expr | None = None
     bytes: Expr | None = None
+    timed: bool | None = None  # holdout: timed by verify (default: when it declares flops or bytes)
     seed: int = 0
 
     @model_validator(mode="after")
     def _check(self) -> CaseSpec:
         check_exprs([v for v in (self.flops, self.bytes) if v is not None])
         return self
+
+    @property
+    def timed_in_verify(self) -> bool:
+        """Verify times a holdout case that says so, or that declares its work."""
+        return self.timed if self.timed is not None else (self.flops is not None or self.bytes is not None)
 
 
 class KernelSpec(Model):

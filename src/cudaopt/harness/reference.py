@@ -89,12 +89,14 @@ class CudaReference:
 
     def kernel(self, ref):
         from .compiler import CompileError, compile_kernel
+        from .launch import device_defines
         from .protocol import KernelSpec
 
         key = (ref.source, ref.entry, self.launcher.gpu.arch)
         if key not in self._kernels:
             try:
-                compiled = compile_kernel(KernelSpec(source=ref.source, entry=ref.entry), self.launcher.gpu.arch)
+                spec = device_defines(KernelSpec(source=ref.source, entry=ref.entry), self.launcher.gpu.facts())
+                compiled = compile_kernel(spec, self.launcher.gpu.arch)
                 self._kernels[key] = compiled.cubin.get_kernel(ref.entry)
             except CompileError as exc:
                 raise ReferenceFailure(f"the reference kernel does not compile:\n{exc.log}") from None
@@ -113,7 +115,7 @@ class CudaReference:
         if spec is None:
             raise ReferenceFailure(f"case {case.name!r}: no launch configuration for the reference kernel")
         try:
-            launch = resolve_launch(spec, case.scalars)
+            launch = resolve_launch(spec, {**self.launcher.gpu.facts(), **case.scalars})
         except ValueError as exc:
             raise ReferenceFailure(f"case {case.name!r}: reference launch: {exc}") from None
         gpu = self.launcher.gpu

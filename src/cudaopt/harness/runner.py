@@ -23,7 +23,7 @@ from .check import describe
 from .compiler import CompileError, compile_kernel
 from .gpu import Gpu
 from .inputs import InputError
-from .launch import candidate_names, resolve_launch, tunable_clashes
+from .launch import candidate_names, device_defines, resolve_launch, tunable_clashes
 from .launcher import CaseFailure, Launcher, is_cuda_error
 from .messages import CaseDone, Compiled, PhaseStarted
 from .peaks import judge_plausibility
@@ -65,6 +65,7 @@ class Runner:
         self._prefetched: dict[str, Future] = {}
         self._compilers: ThreadPoolExecutor | None = None
         self._vendors: dict[str, Vendor] = {}
+        self.facts = gpu.facts()  # what launch expressions and kernels may know of this GPU
 
     @property
     def dead(self) -> bool:
@@ -80,7 +81,7 @@ class Runner:
         """
         if self._compilers is None:
             self._compilers = ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 2))
-        for spec in specs:
+        for spec in (device_defines(s, self.facts) for s in specs):
             key = _compile_key(spec, self.gpu.arch)
             if key not in self._prefetched:
                 self._prefetched[key] = self._compilers.submit(compile_kernel, spec, self.gpu.arch)
@@ -130,6 +131,7 @@ class Runner:
             result.reason = f"case {failed.name}: {failed.reason}"
 
     def _compile(self, spec: KernelSpec, signature: Signature):
+        spec = device_defines(spec, self.facts)
         declared = find_entry(spec.source, spec.entry)
         if declared is not None and not declared.same_types(signature):
             raise CaseFailure(
@@ -176,7 +178,7 @@ class Runner:
             if spec is None:
                 raise CaseFailure("bad_launch_config", "no launch configuration for this case")
             try:
-                launch = resolve_launch(spec, candidate_names(case.scalars, req.kernel.defines))
+                launch = resolve_launch(spec, candidate_names(case.scalars, req.kernel.defines, self.facts))
             except ValueError as exc:
                 raise CaseFailure("bad_launch_config", str(exc)) from None
             out.launch = launch

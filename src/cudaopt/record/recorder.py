@@ -24,7 +24,7 @@ from ..harness.results import CaseResult, DeviceInfo, EvalResult
 from ..harness.stats import geomean
 from .events import AttemptFinished, AttemptStarted, OnProgress, PhaseProgress, UsageProgress, ignore
 from .rundir import RunDir, write_atomic
-from .schema import Attempt, CaseSummary, History, ModelCall, Summary, Totals
+from .schema import Attempt, CaseBest, CaseSummary, History, ModelCall, Summary, Totals
 
 ROLES = {"correctness", "performance"}  # holdout cases are never evaluated here
 REVIEW_SPEEDUP = 10.0  # a larger speed-up over the baseline is flagged for review
@@ -312,7 +312,25 @@ class Recorder:
             ablation=self.ablation,
             review=[f"{c.name}: {c.speedup:.1f}x over the baseline; check it before trusting it"
                     for c in cases if c.speedup and c.speedup > REVIEW_SPEEDUP],
+            per_case_best=(per_case := self.per_case_best()),
+            dispatch_score_us=geomean([b.best_us for b in per_case]) if per_case else None,
         )
+
+    def per_case_best(self) -> list[CaseBest]:
+        """Per performance case, the fastest attempt that passed every case (what a dispatch that
+        picks a configuration per shape could reach), beside the winner's time on that case."""
+        passed = [a for a in self.attempts if a.score_us is not None]
+        winner = medians(self.best)
+        out = []
+        for case in (c for c in self.cases if c.role == "performance"):
+            timed = [(a.medians()[case.name], a) for a in passed if case.name in a.medians()]
+            if not timed:
+                continue
+            best_us, attempt = min(timed, key=lambda t: (t[0], t[1].id))
+            mine = winner.get(case.name)
+            out.append(CaseBest(case=case.name, attempt=attempt.id, defines=attempt.defines, best_us=best_us,
+                                winner_us=mine, gain=(mine / best_us) if mine else None))
+        return out if len(out) == sum(c.role == "performance" for c in self.cases) else []
 
     def write_summary(self) -> Summary:
         summary = self.summary()

@@ -7,6 +7,9 @@ reader refuses a version newer than it knows. ``docs/schemas/`` holds their JSON
 
 - ``history.json`` 2: a case's ``launch``, ``occupancy``, ``roofline`` and ``audit`` are
   ``null`` when absent (version 1 wrote ``{}``; it is still read).
+- ``summary.json`` 2: ``per_case_best`` and ``dispatch_score_us`` (absent before; read as empty).
+- ``verify.json`` 2: ``timed`` (timed holdout cases and shape sweeps), ``regressions``, ``repeats``,
+  ``shapes_file`` (version 1 had none of them; it is still read).
 """
 
 from __future__ import annotations
@@ -98,6 +101,17 @@ class CaseSummary(Model):
     speedup_vs_vendor: float | None = None  # vendor median / best median
 
 
+class CaseBest(Model):
+    """The fastest passing attempt on one performance case, beside the overall winner's time there."""
+
+    case: str
+    attempt: int
+    defines: dict[str, int | float | str] = Field(default_factory=dict)
+    best_us: float
+    winner_us: float | None
+    gain: float | None  # winner / best: what a dispatch choosing per shape would gain here
+
+
 class Totals(Model):
     model_calls: int = 0
     input_tokens: int = 0
@@ -109,7 +123,9 @@ class Totals(Model):
 
 
 class Summary(Model):
-    schema_version: int = version_field(1)
+    """summary.json (version 2 added ``per_case_best`` and ``dispatch_score_us``)."""
+
+    schema_version: int = version_field(2)
     run: str
     strategy: str
     description: str
@@ -134,6 +150,8 @@ class Summary(Model):
     prices_usd_per_million_tokens: dict[str, float]
     ablation: dict[str, Any] | None = None  # --ablation: tune-only on the same experiment, for comparison
     review: list[str] = Field(default_factory=list)  # speed-ups too large to take on trust (> 10x)
+    per_case_best: list[CaseBest] = Field(default_factory=list)
+    dispatch_score_us: float | None = None  # geomean of the per-case bests: a perfect per-shape dispatch
 
 
 class Environment(Model):
@@ -170,17 +188,52 @@ class VerifiedCase(Model):
     input_sets_checked: int = 0
 
 
-class VerifyOutcome(Model):
-    """verify.json: the winner on the holdout (and extra) cases, with fresh seeds."""
+class TimedCase(Model):
+    """One shape timed by verify: the winner, the baseline and the vendor, interleaved repeat by repeat.
 
-    schema_version: int = version_field(1)
+    A ``regression`` is a shape where the winner was slower than the baseline in every repeat by
+    more than ``margin`` (the larger of 2% and the measured spread): slower beyond noise."""
+
+    name: str
+    origin: Literal["holdout", "shapes"]
+    scalars: dict[str, int | float]
+    status: str  # the winner's outcome on this shape (checked as it was timed)
+    reason: str = ""
+    winner_medians_us: list[float] = Field(default_factory=list)
+    baseline_medians_us: list[float | None] = Field(default_factory=list)
+    vendor_medians_us: list[float | None] = Field(default_factory=list)
+    winner_us: float | None = None  # the median over the repeats
+    baseline_us: float | None = None
+    vendor_us: float | None = None
+    speedup_vs_baseline: float | None = None  # median of the paired ratios baseline / winner
+    speedup_vs_vendor: float | None = None
+    margin: float = 0.02
+    regression: bool = False
+
+
+class VerifyOutcome(Model):
+    """verify.json: the winner on the holdout (and extra) cases, with fresh seeds; the timed holdout
+    cases and any shape sweep beside the baseline and the vendor (version 2 added ``timed``)."""
+
+    schema_version: int = version_field(2)
     passed: bool
     status: str
     reason: str = ""
     attempt: int
     seed: int
     cases: list[VerifiedCase]
+    timed: list[TimedCase] = Field(default_factory=list)
+    regressions: list[str] = Field(default_factory=list)  # names of the timed shapes that regressed
+    repeats: int = 0
+    shapes_file: str | None = None
     sanitize: list[SanitizeReport] | None = None
+
+    def worst(self, count: int = 3) -> list[TimedCase]:
+        """The timed shapes with the lowest speed-up over the baseline (over the vendor without one)."""
+        def key(case: TimedCase) -> float:
+            value = case.speedup_vs_baseline or case.speedup_vs_vendor
+            return value if value is not None else float("inf")
+        return sorted((c for c in self.timed if key(c) != float("inf")), key=key)[:count]
 
 
 class ReplayedCase(Model):

@@ -29,11 +29,16 @@ def verdict(verify: VerifyOutcome | None, replay: ReplayOutcome | None, roi: Roi
     if verify is None:
         go = False
         reasons.append("holdout: not verified yet")
+    elif verify.regressions:
+        go = False
+        reasons.append(f"holdout: regression on {', '.join(verify.regressions)} (slower than the baseline "
+                       "beyond noise)")
     elif not verify.passed:
         go = False
         reasons.append("holdout: verification failed")
     else:
-        reasons.append("holdout: passed")
+        timed = f", {len(verify.timed)} shape(s) timed, none slower than the baseline" if verify.timed else ""
+        reasons.append(f"holdout: passed{timed}")
     if replay is None:
         go = False
         reasons.append("replay: not run yet")
@@ -133,6 +138,8 @@ def build(path: Path, roi_inputs: RoiInputs | None = None) -> Path:
         progress_svg=charts.progress([(a.id, a.score_us, a.status) for a in attempts]),
         roofline_svg=charts.roofline(roof_cases, peak_tflops, peak_gbps),
         heatmap_svg=heatmap[heatmap.index("<svg"):] if "<svg" in heatmap else "",
+        shapes_svg=charts.shapes([c.model_dump() for c in verify.timed]) if verify else None,
+        worst=verify.worst() if verify else [],
     )
     out = run.file("report.html")
     write_atomic(out, html)

@@ -76,3 +76,26 @@ def roofline(cases: list[dict], peak_tflops: float | None, peak_gbps: float | No
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     return _svg(fig)
+
+
+def shapes(cases: list[dict]) -> str | None:
+    """Speed-up of the winner on each timed shape: over the baseline and over the vendor (log scale,
+    1× marked); regressions in red."""
+    rows = [c for c in cases if c.get("speedup_vs_baseline") or c.get("speedup_vs_vendor")]
+    if not rows:
+        return None
+    fig, ax = _figure(width=6.5, height=max(2.0, 0.32 * len(rows) + 0.8))
+    ys = list(range(len(rows)))
+    base = [c.get("speedup_vs_baseline") or 0 for c in rows]
+    vendor = [c.get("speedup_vs_vendor") or 0 for c in rows]
+    colours = ["#d62728" if c.get("regression") else "#1f77b4" for c in rows]
+    ax.barh([y - 0.2 for y in ys], base, height=0.38, color=colours, label="vs baseline")
+    ax.barh([y + 0.2 for y in ys], vendor, height=0.38, color="#ff7f0e", label="vs vendor")
+    ax.axvline(1.0, color="#444", linewidth=1)
+    ax.set_yticks(ys, [c["name"] for c in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("speed-up of the winner (× faster; below 1: slower)")
+    ax.grid(alpha=0.3, axis="x", which="both")
+    ax.legend(fontsize=8)
+    return _svg(fig)

@@ -65,9 +65,9 @@ def test_the_example_space():
 
     space = load_experiment(SGEMM / "experiment.json").tuning.space
     configs = space.configurations()
-    assert 10 < len(configs) <= 40 < math.prod(len(v) for v in space.tunables.values())  # exhaustive by default
-    assert all(64 <= (c["BM"] // c["TM"]) * (c["BN"] // c["TN"]) <= 256 for c in configs)
-    assert {c["ST"] for c in configs} == {16, 32}
+    assert 10 < len(configs) <= 40 and len(configs) < math.prod(len(v) for v in space.tunables.values())  # exhaustive by default
+    assert all(128 <= (c["BM"] // c["TM"]) * (c["BN"] // c["TN"]) <= 256 for c in configs)
+    assert {c["ST"] for c in configs} == {16, 32} and {c["SK"] for c in configs} == {32, 64}
 
 
 @pytest.mark.parametrize("m, n, k, sms, tier", [
@@ -82,7 +82,7 @@ def test_the_example_dispatches_by_waves_of_the_gpus_sms(m, n, k, sms, tier):
     from cudaopt.harness.launch import candidate_names, resolve_launch
 
     tuning = load_experiment(SGEMM / "experiment.json").tuning
-    config = {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "ST": 32}
+    config = {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "MINB": 2, "ST": 32, "SK": 32}
     launch = resolve_launch(tuning.launch, candidate_names({"m": m, "n": n, "k": k}, config, {"num_sms": sms}))
     tiles = {"large": (128, 256), "medium": (64, 256), "small": (32, 64)}[tier]
     assert launch.grid == (-(-n // tiles[0]), -(-m // tiles[0]), 1) and launch.block == (tiles[1], 1, 1)

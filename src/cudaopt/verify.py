@@ -14,9 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import ExperimentError
+from .harness.protocol import CaseSpec
 from .record.recorder import Evaluator
 from .record.runs import load_run_experiment, open_run, winner
 from .record.schema import VerifiedCase, VerifyOutcome
+
+
+def fresh_cases(cases: list[CaseSpec], seed: int) -> list[CaseSpec]:
+    """The cases with input sets none of them was checked on before: seeds ``seed``, ``seed + 1``, ..."""
+    return [case.model_copy(update={"seed": seed + i}) for i, case in enumerate(cases)]
 
 
 def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed: int | None = None,
@@ -30,7 +36,7 @@ def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed:
     if not cases:
         raise ExperimentError(experiment.cases_path, "cases", "no holdout case to verify on (give --cases FILE)")
     seed = secrets.randbits(31) if seed is None else seed
-    fresh = [case.model_copy(update={"seed": seed + i}) for i, case in enumerate(cases)]
+    fresh = fresh_cases(cases, seed)
     request = experiment.request(best.source, launch=best.launch, defines=best.defines, roles={"holdout"},
                                  request_id=f"verify-{best.attempt.id}")
     request.cases, request.time_roles = fresh, []
@@ -50,8 +56,7 @@ def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed:
     if sanitize_device is not None:
         from .sanitize import sanitize
 
-        checked = [c.model_copy(update={"seed": seed + len(fresh) + i})
-                   for i, c in enumerate(experiment.cases({"correctness"}))]
+        checked = fresh_cases(experiment.cases({"correctness"}), seed + len(fresh))
         request.cases = checked + fresh
         outcome.sanitize = sanitize(request, sanitize_device, run.file("sanitize"), on_tool=on_tool)
         outcome.passed = outcome.passed and all(r.passed for r in outcome.sanitize)

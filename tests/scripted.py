@@ -119,3 +119,16 @@ def stats(median: float, method: str = "scripted") -> TimingStats:
     """Timing statistics around ``median`` (a 10% band)."""
     return TimingStats(median_us=median, mean_us=median, stdev_us=0.1, min_us=median * 0.9, max_us=median * 1.1,
                        p10_us=median * 0.95, p90_us=median * 1.05, n=100, method=method)
+
+
+class ScriptedSupervisor(ScriptedEvaluator):
+    """Stands in for evaluation.supervisor.Supervisor in CLI tests (monkeypatch it there)."""
+
+    def __init__(self, devices=None, **kwargs):
+        super().__init__()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None

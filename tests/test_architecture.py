@@ -18,7 +18,7 @@ LAYERS = [
     {"experiment"},
     {"preflight", "evaluate", "record"},
     {"agent", "report", "sanitize", "shapes"},
-    {"strategies", "verify", "replay"},
+    {"strategies", "verify", "replay", "guard"},
     {"optimize", "render"},
     {"cli"},
     {"__main__"},

@@ -18,7 +18,6 @@ from tests.conftest import SGEMM
 from tests.fake_openai import FakeOpenAI
 from tests.scripted import ScriptedEvaluator, answer
 
-
 HOLDOUTS = ["holdout-515x261x1031", "holdout-96x3072x1536"]
 
 

@@ -19,13 +19,14 @@ The result goes to ``replay.json`` in the run directory, where the report's verd
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from .errors import ExperimentError, validation_message
 from .harness.protocol import EvalRequest
-from .harness.results import DeviceInfo, TimingStats
+from .harness.results import DeviceInfo, EvalResult, TimingStats
 from .harness.stats import geomean
 from .record.recorder import Evaluator
 from .record.runs import load_run_experiment, open_run, read_run_json, winner
@@ -34,9 +35,22 @@ from .record.schema import Environment, ReplayedCase, ReplayOutcome
 MATTERS = ("name", "arch", "driver_cuda_version")  # environment differences that invalidate a replay
 
 
-def environment_differences(recorded: DeviceInfo, now: DeviceInfo) -> list[str]:
+def environment_differences(recorded: DeviceInfo, now: DeviceInfo, keys: tuple[str, ...] = MATTERS) -> list[str]:
     return [f"{key}: recorded {getattr(recorded, key)!r}, now {getattr(now, key)!r}"
-            for key in MATTERS if getattr(recorded, key) != getattr(now, key)]
+            for key in keys if getattr(recorded, key) != getattr(now, key)]
+
+
+def interleaved(evaluator: Evaluator, requests: list[EvalRequest], repeats: int,
+                alternate: bool = False) -> Iterator[list[EvalResult]]:
+    """Each repeat evaluates every request in turn in the same worker, so all see the same clocks
+    and temperature; with ``alternate`` the order is reversed on odd repeats (A B, B A, A B, ...),
+    so neither side always goes first. Results come in the requests' order."""
+    for repeat in range(repeats):
+        order = list(range(len(requests)))
+        if alternate and repeat % 2:
+            order.reverse()
+        results = {i: evaluator.evaluate(requests[i]) for i in order}
+        yield [results[i] for i in range(len(requests))]
 
 
 def replay(target: Path, evaluator: Evaluator, repeats: int = 5) -> ReplayOutcome:
@@ -64,8 +78,7 @@ def replay(target: Path, evaluator: Evaluator, repeats: int = 5) -> ReplayOutcom
         baseline.cases = [case]
         winner_us, baseline_us, vendor_us = [], [], []
         status = "ok"
-        for _ in range(repeats):
-            mine, theirs = evaluator.evaluate(request), evaluator.evaluate(baseline)
+        for mine, theirs in interleaved(evaluator, [request, baseline], repeats):
             if not mine.ok:
                 status = mine.status
                 failures.append(f"{case.name}: {mine.status}: {mine.reason}")

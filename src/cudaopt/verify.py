@@ -24,6 +24,11 @@ from .record.schema import VerifiedCase, VerifyOutcome
 from .shapes import load_shapes, sweep_protocol, time_shapes
 
 
+def fresh_cases(cases: list[CaseSpec], seed: int) -> list[CaseSpec]:
+    """The cases with input sets none of them was checked on before: seeds ``seed``, ``seed + 1``, ..."""
+    return [case.model_copy(update={"seed": seed + i}) for i, case in enumerate(cases)]
+
+
 def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed: int | None = None,
            sanitize_device: int | None = None, on_tool: Callable[[str], None] = lambda tool: None,
            shapes: Path | None = None, repeats: int = 3,
@@ -39,7 +44,7 @@ def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed:
     if not cases and not sweep:
         raise ExperimentError(experiment.cases_path, "cases", "no holdout case to verify on (give --cases FILE)")
     seed = secrets.randbits(31) if seed is None else seed
-    fresh = [case.model_copy(update={"seed": seed + i}) for i, case in enumerate(cases)]
+    fresh = fresh_cases(cases, seed)
     request = experiment.request(best.source, launch=best.launch, defines=best.defines, roles={"holdout"},
                                  request_id=f"verify-{best.attempt.id}")
     request.cases, request.time_roles = fresh, []
@@ -71,7 +76,7 @@ def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed:
         outcome.timed += time_shapes(evaluator, timed, "holdout", *_requests(experiment, best, experiment.protocol()),
                                      repeats, step)
     if sweep:
-        sweep = [c.model_copy(update={"seed": seed + len(fresh) + i}) for i, c in enumerate(sweep)]
+        sweep = fresh_cases(sweep, seed + len(fresh))
         outcome.timed += time_shapes(evaluator, sweep, "shapes",
                                      *_requests(experiment, best, sweep_protocol(experiment.protocol())), repeats, step)
     outcome.regressions = [c.name for c in outcome.timed if c.regression]
@@ -82,8 +87,7 @@ def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed:
     if sanitize_device is not None:
         from .sanitize import sanitize
 
-        checked = [c.model_copy(update={"seed": seed + len(fresh) + len(sweep) + i})
-                   for i, c in enumerate(experiment.cases({"correctness"}))]
+        checked = fresh_cases(experiment.cases({"correctness"}), seed + len(fresh) + len(sweep))
         request.cases = checked + fresh
         outcome.sanitize = sanitize(request, sanitize_device, run.file("sanitize"), on_tool=on_tool)
         outcome.passed = outcome.passed and all(r.passed for r in outcome.sanitize)

@@ -300,14 +300,14 @@ class Gpu:
     def info(self) -> DeviceInfo:
         from cuda import core
 
-        driver_version = call("cuDriverGetVersion")
+        cuda_version = call("cuDriverGetVersion")
         measured = None if self.measured is None else MeasuredPeaksInfo(
             bytes_per_s=self.measured.bytes_per_s, flops_per_s=self.measured.flops_per_s,
             measured_at=self.measured.measured_at)
         return DeviceInfo(
             name=self.device.name, arch=self.arch, sm_count=int(self.props.multiprocessor_count),
             l2_bytes=self.l2_bytes, max_shared_per_block_optin=int(self.props.max_shared_memory_per_block_optin),
-            driver_cuda_version=f"{driver_version // 1000}.{driver_version % 1000 // 10}",
+            driver_cuda_version=f"{cuda_version // 1000}.{cuda_version % 1000 // 10}", driver_version=driver_version(),
             cuda_core=getattr(core, "__version__", "unknown"), nvrtc=nvrtc_version(),
             pci_bus_id=self.device.pci_bus_id, peak_bytes_per_s=self.peaks.bytes_per_s, measured_peaks=measured,
         )

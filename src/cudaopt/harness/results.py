@@ -49,6 +49,7 @@ class DeviceInfo(Model):
     l2_bytes: int | None = None
     max_shared_per_block_optin: int | None = None
     driver_cuda_version: str = ""
+    driver_version: str = ""  # the driver's own version (NVML's, e.g. 580.159.04)
     cuda_core: str = ""
     nvrtc: str = ""
     pci_bus_id: str = ""

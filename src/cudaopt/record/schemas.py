@@ -18,6 +18,7 @@ from ..harness.messages import WorkerMessage
 from ..harness.protocol import EvalRequest
 from ..harness.results import EvalResult
 from ..insight.card import ProfileRecord
+from .guard_file import GuardBaseline, GuardReport
 from .runs import RunSettings
 from .schema import Environment, History, ModelCall, ReplayOutcome, Summary, VerifyOutcome
 
@@ -31,6 +32,8 @@ FILES = {
     "env.json": Environment,
     "verify.json": VerifyOutcome,
     "replay.json": ReplayOutcome,
+    "guard.json": GuardBaseline,
+    "guard-check.json": GuardReport,
     "best-case-N.json": EvalRequest,
     "best-launch.json": LaunchFile,
     "profiles-attempt-N.json": ProfileRecord,

@@ -1,8 +1,8 @@
 """The guard's error rates and speed on the GPU, on the example's cases (GPU).
 
 Run on the GPU machine: ``python3 benchmarks/bench_guard.py --out DIR``. The guarded kernel is
-``examples/sgemm/tunable.cu`` with the tuner's winner on the H200 baked in (BM=128 BN=128 BK=8
-TM=8 TN=8 SK=64) and the experiment's launch for it.
+``examples/sgemm/tunable.cu`` with the tuner's winner on the H200 baked in (BM=128 BN=128 BK=16
+TM=8 TN=8 MINB=1 ST=16 SK=64) and the experiment's launch for it.
 
 1. ``cudaopt guard record`` of that kernel (a fresh process; its wall time);
 2. one ``cudaopt guard check --against`` a copy of itself, and one with ``--quick``, each in a
@@ -10,8 +10,8 @@ TM=8 TN=8 SK=64) and the experiment's launch for it.
    wall time of one check, with its JUnit, Markdown and JSON outputs kept in DIR;
 3. in one process and worker, ``--trials`` checks of each kind, in rotation so drift hits all alike:
    - ``self``: the kernel against a copy of itself (a comment added): a regression is a false alarm;
-   - ``slow5``, ``slow10``: the kernel doing 5% / 10% more k-slices on its register-tiled path
-     (rounded up; only the 4096³ case takes that path), against the kernel. The extra slices load
+   - ``slow5``, ``slow10``: the kernel doing 5% / 10% more k-slices in its large tier (rounded up;
+     of the example's cases only 4096³ takes that tier), against the kernel. The extra slices load
      zeros and add nothing, so the output is unchanged and every check stays correct; a check that
      finds a regression is a catch;
    - ``recorded``: the kernel against the figures recorded in step 1 (no A/B): false alarms
@@ -43,17 +43,19 @@ from cudaopt.guard.load import load_guard  # noqa: E402
 from cudaopt.record.recorder import bake, bake_launch  # noqa: E402
 
 CONFIG = ROOT / "examples" / "sgemm" / "experiment.json"
-TUNED = {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "SK": 64}
-SLICES = "const int slices = (k + BK - 1) / BK;"  # the register-tiled path's k loop
+TUNED = {"BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 8, "MINB": 1, "ST": 16, "SK": 64}
+SLICES = "const int slices = (k + TBK - 1) / TBK;"  # the k loop every tier runs
 BIG = "square-4096"
 KINDS = ("self", "slow5", "slow10", "recorded")
 
 
 def slowed(source: str, percent: int) -> str:
-    """``percent``% more k-slices (rounded up) on the register-tiled path; they load zeros."""
+    """``percent``% more k-slices (rounded up) in the large tier only; they load zeros."""
     assert source.count(SLICES) == 1, "tunable.cu changed: update the benchmark's slowed copy"
-    extra = f"const int slices = (k + BK - 1) / BK + ((k + BK - 1) / BK * {percent} + 99) / 100;"
-    return f"// {percent}% more k-slices, of zeros\n" + source.replace(SLICES, extra)
+    large = "(TBM == BM && TBN == BN && TBK == BK && TTM == TM && TTN == TN)"
+    extra = (f"const int slices = (k + TBK - 1) / TBK + ({large} ? ((k + TBK - 1) / TBK * {percent} + 99) / 100 "
+             ": 0);")
+    return f"// {percent}% more k-slices in the large tier, of zeros\n" + source.replace(SLICES, extra)
 
 
 def cudaopt(*args: str, log: Path) -> tuple[int, float]:

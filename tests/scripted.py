@@ -13,6 +13,7 @@ import json
 import re
 import time
 
+from cudaopt.evaluation.dispatch import Dispatcher, GpuRef, dispatch
 from cudaopt.harness.messages import PhaseStarted
 from cudaopt.harness.results import (
     CaseResult,
@@ -41,13 +42,55 @@ def answer(result: str, rationale: str = "an idea", launch: dict | None = None) 
 
 
 class ScriptedEvaluator:
-    def __init__(self):
+    """One scripted GPU: an evaluator of its own (batches go through the real dispatcher, with it as
+    the only lane) and a lane for :class:`ScriptedPool`."""
+
+    backend = "scripted"
+
+    def __init__(self, index: int = 0):
+        self.index = index
         self.requests = []
+        self.prefetched: list[list] = []
+        self.notices: list[str] = []
 
     def device_info(self) -> DeviceInfo:
-        return DeviceInfo(name="Scripted GPU", arch="sm_90", sm_count=132)
+        return DeviceInfo(name="Scripted GPU", arch="sm_90", sm_count=132, pci_bus_id=f"scripted:{self.index}")
+
+    @property
+    def info(self) -> DeviceInfo:
+        return self.device_info()
+
+    @property
+    def ref(self) -> GpuRef:
+        return GpuRef.of(self.device_info(), self.index)
+
+    def gpus(self) -> list[GpuRef]:
+        return [self.ref]
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def prefetch(self, kernels) -> None:
+        self.prefetched.append([k.defines for k in kernels])
+
+    def evaluate_all(self, requests, **options):
+        return dispatch([self], requests, **options)
 
     def evaluate(self, request, on_event=None) -> EvalResult:
+        result = self._evaluate(request, on_event)
+        result.device = self.device_info()
+        return result
+
+    def _evaluate(self, request, on_event=None) -> EvalResult:
         self.requests.append(request)
         if on_event:
             on_event(PhaseStarted(phase="compile"))
@@ -111,3 +154,27 @@ def stats(median: float, method: str = "scripted") -> TimingStats:
     """Timing statistics around ``median`` (a 10% band)."""
     return TimingStats(median_us=median, mean_us=median, stdev_us=0.1, min_us=median * 0.9, max_us=median * 1.1,
                        p10_us=median * 0.95, p90_us=median * 1.05, n=100, method=method)
+
+
+class ScriptedPool(Dispatcher):
+    """Several scripted GPUs behind the real dispatcher; ``delays`` (seconds per request, by GPU)
+    make some finish later than others."""
+
+    def __init__(self, count: int = 2, delays: dict[int, float] | None = None):
+        self.delays = delays or {}
+        lanes = [_Delayed(i, self.delays.get(i, 0.0)) for i in range(count)]
+        super().__init__(lanes)
+
+    @property
+    def requests(self) -> list:
+        return [r for lane in self.lanes for r in lane.requests]
+
+
+class _Delayed(ScriptedEvaluator):
+    def __init__(self, index: int, delay: float):
+        super().__init__(index)
+        self.delay = delay
+
+    def evaluate(self, request, on_event=None) -> EvalResult:
+        time.sleep(self.delay)
+        return super().evaluate(request, on_event)

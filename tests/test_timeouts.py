@@ -11,8 +11,8 @@ from cudaopt.evaluation.supervisor import Supervisor
 from cudaopt.experiment import load_experiment
 from cudaopt.harness.protocol import CaseTimeouts, Timeouts
 from cudaopt.harness.results import CaseResult
+from tests.fakes import FAKE
 from tests.test_experiment import expect_error
-from tests.test_supervisor import FAKE
 
 
 def case(name, phases, status="ok"):

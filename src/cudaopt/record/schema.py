@@ -6,7 +6,11 @@ reader refuses a version newer than it knows. ``docs/schemas/`` holds their JSON
 (``python -m cudaopt.record.schemas``). Files whose shape a version changed:
 
 - ``history.json`` 2: a case's ``launch``, ``occupancy``, ``roofline`` and ``audit`` are
-  ``null`` when absent (version 1 wrote ``{}``; it is still read).
+  ``null`` when absent (version 1 wrote ``{}``; it is still read). 3: each attempt's ``gpu``,
+  the GPU that measured it (``null`` in older files).
+- ``summary.json`` 2: ``finalists``, the best attempts measured again on one GPU when several
+  GPUs measured them. ``env.json`` 2: ``pool``, every GPU the run could use, and ``backend``.
+- ``verify.json`` and ``replay.json`` 2: each case's ``gpu``.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from ..evaluation.dispatch import GpuRef
 from ..harness.protocol import LaunchSpec, Model
 from ..harness.results import STATUSES, CaseResult, CompileInfo, DeviceInfo
 
@@ -43,6 +48,7 @@ class Attempt(Model):
     model_calls: list[int] = Field(default_factory=list)
     eval_seconds: float = 0.0
     cached: bool = False  # the result came from the result cache, not a new measurement
+    gpu: GpuRef | None = None  # the GPU that measured it (a cached result: the GPU of the earlier measurement)
     started_at: str
     finished_at: str
 
@@ -59,7 +65,7 @@ class Attempt(Model):
 
 
 class History(Model):
-    schema_version: int = version_field(2)
+    schema_version: int = version_field(3)
     attempts: list[Attempt]
 
 
@@ -108,8 +114,30 @@ class Totals(Model):
     wall_seconds: float = 0.0
 
 
+class Finalist(Model):
+    """One of the best attempts, measured again on the finalists' GPU."""
+
+    attempt: int
+    recorded_score_us: float
+    recorded_gpu: GpuRef | None = None
+    scores_us: list[float | None] = Field(default_factory=list)  # one per repeat; None: it failed that time
+    score_us: float | None = None  # the median of the repeats; None: it failed, and cannot win
+    status: str = "ok"
+    reason: str = ""
+
+
+class Finalists(Model):
+    """When several GPUs measured a run's best attempts, they are measured again, interleaved, on one
+    GPU, and the winner is the fastest there: no GPU's own speed decides between them."""
+
+    gpu: GpuRef
+    repeats: int
+    finalists: list[Finalist]
+    winner: int | None
+
+
 class Summary(Model):
-    schema_version: int = version_field(1)
+    schema_version: int = version_field(2)
     run: str
     strategy: str
     description: str
@@ -134,13 +162,16 @@ class Summary(Model):
     prices_usd_per_million_tokens: dict[str, float]
     ablation: dict[str, Any] | None = None  # --ablation: tune-only on the same experiment, for comparison
     review: list[str] = Field(default_factory=list)  # speed-ups too large to take on trust (> 10x)
+    finalists: Finalists | None = None
 
 
 class Environment(Model):
     """env.json: where the run ran."""
 
-    schema_version: int = version_field(1)
-    gpu: DeviceInfo
+    schema_version: int = version_field(2)
+    gpu: DeviceInfo  # the first GPU: the model every measurement of the run was made on
+    pool: list[GpuRef] = Field(default_factory=list)  # every GPU the run could measure on
+    backend: str = "local"  # "local", or "ray ADDRESS"
     python: str
     platform: str
     packages: dict[str, str | None]
@@ -168,12 +199,13 @@ class VerifiedCase(Model):
     max_abs_error: float | None = None
     max_rel_error: float | None = None
     input_sets_checked: int = 0
+    gpu: GpuRef | None = None
 
 
 class VerifyOutcome(Model):
     """verify.json: the winner on the holdout (and extra) cases, with fresh seeds."""
 
-    schema_version: int = version_field(1)
+    schema_version: int = version_field(2)
     passed: bool
     status: str
     reason: str = ""
@@ -197,12 +229,13 @@ class ReplayedCase(Model):
     vendor_us: float | None = None
     speedup_vs_vendor: float | None = None
     beats_baseline: bool | None = None
+    gpu: GpuRef | None = None  # the GPU every measurement of this case was made on
 
 
 class ReplayOutcome(Model):
     """replay.json: the winner measured again, interleaved with the baseline."""
 
-    schema_version: int = version_field(1)
+    schema_version: int = version_field(2)
     passed: bool
     environment_differences: list[str] = Field(default_factory=list)
     failures: list[str] = Field(default_factory=list)

@@ -157,24 +157,27 @@ def stats(median: float, method: str = "scripted") -> TimingStats:
 
 
 class ScriptedPool(Dispatcher):
-    """Several scripted GPUs behind the real dispatcher; ``delays`` (seconds per request, by GPU)
-    make some finish later than others."""
+    """Several scripted GPUs of one model behind the real dispatcher. ``delays`` (seconds per
+    request) make some finish later; ``speeds`` scale the times a GPU reports (0.5: it reports
+    every kernel twice as fast), as GPUs of one model that differ a little would."""
 
-    def __init__(self, count: int = 2, delays: dict[int, float] | None = None):
-        self.delays = delays or {}
-        lanes = [_Delayed(i, self.delays.get(i, 0.0)) for i in range(count)]
-        super().__init__(lanes)
+    def __init__(self, count: int = 2, delays: dict[int, float] | None = None, speeds: dict[int, float] | None = None):
+        super().__init__([_Lane(i, (delays or {}).get(i, 0.0), (speeds or {}).get(i, 1.0)) for i in range(count)])
 
     @property
     def requests(self) -> list:
         return [r for lane in self.lanes for r in lane.requests]
 
 
-class _Delayed(ScriptedEvaluator):
-    def __init__(self, index: int, delay: float):
+class _Lane(ScriptedEvaluator):
+    def __init__(self, index: int, delay: float, speed: float):
         super().__init__(index)
-        self.delay = delay
+        self.delay, self.speed = delay, speed
 
     def evaluate(self, request, on_event=None) -> EvalResult:
         time.sleep(self.delay)
-        return super().evaluate(request, on_event)
+        result = super().evaluate(request, on_event)
+        for case in result.cases:
+            if case.timing:
+                case.timing = stats(case.timing.median_us * self.speed, case.timing.method)
+        return result

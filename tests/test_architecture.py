@@ -19,7 +19,7 @@ LAYERS = [
     {"preflight", "evaluate", "record"},
     {"agent", "report", "sanitize"},
     {"strategies", "verify", "replay"},
-    {"optimize", "render"},
+    {"optimize", "render", "audit"},
     {"cli"},
     {"__main__"},
 ]

@@ -153,3 +153,31 @@ def experiment(config, description, signature, reference, initial_kernel, input_
 
     return load_experiment(config, description=description, signature=signature, reference=reference,
                            initial_kernel=initial_kernel, input_cases=input_cases)
+
+
+def check_model(settings) -> None:
+    """A model string the provider cannot build is bad input, before any GPU work or run directory."""
+    from ..agent.model import make_chat_model
+
+    try:
+        make_chat_model(settings)
+    except Exception as exc:
+        raise ExperimentError(f"--model {settings.model}", "", " ".join(str(exc).split())[:300]) from None
+
+
+def resolve_strategy(requested: str, settings) -> str:
+    """The strategy ``requested`` stands for (``auto``: by the model's credentials, said on stderr);
+    bad input when it needs a model without credentials."""
+    from .. import strategies
+    from ..agent.model import credentials_problem
+
+    if requested not in strategies.names():
+        raise ExperimentError("--strategy", "", f"{requested!r} is not one of {', '.join(strategies.names())}")
+    needs_model = requested == strategies.AUTO or strategies.get(requested).needs_model
+    problem = credentials_problem(settings) if needs_model else None
+    strategy, why = strategies.choose(requested, problem, settings.model)
+    if why:
+        say(Console(stderr=True), f"strategy: {strategy} ({why})")
+    elif problem:
+        raise ExperimentError("--model", "", problem)
+    return strategy

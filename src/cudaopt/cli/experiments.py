@@ -23,6 +23,7 @@ from .app import (
     ReferenceOpt,
     SignatureOpt,
     app,
+    check_model,
     check_output_path,
     command,
     console,
@@ -30,6 +31,7 @@ from .app import (
     gpu_pool,
     gpus_chosen,
     preflight,
+    resolve_strategy,
     say,
 )
 
@@ -170,7 +172,7 @@ def optimize(
     """Improve a kernel (a model in the loop, a tuner, or both); every step lands in results/run-NNN/."""
     from .. import strategies
     from ..agent.graph import MODEL_FAILURE
-    from ..agent.model import ModelSettings, credentials_problem, make_chat_model
+    from ..agent.model import ModelSettings
     from ..optimize import Options, start_or_resume, stored_iterations
     from ..record.runs import Budget, ExperimentArgs
     from ..render import OptimizeProgress, summary_lines, summary_table
@@ -191,23 +193,14 @@ def optimize(
                           input_cases=absolute(input_cases), max_iterations=max_iterations)
     if resume is None:
         iterations = max_iterations or args.load().max_iterations
-        needs_model = strategy == strategies.AUTO or strategies.get(strategy).needs_model
-        problem = credentials_problem(settings) if needs_model else None
-        strategy, why = strategies.choose(strategy, problem, settings.model)
-        if why:
-            say(Console(stderr=True), f"strategy: {strategy} ({why})")
-        elif problem:
-            raise ExperimentError("--model", "", problem)
+        strategy = resolve_strategy(strategy, settings)
     else:
         iterations = max_iterations or stored_iterations(resume)
     if (proposals or 1) > 1 and strategy == "tune":
         raise ExperimentError("--proposals", "", "the tune strategy asks no model for proposals (it needs "
                                                  "agent or agent+tune, and the model's credentials)")
     if strategy == strategies.AUTO or strategies.get(strategy).needs_model:
-        try:  # a model string the provider cannot build fails here, before any GPU work or run directory
-            make_chat_model(settings)
-        except Exception as exc:
-            raise ExperimentError(f"--model {settings.model}", "", ' '.join(str(exc).split())[:300]) from None
+        check_model(settings)
         if nvidia_research:
             from ..agent.research import default_library
 

@@ -93,6 +93,24 @@ class ModelCall(Model):
     error: str | None = None
 
 
+class Roi(Model):
+    """The return-on-investment worksheet of one case (report/roi.py computes it; the report and
+    audit.json show it)."""
+
+    case: str
+    baseline_ms: float
+    best_ms: float
+    ms_saved_per_call: float
+    engineer_cost_usd: float
+    model_cost_usd: float
+    gpu_cost_usd: float
+    pilot_cost_usd: float
+    saved_gpu_hours_per_month: float
+    monthly_saving_usd: float
+    payback_months: float | None  # None: nothing is saved, the pilot never pays back
+    fits_window: bool
+
+
 class CaseSummary(Model):
     name: str
     role: str

@@ -76,3 +76,29 @@ def roofline(cases: list[dict], peak_tflops: float | None, peak_gbps: float | No
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     return _svg(fig)
+
+
+BASIS_COLOURS = {"vendor": "#1f77b4", "roofline": "#ff7f0e", "none": "#999999"}
+
+
+def headroom(rows: list[tuple[str, float, str, float | None]]) -> str | None:
+    """A fleet's headroom, one bar per experiment in rank order: (name, headroom ×, basis, roofline %)."""
+    if not rows:
+        return None
+    fig, ax = _figure(6.5, max(1.6, 0.45 * len(rows) + 0.8))
+    names = [r[0] for r in rows][::-1]
+    values = [r[1] for r in rows][::-1]
+    colours = [BASIS_COLOURS[r[2]] for r in rows][::-1]
+    ax.barh(names, values, color=colours)
+    for y, (value, pct) in enumerate(zip(values, [r[3] for r in rows][::-1], strict=True)):
+        label = f"{value:.2f}×" + (f"  ({pct:.0f}% of roof)" if pct is not None else "")
+        ax.annotate(label, (value, y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
+    ax.axvline(1.0, color="#444", linewidth=0.8)
+    ax.set_xlim(0, max(values) * 1.35)
+    ax.set_xlabel("headroom: kernel time / attainable time")
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(color=c, label=f"attainable: {b}") for b, c in BASIS_COLOURS.items()], fontsize=7,
+              loc="lower right")
+    ax.grid(alpha=0.3, axis="x")
+    return _svg(fig)

@@ -127,3 +127,17 @@ def test_a_worker_that_cannot_start_on_a_node_is_a_clear_error(cluster, sgemm):
     with RayPool("local", command=[*FAKE, "--no-start"]) as pool:
         with pytest.raises(WorkerError, match=r"did not start.*no GPU here.*\(Ray node "):
             pool.evaluate(batch(sgemm, ["ok"])[0])
+
+
+def test_the_command_line_says_why_no_worker_started_on_the_cluster(cluster):
+    """`--ray local` joins the running cluster; its workers (the real ones) find no GPU here: exit 3."""
+    from typer.testing import CliRunner
+
+    from cudaopt.cli import app
+    from tests.conftest import SGEMM
+
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["evaluate", "--config", str(SGEMM / "experiment.json"),
+                                                            "--ray", "local"])
+    assert result.exit_code == 3, result.output
+    text = " ".join(result.output.split())
+    assert "did not start: cannot initialise the GPU" in text and "(Ray node " in text and "cudaopt doctor" in text

@@ -16,6 +16,7 @@ from cudaopt.experiment import load_experiment
 from cudaopt.optimize import Options, start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs, RunSettings
 from cudaopt.record.schema import Environment, History, ModelCall, Summary
+from cudaopt.render import summary_lines
 from cudaopt.replay import replay
 from cudaopt.verify import verify
 from tests.conftest import SGEMM
@@ -72,6 +73,10 @@ def test_finalists_measured_on_different_gpus_are_measured_again_on_one_before_a
     assert "#define BM 128" in run.file("best.cu").read_text()
     again = Summary.model_validate(run.read_json("summary.json"))
     assert again.finalists == finalists and "finalists measured again on GPU 0" in run.file("run.log").read_text()
+    report = run.file("report.html").read_text()
+    assert 'id="finalists"' in report and f"#{by_tile[128].id} (winner)" in report and "— GPU 1" in report
+    (line,) = [x for x in summary_lines(summary) if x.startswith("finalists")]
+    assert line.startswith("finalists measured again on GPU 0 (3×): #") and line.endswith(f"winner #{by_tile[128].id}")
 
 
 def test_a_run_on_one_gpu_needs_no_finalists(tmp_path, experiment):
@@ -213,3 +218,24 @@ def test_evaluate_on_two_gpus_measures_the_kernel_and_the_reference_at_once(tmp_
     result = evaluate_kernel(experiment, experiment.initial_kernel_path.read_text(), ScriptedPool(2))
     assert result.candidate.ok and result.reference_timing is not None
     assert {name: g.index for name, g in result.gpus.items()} == {"candidate": 0, "reference": 1}
+
+
+def test_the_command_line_runs_a_sweep_on_every_gpu_it_may_use(tmp_path, experiment, monkeypatch):
+    """--devices all through the real pool: CUDA_VISIBLE_DEVICES lists two GPUs, fake workers stand in."""
+    from typer.testing import CliRunner
+
+    from cudaopt.cli import app
+    from cudaopt.evaluation import supervisor
+    from tests.fakes import FAKE
+
+    monkeypatch.setattr(supervisor, "WORKER_COMMAND", FAKE)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    result = CliRunner(env={"COLUMNS": "200", "OPENAI_API_KEY": ""}).invoke(app, [
+        "optimize", "--config", experiment.config, "--strategy", "tune", "--devices", "all",
+        "--results-dir", str(tmp_path / "results")])
+    assert result.exit_code == 0, result.output
+    run = tmp_path / "results" / "run-001"
+    env = Environment.model_validate_json((run / "env.json").read_text())
+    assert [g.label for g in env.pool] == ["GPU 0", "GPU 1"] and env.gpu.name == "fake"
+    tuned = [a for a in History.model_validate_json((run / "history.json").read_text()).attempts if a.kind == "tune"]
+    assert [a.defines["BM"] for a in tuned] == [16, 32, 64, 128] and {a.gpu.index for a in tuned} == {0, 1}

@@ -149,6 +149,12 @@ def summary_lines(summary) -> list[str]:
     if summary.best_defines:
         lines.append(f"best tunables: {summary.best_defines}")
     lines += [f"review: {flag}" for flag in summary.review]
+    if summary.finalists:
+        f = summary.finalists
+        scores = ", ".join(f"#{x.attempt} {x.score_us:.2f} µs" if x.score_us is not None else f"#{x.attempt} {x.status}"
+                           for x in f.finalists)
+        lines.append(f"finalists measured again on {f.gpu.label} ({f.repeats}×): {scores}; winner "
+                     f"{'#' + str(f.winner) if f.winner is not None else 'none'}")
     if summary.ablation:
         gain = summary.ablation["agent_gain_over_tuning"]
         lines.append(f"ablation: tuning alone reached {summary.ablation['tune_only_best_score_us']} µs; "

@@ -38,8 +38,10 @@ def progress(points: list[tuple[int, float | None, str]]) -> str:
             line.append((i, best if best < float("inf") else None))
         xs = [i for i, b in line if b is not None]
         ax.step(xs, [b for _, b in line if b is not None], where="post", color="#2ca02c", label="best so far")
-        ax.set_yscale("log")
         top = max(s for _, s in ok)
+        if min(s for _, s in ok) == top:  # every score the same: a range around it, or the log axis is empty
+            ax.set_ylim(top / 1.5, top * 1.5)
+        ax.set_yscale("log")
         ax.plot(failed, [top * 1.15] * len(failed), "x", color="#d62728", label="failed")
     elif failed:  # nothing to score: the failures alone, on one line
         ax.plot(failed, [0] * len(failed), "x", color="#d62728", label="failed (no attempt passed)")

@@ -96,3 +96,20 @@ def test_all_is_what_this_process_may_use(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-8f3c2a")
     with pytest.raises(ExperimentError, match="names GPUs by UUID"):
         visible_devices()
+
+
+def test_a_ray_address_that_does_not_answer_is_one_line_within_seconds():
+    import socket
+    import time
+
+    from cudaopt.evaluation.dispatch import WorkerError
+    from cudaopt.evaluation.ray_cluster import _reachable
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match=f"cannot reach the Ray cluster at ray://127.0.0.1:{port}"):
+        _reachable(f"ray://127.0.0.1:{port}")
+    assert time.monotonic() - start < 6
+    _reachable("auto")  # resolved by Ray itself

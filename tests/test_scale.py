@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -79,9 +80,19 @@ def test_finalists_measured_on_different_gpus_are_measured_again_on_one_before_a
     assert line.startswith("finalists measured again on GPU 0 (3×): #") and line.endswith(f"winner #{by_tile[128].id}")
 
 
-def test_a_run_on_one_gpu_needs_no_finalists(tmp_path, experiment):
-    _, summary = tune(tmp_path, experiment, ScriptedEvaluator())
-    assert summary.finalists is None
+def test_a_run_on_one_gpu_needs_no_finalists_even_with_results_from_the_cache(tmp_path, experiment):
+    path = Path(experiment.config)
+    config = json.loads(path.read_text())
+    config["tune"]["tunables"] = {"BM": [16, 32]}
+    path.write_text(json.dumps(config))
+    start_or_resume(experiment, ModelSettings(), Budget(), tmp_path / "results", ScriptedEvaluator(),
+                    Options(strategy="tune"))
+    config["tune"]["tunables"] = TILES
+    path.write_text(json.dumps(config))
+    run, summary = start_or_resume(experiment, ModelSettings(), Budget(), tmp_path / "results", ScriptedEvaluator(),
+                                   Options(strategy="tune"))
+    assert [a.cached for a in attempts(run)] == [True, True, True, False, False]
+    assert summary.finalists is None  # the cached ones were measured on this GPU too
 
 
 class FailsWhenMeasuredAgain(ScriptedPool):

@@ -173,7 +173,7 @@ def replay_finalists(recorder: Recorder, count: int = FINALISTS, repeats: int = 
     scored = sorted((a for a in rec.attempts if a.score_us is not None and a.id not in rec.disqualified
                      and rec.comparable(a)), key=lambda a: (a.score_us, a.id))
     finalists = scored[:count]
-    places = {(a.gpu.host, a.gpu.index, a.gpu.pci_bus_id) if a.gpu else None for a in finalists}
+    places = {(a.gpu.host, a.gpu.pci_bus_id or a.gpu.index) if a.gpu else None for a in finalists}  # cached: no index
     if len(finalists) < 2 or len(places) < 2:
         return None
     timeouts = rec.timeouts()

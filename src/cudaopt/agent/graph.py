@@ -22,7 +22,7 @@ fatal model error, the stop reason); the recorder holds what happened (the audit
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -127,16 +127,7 @@ class Optimizer:
                 self.budget.max_iterations - self.iterations, profile=profile,
             ) + prompts.round_note(turn, size))
         replies = self._ask(system, users)
-        outcomes: list[Proposal | str] = []  # per turn: the proposal, or why there is none
-        for reply in replies:
-            if reply.error:
-                outcomes.append(f"{MODEL_ERROR}{reply.error}")
-                continue
-            try:
-                outcomes.append(parse(reply.text, rec.exp.signature, rec.cases, allow_tunables=self.tune,
-                                      max_configurations=MAX_SWEEP))
-            except ProposalError as exc:
-                outcomes.append(str(exc))
+        outcomes = [self._outcome(reply) for reply in replies]
         rejected = [turn for turn, outcome in enumerate(outcomes) if isinstance(outcome, str)]
         attempt_ids, next_id = {}, base + len(rejected)
         for turn, outcome in enumerate(outcomes):
@@ -156,13 +147,41 @@ class Optimizer:
         fatal = next((reply.error for reply in replies if reply.error and reply.fatal), "")
         return {"pending": pending, "fatal_error": fatal}
 
+    def _outcome(self, reply: Reply) -> Proposal | str:
+        """The proposal in a reply, or why there is none (a rejection's reason)."""
+        if reply.error:
+            return f"{MODEL_ERROR}{reply.error}"
+        try:
+            return parse(reply.text, self.rec.exp.signature, self.rec.cases, allow_tunables=self.tune,
+                         max_configurations=MAX_SWEEP)
+        except ProposalError as exc:
+            return str(exc)
+
     def _ask(self, system: str, users: list[str]) -> list[Reply]:
         """The model's answers, one per turn; the turns of a round are asked at the same time."""
-        budget_left = lambda: not self._over_call_budget()  # noqa: E731
+        def ask(user: str) -> Reply:
+            return self.client.ask(system, user, budget_left=lambda: not self._over_call_budget())
+
         if len(users) == 1:
-            return [self.client.ask(system, users[0], budget_left=budget_left)]
-        with ThreadPoolExecutor(max_workers=len(users)) as pool:
-            return list(pool.map(lambda user: self.client.ask(system, user, budget_left=budget_left), users))
+            return [ask(users[0])]
+        answers: list = [None] * len(users)
+
+        def turn(i: int) -> None:
+            try:
+                answers[i] = ask(users[i])
+            except BaseException as exc:  # re-raised below, in the loop's own thread
+                answers[i] = exc
+
+        # daemon threads: Ctrl-C stops the run at once instead of waiting for the model's answers
+        threads = [threading.Thread(target=turn, args=(i,), daemon=True) for i in range(len(users))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        failed = next((a for a in answers if isinstance(a, BaseException)), None)
+        if failed is not None:
+            raise failed
+        return answers
 
     def _record_call(self, reply: Reply, attempt_id: int) -> int:
         rec = self.rec

@@ -21,6 +21,7 @@ import functools
 import logging
 import os
 import queue
+import socket
 import tempfile
 import threading
 import time
@@ -36,6 +37,7 @@ from .supervisor import STARTUP_TIMEOUT_S, Worker
 
 PLACEMENT_S = 60.0  # beyond the worker's own start: for Ray to place the actor and start its process
 MARGIN_S = 30.0
+CONNECT_S = 5.0  # how long an address may take to accept a connection
 RELEASE_S = 10.0  # how long closing a pool waits for Ray to count its GPUs free again
 
 
@@ -68,11 +70,23 @@ def connect(address: str, *, gpus: int | None = None, cpus: int | None = None) -
         with _without_secrets():
             ray.init(num_gpus=gpus, num_cpus=cpus, **quiet)
         return True
+    _reachable(address)
     try:
         ray.init(address=address, **{k: v for k, v in quiet.items() if k != "include_dashboard"})
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise WorkerError(f"cannot join the Ray cluster at {address}: {' '.join(str(exc).split())[:300]}") from None
     return False
+
+
+def _reachable(address: str) -> None:
+    """An address with a port answers within seconds (Ray itself would retry for minutes)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto", or a form Ray resolves itself
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_S).close()
+    except OSError as exc:
+        raise WorkerError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}") from None
 
 
 class WorkerActor:

@@ -9,8 +9,9 @@ a user would, each in a fresh process, ``--rounds`` times in turn:
 - ``--devices all``, when the machine has more than one GPU.
 
 Per run: the run's wall time (``summary.json``: from the workers being up to the end, so neither
-a worker's nor the cluster's start is in it), the process's wall time (start included), the
-GPU seconds in evaluation, the attempts and the best score. Then the Ray transport's overhead
+a worker's nor the cluster's start is in it), the process's wall time, what came before the
+sweep (the difference: imports, checks, the workers' and the cluster's start), the GPU seconds
+in evaluation, the attempts and the best score. Then the Ray transport's overhead
 against the local supervisor (medians of the run wall times; target: under 10%) and the speed-up
 from one GPU to all (expected close to their number). Writes ``bench_scale.json`` to DIR and
 prints a table last. Run: ``python benchmarks/bench_scale.py --out DIR [--rounds N]``.
@@ -53,7 +54,8 @@ def sweep(label: str, flags: list[str], env_extra: dict[str, str], out: Path, n:
     env_json = json.loads((run / "env.json").read_text())
     history = json.loads((run / "history.json").read_text())["attempts"]
     return {"label": label, "round": n, "process_wall_s": round(process_wall, 3),
-            "run_wall_s": summary["totals"]["wall_seconds"], "gpu_s": summary["totals"]["gpu_seconds"],
+            "run_wall_s": summary["totals"]["wall_seconds"],
+            "start_s": round(process_wall - summary["totals"]["wall_seconds"], 3), "gpu_s": summary["totals"]["gpu_seconds"],
             "attempts": summary["attempts"], "valid": summary["valid"], "best_score_us": summary["best_score_us"],
             "gpus": [g["index"] for g in env_json.get("pool", [])], "backend": env_json.get("backend"),
             "attempts_per_gpu": {str(i): sum(1 for a in history if (a.get("gpu") or {}).get("index") == i)
@@ -85,11 +87,12 @@ def main() -> None:
     if len(gpus) > 1:
         figures["speedup_all_gpus"] = round(local / medians[f"local, all {len(gpus)} GPUs"], 3)
     (args.out / "bench_scale.json").write_text(json.dumps(figures, indent=2))
-    print(f"\n{'configuration':22} {'round':>5} {'run wall s':>10} {'process s':>9} {'GPU s':>7} "
+    print(f"\n{'configuration':22} {'round':>5} {'run wall s':>10} {'process s':>9} {'start s':>7} {'GPU s':>7} "
           f"{'attempts':>8} {'best µs':>9}  attempts per GPU")
     for r in runs:
-        print(f"{r['label']:22} {r['round']:5d} {r['run_wall_s']:10.2f} {r['process_wall_s']:9.2f} {r['gpu_s']:7.2f} "
-              f"{r['valid']:>3}/{r['attempts']:<4} {r['best_score_us'] or 0:9.2f}  {r['attempts_per_gpu']}")
+        print(f"{r['label']:22} {r['round']:5d} {r['run_wall_s']:10.2f} {r['process_wall_s']:9.2f} "
+              f"{r['start_s']:7.2f} {r['gpu_s']:7.2f} {r['valid']:>3}/{r['attempts']:<4} "
+              f"{r['best_score_us'] or 0:9.2f}  {r['attempts_per_gpu']}")
     for label, value in medians.items():
         print(f"median run wall, {label}: {value:.2f} s")
     if "ray_overhead" in figures:

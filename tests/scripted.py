@@ -13,6 +13,7 @@ import json
 import re
 import time
 
+from cudaopt.evaluation.dispatch import Dispatcher, GpuRef, dispatch
 from cudaopt.harness.messages import PhaseStarted
 from cudaopt.harness.results import (
     CaseResult,
@@ -41,13 +42,55 @@ def answer(result: str, rationale: str = "an idea", launch: dict | None = None) 
 
 
 class ScriptedEvaluator:
-    def __init__(self):
+    """One scripted GPU: an evaluator of its own (batches go through the real dispatcher, with it as
+    the only lane) and a lane for :class:`ScriptedPool`."""
+
+    backend = "scripted"
+
+    def __init__(self, index: int = 0):
+        self.index = index
         self.requests = []
+        self.prefetched: list[list] = []
+        self.notices: list[str] = []
 
     def device_info(self) -> DeviceInfo:
-        return DeviceInfo(name="Scripted GPU", arch="sm_90", sm_count=132)
+        return DeviceInfo(name="Scripted GPU", arch="sm_90", sm_count=132, pci_bus_id=f"scripted:{self.index}")
+
+    @property
+    def info(self) -> DeviceInfo:
+        return self.device_info()
+
+    @property
+    def ref(self) -> GpuRef:
+        return GpuRef.of(self.device_info(), self.index)
+
+    def gpus(self) -> list[GpuRef]:
+        return [self.ref]
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def prefetch(self, kernels) -> None:
+        self.prefetched.append([k.defines for k in kernels])
+
+    def evaluate_all(self, requests, **options):
+        return dispatch([self], requests, **options)
 
     def evaluate(self, request, on_event=None) -> EvalResult:
+        result = self._evaluate(request, on_event)
+        result.device = self.device_info()
+        return result
+
+    def _evaluate(self, request, on_event=None) -> EvalResult:
         self.requests.append(request)
         if on_event:
             on_event(PhaseStarted(phase="compile"))
@@ -121,14 +164,28 @@ def stats(median: float, method: str = "scripted") -> TimingStats:
                        p10_us=median * 0.95, p90_us=median * 1.05, n=100, method=method)
 
 
-class ScriptedSupervisor(ScriptedEvaluator):
-    """Stands in for evaluation.supervisor.Supervisor in CLI tests (monkeypatch it there)."""
+class ScriptedPool(Dispatcher):
+    """Several scripted GPUs of one model behind the real dispatcher. ``delays`` (seconds per
+    request) make some finish later; ``speeds`` scale the times a GPU reports (0.5: it reports
+    every kernel twice as fast), as GPUs of one model that differ a little would."""
 
-    def __init__(self, devices=None, **kwargs):
-        super().__init__()
+    def __init__(self, count: int = 2, delays: dict[int, float] | None = None, speeds: dict[int, float] | None = None):
+        super().__init__([_Lane(i, (delays or {}).get(i, 0.0), (speeds or {}).get(i, 1.0)) for i in range(count)])
 
-    def __enter__(self):
-        return self
+    @property
+    def requests(self) -> list:
+        return [r for lane in self.lanes for r in lane.requests]
 
-    def __exit__(self, *exc):
-        return None
+
+class _Lane(ScriptedEvaluator):
+    def __init__(self, index: int, delay: float, speed: float):
+        super().__init__(index)
+        self.delay, self.speed = delay, speed
+
+    def evaluate(self, request, on_event=None) -> EvalResult:
+        time.sleep(self.delay)
+        result = super().evaluate(request, on_event)
+        for case in result.cases:
+            if case.timing:
+                case.timing = stats(case.timing.median_us * self.speed, case.timing.method)
+        return result

@@ -19,7 +19,7 @@ LAYERS = [
     {"preflight", "evaluate", "record"},
     {"agent", "report", "sanitize", "shapes"},
     {"strategies", "verify", "replay", "guard"},
-    {"optimize", "render"},
+    {"optimize", "render", "audit"},
     {"cli"},
     {"__main__"},
 ]

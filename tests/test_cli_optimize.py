@@ -69,11 +69,11 @@ def test_verify_of_something_that_is_not_a_run(tmp_path):
 
 def test_a_model_failure_stops_the_run_with_exit_5(monkeypatch, tmp_path):
     """Refused credentials: the run stops at once, the summary says why, the command exits 5."""
-    from cudaopt.evaluation import supervisor
+    from cudaopt.evaluation import pools
     from tests.fake_openai import FakeOpenAI
-    from tests.scripted import ScriptedSupervisor
+    from tests.scripted import ScriptedEvaluator
 
-    monkeypatch.setattr(supervisor, "Supervisor", ScriptedSupervisor)  # the GPU worker, scripted
+    monkeypatch.setattr(pools, "open_pool", lambda devices, ray=None, log_dir=None: ScriptedEvaluator())
     monkeypatch.setenv("OPENAI_API_KEY", "sk-wrong")
     with FakeOpenAI([{"status": 401, "message": "Incorrect API key provided"}]) as server:
         result = runner.invoke(app, ["optimize", "--config", str(SGEMM / "experiment.json"), "--strategy", "agent",

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from cudaopt.cli import app
 from cudaopt.record.guard_file import GuardReport, read_guard
 from tests.conftest import gpu_present
-from tests.scripted import ScriptedSupervisor, kernel
+from tests.scripted import ScriptedEvaluator, kernel
 
 runner = CliRunner(env={"COLUMNS": "200"})
 CASES = ["odd-31x37x29", "square-256", "rect-384x256x320", "square-4096", "holdout-515x261x1031",
@@ -22,17 +22,11 @@ CASES = ["odd-31x37x29", "square-256", "rect-384x256x320", "square-4096", "holdo
 @pytest.fixture
 def requests(monkeypatch):
     """The GPU worker, scripted; the requests it was sent."""
-    from cudaopt.evaluation import supervisor
+    from cudaopt.evaluation import pools
 
-    seen: list = []
-
-    class Scripted(ScriptedSupervisor):
-        def __init__(self, devices=None, **kwargs):
-            super().__init__()
-            self.requests = seen
-
-    monkeypatch.setattr(supervisor, "Supervisor", Scripted)
-    return seen
+    scripted = ScriptedEvaluator()
+    monkeypatch.setattr(pools, "open_pool", lambda devices, ray=None, log_dir=None: scripted)
+    return scripted.requests
 
 
 @pytest.fixture

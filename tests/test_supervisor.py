@@ -1,15 +1,13 @@
-"""Timeouts, crashes and respawn, with a scripted worker (no GPU needed)."""
+"""Timeouts, crashes and respawn, and requests spread over several workers, with a scripted
+worker (no GPU needed)."""
 
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from cudaopt.evaluation.supervisor import Supervisor, WorkerError
 from cudaopt.harness.protocol import Timeouts
-
-FAKE = [sys.executable, str(Path(__file__).with_name("fake_worker.py"))]
+from tests.fakes import FAKE, batch, intervals, one_at_a_time
 
 
 @pytest.fixture
@@ -28,11 +26,11 @@ def test_a_good_request_passes(supervisor, sgemm):
     assert result.status == "ok" and len(result.cases) == 4
 
 
-def test_prefetch_reaches_the_worker_without_an_answer(supervisor, sgemm):
-    kernels = [sgemm.request("// source", entry="ok", defines={"B": b}).kernel for b in (1, 2, 3)]
-    supervisor.prefetch(kernels)
-    result = supervisor.evaluate(request(sgemm, "ok"))  # the next answer is this request's result
-    assert result.status == "ok" and result.reason == "prefetched 3"
+def test_a_batch_is_compiled_ahead_without_an_answer(supervisor, sgemm):
+    requests = [sgemm.request("// source", entry="ok", defines={"B": b}) for b in (1, 2, 3)]
+    results = supervisor.evaluate_all(requests)  # each answer is its request's result
+    assert [m.result.reason for m in results] == ["prefetched 3"] * 3
+    assert supervisor.evaluate(request(sgemm, "ok")).reason == "prefetched 3"  # a single request: nothing more
 
 
 def test_vendor_results_pass_through_the_supervisor(supervisor, sgemm):
@@ -70,3 +68,91 @@ def test_a_worker_that_cannot_start_is_a_clear_error(tmp_path, sgemm):
     with Supervisor(devices=[0], log_dir=tmp_path, command=[*FAKE, "--no-start"]) as sup:
         with pytest.raises(WorkerError, match="did not start.*no GPU here"):
             sup.evaluate(request(sgemm, "ok"))
+
+
+@pytest.fixture
+def pair(tmp_path):
+    """Two fake GPUs whose workers trace when each request starts and ends."""
+    trace = tmp_path / "trace.txt"
+    with Supervisor(devices=[0, 1], log_dir=tmp_path, command=FAKE,
+                    env={"CUDAOPT_FAKE_TRACE": str(trace), "CUDAOPT_FAKE_BROKEN": str(tmp_path / "broken")}) as sup:
+        yield sup, trace
+
+
+def test_results_come_in_request_order_whatever_finishes_first(pair, sgemm):
+    sup, trace = pair
+    order = []
+    results = sup.evaluate_all(batch(sgemm, ["sleep:800", "ok", "ok", "ok"]), on_done=lambda i, m: order.append(i))
+    assert order == [0, 1, 2, 3]
+    assert [m.result.request_id for m in results] == ["r0", "r1", "r2", "r3"]
+    assert [m.result.status for m in results] == ["ok"] * 4
+    spans = intervals(trace)
+    slow = next(s for s in spans if s.end - s.start > 0.7)
+    assert sum(1 for s in spans if s.end < slow.end) == 3  # the others finished first, on the other GPU
+    assert {m.gpu.index for m in results} == {0, 1} and results[0].gpu.name == "fake"
+
+
+def test_never_two_requests_on_one_gpu_at_a_time_and_both_gpus_busy(pair, sgemm):
+    sup, trace = pair
+    start = time.monotonic()
+    results = sup.evaluate_all(batch(sgemm, ["sleep:300"] * 6))
+    wall = time.monotonic() - start
+    assert all(m.result.status == "ok" for m in results)
+    spans = intervals(trace)
+    assert len(spans) == 6 and one_at_a_time(spans), spans
+    assert sorted(s.gpu for s in spans) == ["0"] * 3 + ["1"] * 3  # each GPU ran its share
+    assert wall < 6 * 0.3  # and the two GPUs worked at the same time
+
+
+def test_a_hang_and_a_crash_on_one_gpu_leave_the_batch_going(pair, sgemm):
+    sup, _ = pair
+    results = sup.evaluate_all(batch(sgemm, ["hang", "ok", "die", "ok", "ok"]))
+    assert [m.result.status for m in results] == ["timeout", "ok", "crashed", "ok", "ok"]
+    assert "check phase ran past its 1 s timeout" in results[0].result.reason
+    assert "simulated fatal error" in results[2].result.reason
+
+
+def test_pinned_requests_run_on_their_gpu_in_their_order(pair, sgemm):
+    sup, trace = pair
+    requests = batch(sgemm, ["sleep:50"] * 5)
+    results = sup.evaluate_all(requests, pins=[1, 1, None, 1, 0])
+    assert [m.gpu.index for m in results][:2] == [1, 1] and results[3].gpu.index == 1 and results[4].gpu.index == 0
+    on_one = [s for s in intervals(trace) if s.gpu == "1"]
+    assert len(on_one) >= 3 and all(a.start < b.start for a, b in zip(on_one, on_one[1:]))
+
+
+def test_once_told_to_stop_nothing_more_starts(pair, sgemm):
+    sup, _ = pair
+    done = []
+    results = sup.evaluate_all(batch(sgemm, ["sleep:200"] * 6), should_stop=lambda: len(done) >= 1,
+                               on_done=lambda i, m: done.append((i, m is not None)))
+    ran = [m is not None for m in results]
+    assert ran[:2] == [True, True] and not all(ran)  # the first two started at once; later ones never did
+    assert [i for i, _ in done] == list(range(6)) and [r for _, r in done] == ran
+
+
+def test_a_gpu_whose_worker_no_longer_starts_leaves_the_pool_and_its_request_runs_elsewhere(pair, sgemm, tmp_path):
+    sup, _ = pair
+    sup.evaluate_all(batch(sgemm, ["ok", "ok"]))
+    (tmp_path / "broken").write_text("1\n")  # GPU 1's next worker will not start
+    first = sup.evaluate_all(batch(sgemm, ["die", "die"]))  # kills both workers
+    assert [m.result.status for m in first] == ["crashed", "crashed"]
+    results = sup.evaluate_all(batch(sgemm, ["ok", "ok", "ok"]))
+    assert [m.result.status for m in results] == ["ok"] * 3 and {m.gpu.index for m in results} == {0}
+    assert any(n.startswith("GPU 1 left the pool") and "did not start" in n for n in sup.notices), sup.notices
+    assert [g.index for g in sup.gpus()] == [0]
+
+
+def test_gpus_of_another_model_are_left_out(tmp_path, sgemm):
+    with Supervisor(devices=[0, 1], log_dir=tmp_path, command=FAKE,
+                    env={"CUDAOPT_FAKE_GPU_NAMES": "0=fake-h200,1=fake-a100"}) as sup:
+        assert [g.label for g in sup.gpus()] == ["GPU 0"]
+        assert sup.notices == ["GPU 1 (fake-a100) left out: this pool measures on fake-h200 GPUs only, so that "
+                               "its measurements compare"]
+        results = sup.evaluate_all(batch(sgemm, ["ok"] * 3))
+        assert {m.gpu.name for m in results} == {"fake-h200"}
+
+
+def test_one_worker_per_gpu():
+    with pytest.raises(ValueError, match="one worker per GPU"):
+        Supervisor(devices=[0, 0])

@@ -11,8 +11,8 @@ from cudaopt.evaluation.supervisor import Supervisor
 from cudaopt.experiment import load_experiment
 from cudaopt.harness.protocol import CaseTimeouts, Timeouts
 from cudaopt.harness.results import CaseResult
+from tests.fakes import FAKE
 from tests.test_experiment import expect_error
-from tests.test_supervisor import FAKE
 
 
 def case(name, phases, status="ok"):
@@ -79,7 +79,7 @@ def test_a_bad_timeouts_section_names_its_field(example, timeouts, field, messag
 
 def test_a_cached_result_is_found_whatever_the_timeouts(tmp_path, sgemm):
     from cudaopt.harness.results import DeviceInfo
-    from cudaopt.record.recorder import ResultCache
+    from cudaopt.record.cache import ResultCache
 
     cache = ResultCache(tmp_path, DeviceInfo(name="GPU"))
     scaled = Timeouts(cases={"square-256": CaseTimeouts(check_s=10, timing_s=12)}, basis="scaled")

@@ -141,7 +141,7 @@ def test_every_cuda_error_becomes_an_outcome_and_a_lost_context_retires_the_work
 
 def test_a_result_that_says_nothing_about_the_kernel_is_never_cached(tmp_path):
     from cudaopt.harness.results import DeviceInfo, EvalResult
-    from cudaopt.record.recorder import ResultCache
+    from cudaopt.record.cache import ResultCache
 
     cache = ResultCache(tmp_path, DeviceInfo(name="H200"))
     request = type("R", (), {})()

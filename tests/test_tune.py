@@ -118,17 +118,17 @@ def test_exhaustive_tuning_leaves_the_audit_pack(tmp_path, experiment):
 
 def test_an_exhaustive_sweep_asks_to_compile_its_uncached_configurations_up_front(tmp_path, experiment):
     class Prefetching(ScriptedEvaluator):
-        prefetched: list = []
-
         def prefetch(self, kernels):
-            assert not self.requests or self.requests[-1].kernel.defines == {}  # before any configuration
-            self.prefetched.append([k.defines for k in kernels])
+            assert [r.kernel.defines for r in self.requests] == [{}]  # after the baseline, before any configuration
+            super().prefetch(kernels)
 
     args = experiment(SMALL)
-    tune(tmp_path, args, Prefetching(), max_evals=100)
-    assert len(Prefetching.prefetched[0]) == 8
-    tune(tmp_path, args, Prefetching(), max_evals=100)  # all cached now: nothing to compile
-    assert Prefetching.prefetched[1] == []
+    first = Prefetching()
+    tune(tmp_path, args, first, max_evals=100)
+    assert [len(kernels) for kernels in first.prefetched] == [8]  # the baseline alone: nothing to compile ahead
+    again = Prefetching()
+    tune(tmp_path, args, again, max_evals=100)  # all cached now: nothing to compile
+    assert again.prefetched == [] and again.requests == []
 
 
 def test_large_spaces_are_sampled_within_the_budget_and_repeatably(tmp_path, experiment):

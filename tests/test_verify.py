@@ -81,20 +81,10 @@ def test_a_holdout_shape_slower_than_the_baseline_is_a_regression_and_fails(run)
 def test_verify_exits_1_on_a_regression_and_shows_it(run, monkeypatch):
     from typer.testing import CliRunner
 
-    import cudaopt.evaluation.supervisor as supervisor
     from cudaopt.cli import app
+    from cudaopt.evaluation import pools
 
-    class Scripted(SlowerOnTheHoldout):
-        def __init__(self, *args, **kwargs):
-            super().__init__()
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return None
-
-    monkeypatch.setattr(supervisor, "Supervisor", Scripted)
+    monkeypatch.setattr(pools, "open_pool", lambda devices, ray=None, log_dir=None: SlowerOnTheHoldout())
     run_dir, _ = run
     result = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["verify", str(run_dir), "--repeats", "2"])
     assert result.exit_code == 1, result.output

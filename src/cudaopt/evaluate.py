@@ -1,8 +1,14 @@
-"""Evaluate one kernel on an experiment: the core of ``cudaopt evaluate``."""
+"""Evaluate one kernel on an experiment: the core of ``cudaopt evaluate``.
+
+On two GPUs or more the kernel and the ``.cu`` reference are measured at the same time, each on
+a GPU of its own (of the same model: a pool has one); ``gpus`` says which measured which.
+"""
 
 from __future__ import annotations
 
-from .evaluation.supervisor import Supervisor
+from pydantic import Field
+
+from .evaluation.dispatch import Evaluator, GpuRef
 from .experiment import Experiment
 from .harness.protocol import LaunchSpec, Model, TimingProtocol
 from .harness.results import EvalResult
@@ -13,6 +19,7 @@ class Evaluation(Model):
 
     candidate: EvalResult
     reference_timing: EvalResult | None = None  # the .cu reference timed with the same protocol, when there is one
+    gpus: dict[str, GpuRef] = Field(default_factory=dict)  # "candidate", "reference": the GPU that measured it
 
     def speedup(self, case: str) -> float | None:
         """Reference median over candidate median for one case, when both were timed."""
@@ -27,7 +34,7 @@ class Evaluation(Model):
 def evaluate_kernel(
     experiment: Experiment,
     source: str,
-    supervisor: Supervisor,
+    evaluator: Evaluator,
     *,
     entry: str | None = None,
     launch: LaunchSpec | None = None,
@@ -37,18 +44,13 @@ def evaluate_kernel(
 ) -> Evaluation:
     """Check and time ``source`` on the correctness and performance cases (never the holdout), with the
     experiment's vendor baseline timed beside it when it declares one (and ``time_vendor``)."""
-    request = experiment.request(source, entry=entry, launch=launch, protocol=protocol, request_id="candidate",
-                                 vendor=time_vendor)
-    candidate = supervisor.evaluate(request)
-    reference = None
+    requests = [experiment.request(source, entry=entry, launch=launch, protocol=protocol, request_id="candidate",
+                                   vendor=time_vendor)]
     if time_reference and experiment.reference_kind == "cu":
-        ref_request = experiment.request(
-            experiment.reference_source,
-            entry=experiment.reference_entry,
-            protocol=protocol,
-            roles={"performance"},
-            check=False,
-            request_id="reference",
-        )
-        reference = supervisor.evaluate(ref_request)
-    return Evaluation(candidate=candidate, reference_timing=reference)
+        requests.append(experiment.request(experiment.reference_source, entry=experiment.reference_entry,
+                                           protocol=protocol, roles={"performance"}, check=False,
+                                           request_id="reference"))
+    measured = evaluator.evaluate_all(requests)
+    names = ["candidate", "reference"][:len(measured)]
+    return Evaluation(candidate=measured[0].result, reference_timing=measured[1].result if len(measured) > 1 else None,
+                      gpus={name: m.gpu for name, m in zip(names, measured, strict=True)})

@@ -1,8 +1,9 @@
 """``cudaopt optimize``: start or resume a run and leave its audit pack in ``results/run-NNN/``.
 
-The order is the same for every strategy: every check that needs no GPU, the worker, the run
+The order is the same for every strategy: every check that needs no GPU, the workers, the run
 directory, the baseline (once per run), the strategy until it returns a stop reason, the
-summary, the heatmap and the report.
+finalists measured again on one GPU when several GPUs measured them, the summary, the heatmap
+and the report.
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ from pathlib import Path
 
 from . import strategies
 from .errors import ExperimentError
+from .evaluation.dispatch import Evaluator, GpuRef
 from .harness.results import DeviceInfo
+from .record.cache import ResultCache
 from .record.events import OnProgress, ignore
-from .record.recorder import Evaluator, Recorder, ResultCache
+from .record.recorder import Recorder
 from .record.rundir import RunDir
 from .record.runs import Budget, ExperimentArgs, RunSettings, open_resumable, open_run, read_run_json
 from .record.schema import Environment, Summary
+from .replay import replay_finalists
 from .report.build import build as build_report
 from .strategies.tune import TuneStrategy, need_tuning
 
@@ -30,15 +34,15 @@ PACKAGES = ("cudaopt", "cuda-core", "cuda-bindings", "numpy", "pydantic", "langg
             "langchain-core", "langchain-openai", "openai", "matplotlib", "nvidia-ml-py")
 
 
-def environment(device: DeviceInfo) -> Environment:
+def environment(device: DeviceInfo, pool: list[GpuRef], backend: str) -> Environment:
     versions = {}
     for name in PACKAGES:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
-    return Environment(gpu=device, python=sys.version.split()[0], platform=platform.platform(), packages=versions,
-                       git=_git_state(), started_at=_now())
+    return Environment(gpu=device, pool=pool, backend=backend, python=sys.version.split()[0],
+                       platform=platform.platform(), packages=versions, git=_git_state(), started_at=_now())
 
 
 def _now() -> str:
@@ -69,7 +73,8 @@ class Options:
     use_cache: bool = True
     research: bool = False
     use_nsight: bool = False
-    device_index: int = 0
+    device_index: int = 0  # the local GPU the instruments profile on
+    proposals: int = 1  # proposals per round of the agent strategies (a resumed run keeps its own)
 
 
 def stored_iterations(path: Path) -> int:
@@ -84,9 +89,10 @@ def start_or_resume(args: ExperimentArgs, settings, budget: Budget, results: Pat
     ``settings`` is the model's (agent.model.ModelSettings)."""
     options = options or Options()
     # every check that needs no GPU first; then the worker starts, before anything is written
+    proposals = options.proposals
     if resume is not None:
         run, stored, experiment = open_resumable(resume)
-        name = stored.strategy
+        name, proposals = stored.strategy, stored.proposals
     else:
         name = options.strategy
         experiment = args.load()
@@ -102,9 +108,9 @@ def start_or_resume(args: ExperimentArgs, settings, budget: Budget, results: Pat
         run = RunDir.create(results)
         run.write_model("lock.json", experiment.lock())
         run.write_model("settings.json", RunSettings(experiment=args, strategy=name, research=options.research,
-                                                     use_nsight=options.use_nsight, model=settings.public(),
-                                                     budget=budget))
-        run.write_model("env.json", environment(device))
+                                                     use_nsight=options.use_nsight, proposals=proposals,
+                                                     model=settings.public(), budget=budget))
+        run.write_model("env.json", environment(device, evaluator.gpus(), evaluator.backend))
     cache = ResultCache(results / "cache", device) if options.use_cache else None
     uses_model = strategy.needs_model
     recorder = Recorder(experiment, run, evaluator, strategy=name,
@@ -115,7 +121,8 @@ def start_or_resume(args: ExperimentArgs, settings, budget: Budget, results: Pat
         recorder.load()
     context = strategies.Context(recorder=recorder, budget=budget, model=settings, chat_model=options.chat_model,
                                  max_evals=options.max_evals, seed=options.seed, research=options.research,
-                                 use_nsight=options.use_nsight, device_index=options.device_index)
+                                 use_nsight=options.use_nsight, device_index=options.device_index,
+                                 proposals=proposals)
     try:
         summary = _run(strategy, context)
         if options.ablation and name != "tune":
@@ -130,11 +137,15 @@ def start_or_resume(args: ExperimentArgs, settings, budget: Budget, results: Pat
 
 
 def _run(strategy, context: strategies.Context) -> Summary:
-    """The baseline, then the strategy; an interrupt is recorded as the stop reason and re-raised."""
+    """The baseline, the strategy, then the finalists measured on one GPU when several measured them;
+    an interrupt is recorded as the stop reason and re-raised."""
     recorder = context.recorder
     try:
         recorder.ensure_baseline()
         reason = strategy.run(context)
+        finalists = replay_finalists(recorder)
+        if finalists is not None:
+            recorder.settle(finalists)
     except KeyboardInterrupt:
         recorder.run.log("interrupted")
         recorder.finish("interrupted")

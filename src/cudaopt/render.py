@@ -151,6 +151,12 @@ def summary_lines(summary) -> list[str]:
     if summary.best_defines:
         lines.append(f"best tunables: {summary.best_defines}")
     lines += [f"review: {flag}" for flag in summary.review]
+    if summary.finalists:
+        f = summary.finalists
+        scores = ", ".join(f"#{x.attempt} {x.score_us:.2f} µs" if x.score_us is not None else f"#{x.attempt} {x.status}"
+                           for x in f.finalists)
+        lines.append(f"finalists measured again on {f.gpu.label} ({f.repeats}×): {scores}; winner "
+                     f"{'#' + str(f.winner) if f.winner is not None else 'none'}")
     if summary.ablation:
         gain = summary.ablation["agent_gain_over_tuning"]
         lines.append(f"ablation: tuning alone reached {summary.ablation['tune_only_best_score_us']} µs; "
@@ -337,4 +343,27 @@ def guard_record_table(baseline: GuardBaseline, path: Path) -> Table:
                       f"{case.timing.p10_us:.2f}–{case.timing.p90_us:.2f}", _num(case.vendor_median_us))
     table.caption = escape(f"checked: {', '.join(baseline.checked)} (seed {baseline.seed})")
     table.caption_justify = "left"
+    return table
+
+
+def audit_table(report) -> Table:
+    """``cudaopt audit``: the fleet ranked by the estimated net return; with --optimize, what the runs found."""
+    table = Table(title=f"fleet audit: {len(report.entries)} experiment(s), ranked by estimated return",
+                  title_justify="left")
+    columns = ["#", "experiment", "outcome", "kernel µs", "attainable µs", "headroom", "% of roof", "payback",
+               "net USD"]
+    columns += ["best µs", "speed-up", "run"] if report.plan else []
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("experiment", "outcome", "run") else "right")
+    for e in report.entries:
+        h, roi, o = e.headroom, e.roi, e.optimized
+        payback = "-" if roi is None else ("never" if roi.payback_months is None else f"{roi.payback_months:.2f} mo")
+        cells = [str(e.rank), e.name, e.status, _num(h.kernel_us if h else None),
+                 f"{h.attainable_us:.2f} ({h.basis})" if h else "-", f"{h.headroom:.2f}×" if h else "-",
+                 f"{h.roofline_pct:.1f}% {h.bound}" if h and h.roofline_pct is not None else "-", payback,
+                 _num(e.net_usd)]
+        if report.plan:
+            cells += [_num(o.best_us if o else None), f"{o.speedup:.2f}×" if o and o.speedup else "-",
+                      o.run if o else e.note or "-"]
+        table.add_row(*(escape(c) for c in cells))
     return table

@@ -11,9 +11,13 @@ Two questions are answered per case:
 
 The run as a whole beats the baseline when its score (the geometric mean over the performance
 cases, the quantity the search ranked by) is lower in every repeat; cases where the winner was
-slower in every pair are listed as ``slower_cases``.
+slower in every pair are listed as ``slower_cases``. On several GPUs each case's pairs stay on
+one GPU (the cases are shared out among them), so every pair compares like with like.
 
 The result goes to ``replay.json`` in the run directory, where the report's verdict reads it.
+
+:func:`replay_finalists` is the same idea inside a run: when several GPUs measured a run's best
+attempts, they are measured again on one GPU, interleaved, before a winner is declared.
 """
 
 from __future__ import annotations
@@ -28,11 +32,14 @@ from .errors import ExperimentError, validation_message
 from .harness.protocol import EvalRequest
 from .harness.results import DeviceInfo, EvalResult, TimingStats
 from .harness.stats import geomean
-from .record.recorder import Evaluator
+from .record.events import AttemptStarted
+from .record.recorder import Evaluator, Recorder, score
 from .record.runs import load_run_experiment, open_run, read_run_json, winner
-from .record.schema import Environment, ReplayedCase, ReplayOutcome
+from .record.schema import Environment, Finalist, Finalists, ReplayedCase, ReplayOutcome
 
 MATTERS = ("name", "arch", "driver_cuda_version")  # environment differences that invalidate a replay
+FINALISTS = 3  # the best attempts measured again when several GPUs measured them
+FINALIST_REPEATS = 3
 
 
 def environment_differences(recorded: DeviceInfo, now: DeviceInfo, keys: tuple[str, ...] = MATTERS) -> list[str]:
@@ -64,21 +71,35 @@ def replay(target: Path, evaluator: Evaluator, repeats: int = 5) -> ReplayOutcom
     env = read_run_json(run, "env.json", Environment)
     differences = environment_differences(env.gpu, evaluator.device_info())
     baseline_source = experiment.initial_kernel_path.read_text()
-    cases, failures = [], []
-    for path in sorted(run.path.glob("best-case-*.json")):
+    width = len(evaluator.gpus())
+    requests, pins, plan = [], [], []  # plan: each case with the positions of its requests
+    for j, path in enumerate(sorted(run.path.glob("best-case-*.json"))):
         request = read_run_json(run, path.name, EvalRequest)
         (case,) = request.cases
         if case.role != "performance":
-            result = evaluator.evaluate(request)
-            if not result.ok:
-                failures.append(f"{case.name}: {result.status}: {result.reason}")
-            cases.append(ReplayedCase(name=case.name, role=case.role, status=result.status))
+            plan.append((case, [len(requests)]))
+            requests.append(request)
+            pins.append(j % width)
             continue
         baseline = experiment.request(baseline_source, request_id=f"replay-baseline-{case.name}")
         baseline.cases = [case]
+        plan.append((case, list(range(len(requests), len(requests) + 2 * repeats, 2))))
+        requests += [request, baseline] * repeats  # winner, baseline, winner, ... on one GPU
+        pins += [j % width] * (2 * repeats)
+    measured = evaluator.evaluate_all(requests, pins=pins)
+    cases, failures = [], []
+    for case, positions in plan:
+        gpu = measured[positions[0]].gpu
+        if case.role != "performance":
+            result = measured[positions[0]].result
+            if not result.ok:
+                failures.append(f"{case.name}: {result.status}: {result.reason}")
+            cases.append(ReplayedCase(name=case.name, role=case.role, status=result.status, gpu=gpu))
+            continue
         winner_us, baseline_us, vendor_us = [], [], []
         status = "ok"
-        for mine, theirs in interleaved(evaluator, [request, baseline], repeats):
+        for i in positions:
+            mine, theirs = measured[i].result, measured[i + 1].result
             if not mine.ok:
                 status = mine.status
                 failures.append(f"{case.name}: {mine.status}: {mine.reason}")
@@ -87,7 +108,9 @@ def replay(target: Path, evaluator: Evaluator, repeats: int = 5) -> ReplayOutcom
             winner_us.append(found.median_us if found else None)
             baseline_us.append(other.median_us if other else None)
             vendor_us.append(found.vendor_median_us if found else None)
-        cases.append(_compare(case.name, status, recorded.get(case.name), winner_us, baseline_us, vendor_us))
+        compared = _compare(case.name, status, recorded.get(case.name), winner_us, baseline_us, vendor_us)
+        compared.gpu = gpu
+        cases.append(compared)
     timed = [c for c in cases if c.role == "performance"]
     outcome = ReplayOutcome(
         passed=not failures and not differences,
@@ -154,3 +177,37 @@ def _replay_request(path: Path, evaluator: Evaluator) -> ReplayOutcome:
                             now_us=c.timing.median_us if c.timing else None,
                             vendor_us=c.vendor_median_us) for c in result.cases],
     )
+
+
+def replay_finalists(recorder: Recorder, count: int = FINALISTS, repeats: int = FINALIST_REPEATS) -> Finalists | None:
+    """The run's ``count`` best attempts measured again on one GPU, interleaved, ``repeats`` times,
+    when more than one GPU measured them (None otherwise: their figures already compare). The
+    winner is the fastest median score there; a finalist that fails now cannot win."""
+    rec = recorder
+    scored = sorted((a for a in rec.attempts if a.score_us is not None and a.id not in rec.disqualified
+                     and rec.comparable(a)), key=lambda a: (a.score_us, a.id))
+    finalists = scored[:count]
+    places = {(a.gpu.host, a.gpu.pci_bus_id or a.gpu.index) if a.gpu else None for a in finalists}  # cached: no index
+    if len(finalists) < 2 or len(places) < 2:
+        return None
+    timeouts = rec.timeouts()
+    requests = [rec.exp.request(rec.source(a), launch=a.launch, defines=a.defines, roles={"performance"},
+                                request_id=f"finalist-{a.id}-{r}", timeouts=timeouts)
+                for r in range(repeats) for a in finalists]
+
+    def on_start(i: int, gpu) -> None:
+        attempt = finalists[i % len(finalists)]
+        rec.on_progress(AttemptStarted(id=attempt.id, what=f"finalist #{attempt.id} again on {gpu.label}"))
+
+    measured = rec.evaluator.evaluate_all(requests, pins=[0] * len(requests), on_start=on_start)
+    entries = []
+    for n, attempt in enumerate(finalists):
+        results = [measured[r * len(finalists) + n].result for r in range(repeats)]
+        failed = next((x for x in results if not x.ok), None)
+        scores = [score(x.cases) if x.ok else None for x in results]
+        entries.append(Finalist(attempt=attempt.id, recorded_score_us=attempt.score_us, recorded_gpu=attempt.gpu,
+                                scores_us=scores, score_us=None if failed else statistics.median(scores),
+                                status=failed.status if failed else "ok", reason=failed.reason if failed else ""))
+    qualified = [e for e in entries if e.score_us is not None]
+    won = min(qualified, key=lambda e: (e.score_us, e.attempt)).attempt if qualified else None
+    return Finalists(gpu=measured[0].gpu, repeats=repeats, finalists=entries, winner=won)

@@ -111,19 +111,35 @@ def _spread(timing: TimingStats | None) -> float:
 def time_shapes(evaluator: Evaluator, cases: list[CaseSpec], origin: str,
                 winner: Callable[[CaseSpec], EvalRequest], baseline: Callable[[CaseSpec], EvalRequest] | None,
                 repeats: int, on_step: Callable[[str], None] = lambda name: None) -> list[TimedCase]:
-    """Each case: the winner's request (carrying the vendor) and the baseline's, in turn, ``repeats`` times."""
-    out = []
-    for case in cases:
-        results: list[tuple[CaseResult, CaseResult | None]] = []
+    """Each case: the winner's request (carrying the vendor) and the baseline's, in turn, ``repeats``
+    times, all on one GPU (the cases shared out among the GPUs: one timed kernel per GPU at a time)."""
+    width = max(1, len(evaluator.gpus()))
+    requests, pins, owner = [], [], []
+    for i, case in enumerate(cases):
+        sides = [winner(case)] + ([baseline(case)] if baseline else [])
         for _ in range(repeats):
-            on_step(case.name)
-            mine = evaluator.evaluate(winner(case)).find(case.name)
-            theirs = evaluator.evaluate(baseline(case)).find(case.name) if baseline else None
-            results.append((mine, theirs))
-            if mine is None or mine.median_us is None:
-                break
+            requests += sides
+            pins += [i % width] * len(sides)
+            owner += [i] * len(sides)
+    stride = 2 if baseline else 1
+
+    def done(index: int, measured) -> None:
+        if index % stride == stride - 1:
+            on_step(cases[owner[index]].name)
+
+    measured = evaluator.evaluate_all(requests, pins=pins, on_done=done)
+    out, start = [], 0
+    for case in cases:
+        mine = measured[start:start + repeats * stride]
+        start += repeats * stride
+        results = [(_case(mine[r * stride], case.name), _case(mine[r * stride + 1], case.name) if baseline else None)
+                   for r in range(repeats)]
         out.append(judge(case, origin, results))
     return out
+
+
+def _case(measured, name: str) -> CaseResult | None:
+    return measured.result.find(name) if measured is not None else None
 
 
 def judge(case: CaseSpec, origin: str, results: list[tuple[CaseResult | None, CaseResult | None]]) -> TimedCase:

@@ -2,10 +2,11 @@
 
 The holdout cases of the experiment (never evaluated during the run, never shown to a model)
 and any extra cases are checked with the winner's source, tunable values and launch
-expressions (shapes always from each case's own scalars). The holdout cases that declare their
-work or ``"timed": true``, and every shape of ``--shapes FILE``, are also timed beside the
-baseline and the vendor (shapes.py); a shape where the winner is slower than the baseline beyond
-noise is a regression, and fails verification. With ``--sanitize`` the winner also runs under
+expressions (shapes always from each case's own scalars); on several GPUs the checks are shared
+out among them. The holdout cases that declare their work or ``"timed": true``, and every shape
+of ``--shapes FILE``, are also timed beside the baseline and the vendor (shapes.py), each shape's
+repeats on one GPU; a shape where the winner is slower than the baseline beyond noise is a
+regression, and fails verification. With ``--sanitize`` the winner also runs under
 compute-sanitizer (sanitize.py). The outcome goes to ``verify.json`` in the run directory, where
 the report's verdict reads it.
 """
@@ -48,20 +49,23 @@ def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed:
     request = experiment.request(best.source, launch=best.launch, defines=best.defines, roles={"holdout"},
                                  request_id=f"verify-{best.attempt.id}")
     request.cases, request.time_roles = fresh, []
-    result = evaluator.evaluate(request) if fresh else None
+    width = min(len(evaluator.gpus()), len(fresh))
+    parts = [request] if width == 1 else [
+        request.model_copy(update={"cases": fresh[k::width], "id": f"{request.id}-{k}"}) for k in range(width)]
+    measured = evaluator.evaluate_all(parts)
+    order = {c.name: i for i, c in enumerate(fresh)}
+    failed = min((m.result for m in measured if not m.result.ok), default=None,  # the first failure, in case order
+                 key=lambda r: min((order[c.name] for c in r.cases if c.status != "ok"), default=-1))
+    verified = sorted((VerifiedCase(
+        name=c.name, role=c.role, status=c.status, reason=c.reason,
+        max_abs_error=max((k.max_abs_error for k in c.checks), default=None),
+        max_rel_error=max((k.max_rel_error for k in c.checks), default=None),
+        input_sets_checked=len({k.input_set for k in c.checks}), gpu=m.gpu,
+    ) for m in measured for c in m.result.cases), key=lambda v: order[v.name])
     outcome = VerifyOutcome(
-        passed=result.ok if result else True, status=result.status if result else "ok",
-        reason=result.reason if result else "", attempt=best.attempt.id, seed=seed, repeats=repeats,
+        passed=failed is None, status=failed.status if failed else "ok", reason=failed.reason if failed else "",
+        attempt=best.attempt.id, seed=seed, cases=verified, repeats=repeats,
         shapes_file=str(shapes) if shapes else None,
-        cases=[
-            VerifiedCase(
-                name=c.name, role=c.role, status=c.status, reason=c.reason,
-                max_abs_error=max((k.max_abs_error for k in c.checks), default=None),
-                max_rel_error=max((k.max_rel_error for k in c.checks), default=None),
-                input_sets_checked=len({k.input_set for k in c.checks}),
-            )
-            for c in (result.cases if result else [])
-        ],
     )
     timed = [c for c in fresh if c.role == "holdout" and c.timed_in_verify]
     total = (len(timed) + len(sweep)) * repeats

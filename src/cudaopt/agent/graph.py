@@ -9,22 +9,31 @@ a rejected attempt and also counts. With ``agent+tune``, a proposal may declare 
 configuration of it (at most ``MAX_SWEEP``) is evaluated; the first is the proposal's attempt,
 the others are ``tune`` attempts whose parent is it; together they are one iteration.
 
-The graph's state holds what the loop decides on (the proposal waiting to be evaluated, its
-parent, a fatal model error, the stop reason); the recorder holds what happened (the audit pack).
+With ``proposals`` K > 1, each round asks the model for K proposals at once (K turns in
+parallel, each counted as an iteration) and evaluates all their candidates together on every
+GPU; the best of them, like any best, is the parent of the next round. A round asks for no
+more proposals than the iterations and model calls left. Turn i of a round repairs the failure
+of turn i of the previous round, or improves the best. A round records its model calls in turn
+order, then its rejected answers, then its candidates.
+
+The graph's state holds what the loop decides on (the proposals waiting to be evaluated, a
+fatal model error, the stop reason); the recorder holds what happened (the audit pack).
 """
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass
 from typing import TypedDict
 
 from ..harness.launch import device_facts
 from ..record.events import AttemptStarted
-from ..record.recorder import Recorder
+from ..record.recorder import Candidate, Recorder
 from ..record.runs import Budget
-from ..record.schema import ModelCall, ModelUsage
+from ..record.schema import Attempt, ModelCall, ModelUsage
 from . import prompts
 from .instruments import Instruments
-from .model import ModelClient
+from .model import ModelClient, Reply
 from .proposal import Proposal, ProposalError, parse
 
 MAX_SWEEP = 16
@@ -33,10 +42,18 @@ MODEL_FAILURE = "model failure: "  # how a stop reason caused by the model begin
 MODEL_ERROR = "model error: "  # how the reason of a proposal the model never gave begins
 
 
-class State(TypedDict, total=False):
-    pending: Proposal | None  # parsed, waiting to be evaluated
-    parent: int | None  # the attempt the pending proposal improves or repairs
+@dataclass
+class Pending:
+    """A parsed proposal waiting to be evaluated."""
+
+    proposal: Proposal
+    parent: int  # the attempt it improves or repairs
     calls: list[int]  # the model calls that produced it
+    turn: int  # its place in the round
+
+
+class State(TypedDict, total=False):
+    pending: list[Pending]
     fatal_error: str  # a model error no retry can mend (refused credentials)
     stop_reason: str
 
@@ -45,13 +62,15 @@ class Optimizer:
     """Runs the graph over a recorder, with a model client."""
 
     def __init__(self, recorder: Recorder, client: ModelClient, budget: Budget, tune: bool = False,
-                 research: bool = False, instruments: Instruments | None = None):
+                 research: bool = False, instruments: Instruments | None = None, proposals: int = 1):
         self.rec = recorder
         self.client = client
         self.budget = budget
         self.tune = tune
         self.research = research
         self.instruments = instruments
+        self.proposals = proposals
+        self._lasts: list[Attempt | None] = []  # per turn of the last round: the attempt it ended with
 
     @property
     def iterations(self) -> int:
@@ -74,30 +93,99 @@ class Optimizer:
     def execute(self) -> str:
         """Run to a stop reason."""
         limit = 10 + 4 * (self.budget.max_iterations + 1)
-        state = self.build().invoke({"pending": None, "fatal_error": ""}, {"recursion_limit": limit})
+        state = self.build().invoke({"pending": [], "fatal_error": ""}, {"recursion_limit": limit})
         return state["stop_reason"]
 
     def _next(self, state: State) -> str:
         return "end" if state.get("stop_reason") else "propose"
 
+    def _round_size(self) -> int:
+        """Proposals this round: K, or fewer when fewer iterations or model calls are left."""
+        size = min(self.proposals, self.budget.max_iterations - self.iterations)
+        if self.budget.max_model_calls is not None:
+            size = min(size, self.budget.max_model_calls - self.rec.model_calls())
+        return max(1, size)
+
     def _propose(self, state: State) -> State:
         rec = self.rec
-        attempt_id = len(rec.attempts)
-        last = rec.attempts[-1] if rec.attempts else None
+        size = self._round_size()
+        base = len(rec.attempts)
+        lasts = self._lasts or [rec.attempts[-1] if rec.attempts else None]
         best = rec.best
-        repairing = last is not None and last.status not in ("ok", "rejected") and last.source_file is not None
-        parent = last.id if repairing else (best.id if best else 0)
-        rec.on_progress(AttemptStarted(id=attempt_id, what="proposing"))
+        rec.on_progress(AttemptStarted(id=base, what="proposing" if size == 1 else f"proposing {size} kernels"))
         system = prompts.system_prompt(rec.exp.signature_text, rec.cases, tunables=self.tune,
                                        research=self.research,
                                        instruments=self.instruments.offered if self.instruments else ())
-        user = prompts.task_message(
-            rec.exp.description, rec.cases, rec.attempts, best, rec.baseline, rec.source(best),
-            last, rec.source(last) if last and last.status != "ok" else None,
-            self.budget.max_iterations - self.iterations,
-            profile=self.instruments.stalled_card() if self.instruments else None,
-        )
-        reply = self.client.ask(system, user, budget_left=lambda: not self._over_call_budget())
+        profile = self.instruments.stalled_card() if self.instruments else None
+        parents, users = [], []
+        for turn in range(size):
+            last = lasts[turn % len(lasts)]
+            repairing = last is not None and last.status not in ("ok", "rejected") and last.source_file is not None
+            parents.append(last.id if repairing else (best.id if best else 0))
+            users.append(prompts.task_message(
+                rec.exp.description, rec.cases, rec.attempts, best, rec.baseline, rec.source(best),
+                last, rec.source(last) if last and last.status != "ok" else None,
+                self.budget.max_iterations - self.iterations, profile=profile,
+            ) + prompts.round_note(turn, size))
+        replies = self._ask(system, users)
+        outcomes = [self._outcome(reply) for reply in replies]
+        rejected = [turn for turn, outcome in enumerate(outcomes) if isinstance(outcome, str)]
+        attempt_ids, next_id = {}, base + len(rejected)
+        for turn, outcome in enumerate(outcomes):
+            if isinstance(outcome, str):
+                attempt_ids[turn] = base + rejected.index(turn)
+            else:
+                attempt_ids[turn] = next_id
+                next_id += len(outcome.configurations or [{}])
+        calls = [self._record_call(reply, attempt_ids[turn]) for turn, reply in enumerate(replies)]
+        self._lasts = [None] * size
+        pending = []
+        for turn, outcome in enumerate(outcomes):
+            if isinstance(outcome, str):
+                self._lasts[turn] = rec.reject(parents[turn], outcome, [calls[turn]])
+            else:
+                pending.append(Pending(outcome, parents[turn], [calls[turn]], turn))
+        fatal = next((reply.error for reply in replies if reply.error and reply.fatal), "")
+        return {"pending": pending, "fatal_error": fatal}
+
+    def _outcome(self, reply: Reply) -> Proposal | str:
+        """The proposal in a reply, or why there is none (a rejection's reason)."""
+        if reply.error:
+            return f"{MODEL_ERROR}{reply.error}"
+        try:
+            return parse(reply.text, self.rec.exp.signature, self.rec.cases, allow_tunables=self.tune,
+                         max_configurations=MAX_SWEEP, device=device_facts(self.rec.evaluator.device_info()))
+        except ProposalError as exc:
+            return str(exc)
+
+    def _ask(self, system: str, users: list[str]) -> list[Reply]:
+        """The model's answers, one per turn; the turns of a round are asked at the same time."""
+        def ask(user: str) -> Reply:
+            return self.client.ask(system, user, budget_left=lambda: not self._over_call_budget())
+
+        if len(users) == 1:
+            return [ask(users[0])]
+        answers: list = [None] * len(users)
+
+        def turn(i: int) -> None:
+            try:
+                answers[i] = ask(users[i])
+            except BaseException as exc:  # re-raised below, in the loop's own thread
+                answers[i] = exc
+
+        # daemon threads: Ctrl-C stops the run at once instead of waiting for the model's answers
+        threads = [threading.Thread(target=turn, args=(i,), daemon=True) for i in range(len(users))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        failed = next((a for a in answers if isinstance(a, BaseException)), None)
+        if failed is not None:
+            raise failed
+        return answers
+
+    def _record_call(self, reply: Reply, attempt_id: int) -> int:
+        rec = self.rec
         call = ModelCall(
             id=len(rec.calls) + 1, attempt=attempt_id, model=self.client.settings.model,
             messages=reply.messages, response=reply.text, tool_calls=reply.tool_calls,
@@ -107,28 +195,27 @@ class Optimizer:
             latency_s=reply.latency_s, requests=reply.calls, retries=reply.retries, error=reply.error,
         )
         rec.add_call(call)
-        if reply.error:
-            rec.reject(parent, f"{MODEL_ERROR}{reply.error}", [call.id])
-            return {"pending": None, "fatal_error": reply.error if reply.fatal else ""}
-        try:
-            proposal = parse(reply.text, rec.exp.signature, rec.cases, allow_tunables=self.tune,
-                             max_configurations=MAX_SWEEP, device=device_facts(rec.evaluator.device_info()))
-        except ProposalError as exc:
-            rec.reject(parent, str(exc), [call.id])
-            return {"pending": None}
-        return {"pending": proposal, "parent": parent, "calls": [call.id]}
+        return call.id
 
     def _evaluate(self, state: State) -> State:
-        proposal = state["pending"]
+        """Every candidate of the round's proposals (each with its configurations), on every GPU."""
         rec = self.rec
-        first = None
-        for index, defines in enumerate(proposal.configurations or [{}]):
-            rec.on_progress(AttemptStarted(id=len(rec.attempts), what="evaluating"))
-            attempt = rec.evaluate("proposal" if index == 0 else "tune", proposal.source, proposal.launch,
-                                   defines=defines, parent=state["parent"] if index == 0 else first.id,
-                                   rationale=proposal.rationale, calls=state["calls"] if index == 0 else [])
-            first = first or attempt
-        return {"pending": None}
+        base = len(rec.attempts)
+        candidates, groups = [], []
+        for pending in state["pending"]:
+            first = base + len(candidates)
+            proposal = pending.proposal
+            for index, defines in enumerate(proposal.configurations or [{}]):
+                candidates.append(Candidate("proposal" if index == 0 else "tune", proposal.source, proposal.launch,
+                                            dict(defines), parent=pending.parent if index == 0 else first,
+                                            rationale=proposal.rationale, calls=pending.calls if index == 0 else []))
+            groups.append((pending.turn, base + len(candidates) - 1))
+        attempts = rec.evaluate_many(candidates)
+        if [a.id for a in attempts] != list(range(base, base + len(candidates))):
+            raise RuntimeError("the round's attempts were not recorded in order")  # ids were promised to the calls
+        for turn, last in groups:
+            self._lasts[turn] = rec.attempts[last]
+        return {"pending": []}
 
     def _decide(self, state: State) -> State:
         return {"stop_reason": self._stop_reason(state.get("fatal_error", ""))}

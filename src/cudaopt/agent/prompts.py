@@ -186,3 +186,15 @@ def task_message(description: str, cases: list[CaseSpec], attempts: list[Attempt
         parts.append("Progress has stalled, so the best kernel was profiled with Nsight Compute:\n" + profile)
     parts.append(f"Propose the next version ({iterations_left} attempt(s) left).")
     return "\n\n".join(parts)
+
+
+def round_note(turn: int, size: int) -> str:
+    """What a turn of a round of several proposals is told (nothing when the round has one)."""
+    if size == 1:
+        return ""
+    if turn == 0:
+        return (f"\n\nThis round asks for {size} proposals, written at the same time without seeing each other; "
+                "this is the first: propose the idea you think most promising.")
+    return (f"\n\nThis round asks for {size} proposals, written at the same time without seeing each other; "
+            f"this is proposal {turn + 1}: propose a different idea from the most obvious one, so that the "
+            "round explores more than one direction.")

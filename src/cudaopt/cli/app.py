@@ -5,6 +5,7 @@ unexpected error (a bug, with a crash log), 5 the model kept failing, 130 interr
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from pathlib import Path
@@ -15,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..errors import ExperimentError
-from ..evaluation.supervisor import WorkerError
+from ..evaluation.dispatch import WorkerError
 
 app = typer.Typer(
     help="Turn a workload description into a fast CUDA kernel you can trust.",
@@ -98,7 +99,33 @@ SignatureOpt = Annotated[str | None, typer.Option("--signature", help='Kernel si
 ReferenceOpt = Annotated[Path | None, typer.Option("--reference", help="Trusted reference: a .cu kernel or a .py NumPy function.")]
 InitialOpt = Annotated[Path | None, typer.Option("--initial-kernel", help="The kernel to start from (.cu).")]
 CasesOpt = Annotated[Path | None, typer.Option("--input-cases", help="Input cases (JSON).")]
-DeviceOpt = Annotated[int, typer.Option(min=0, help="GPU ordinal.")]
+DeviceOpt = Annotated[int | None, typer.Option(min=0, help="GPU ordinal (default 0; the same as --devices N).")]
+DevicesOpt = Annotated[str | None, typer.Option("--devices", help="GPUs to use, one worker each: all, or ordinals "
+                                                                  "such as 0,1.")]
+RayOpt = Annotated[str | None, typer.Option("--ray", help="Run the workers on a Ray cluster, one per free GPU: its "
+                                                          "ADDRESS, auto (the cluster this machine is part of) or "
+                                                          "local (start one here).")]
+
+
+def gpus_chosen(device: int | None, devices: str | None, ray: str | None) -> list[int] | None:
+    """The ordinals --device, --devices and --ray ask for (None: all); bad input before any work."""
+    from ..evaluation.devices import choose
+
+    return choose(device, devices, ray)
+
+
+@contextlib.contextmanager
+def gpu_pool(chosen: list[int] | None, ray: str | None):
+    """The GPU workers a command evaluates on; what left the pool is said on stderr at the end."""
+    from ..evaluation import pools
+
+    pool = pools.open_pool(chosen, ray)
+    try:
+        with pool:
+            yield pool
+    finally:
+        for line in pool.notices:
+            say(Console(stderr=True), f"notice: {line}")
 
 
 def check_output_path(path: Path, option: str) -> None:
@@ -126,3 +153,31 @@ def experiment(config, description, signature, reference, initial_kernel, input_
 
     return load_experiment(config, description=description, signature=signature, reference=reference,
                            initial_kernel=initial_kernel, input_cases=input_cases)
+
+
+def check_model(settings) -> None:
+    """A model string the provider cannot build is bad input, before any GPU work or run directory."""
+    from ..agent.model import make_chat_model
+
+    try:
+        make_chat_model(settings)
+    except Exception as exc:
+        raise ExperimentError(f"--model {settings.model}", "", " ".join(str(exc).split())[:300]) from None
+
+
+def resolve_strategy(requested: str, settings) -> str:
+    """The strategy ``requested`` stands for (``auto``: by the model's credentials, said on stderr);
+    bad input when it needs a model without credentials."""
+    from .. import strategies
+    from ..agent.model import credentials_problem
+
+    if requested not in strategies.names():
+        raise ExperimentError("--strategy", "", f"{requested!r} is not one of {', '.join(strategies.names())}")
+    needs_model = requested == strategies.AUTO or strategies.get(requested).needs_model
+    problem = credentials_problem(settings) if needs_model else None
+    strategy, why = strategies.choose(requested, problem, settings.model)
+    if why:
+        say(Console(stderr=True), f"strategy: {strategy} ({why})")
+    elif problem:
+        raise ExperimentError("--model", "", problem)
+    return strategy

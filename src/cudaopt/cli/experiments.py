@@ -16,16 +16,22 @@ from .app import (
     ConfigOpt,
     DescriptionOpt,
     DeviceOpt,
+    DevicesOpt,
     InitialOpt,
     ModelFailed,
+    RayOpt,
     ReferenceOpt,
     SignatureOpt,
     app,
+    check_model,
     check_output_path,
     command,
     console,
     experiment,
+    gpu_pool,
+    gpus_chosen,
     preflight,
+    resolve_strategy,
     say,
 )
 
@@ -72,17 +78,19 @@ def evaluate(
                                                                  "output; the tables then go to standard error).")] = None,
     warmup: Annotated[int | None, typer.Option(min=0, help="Warm-up launches per case (default 10).")] = None,
     iterations: Annotated[int | None, typer.Option(min=1, help="Timed launches per case (default 100).")] = None,
-    device: DeviceOpt = 0,
+    device: DeviceOpt = None,
+    devices: DevicesOpt = None,
+    ray: RayOpt = None,
     time_reference: Annotated[bool, typer.Option(help="Also time a .cu reference, for the speed-up column.")] = True,
 ) -> None:
     """Check a kernel on every correctness and performance case, and time it honestly."""
     from ..checks import kernel_file
     from ..evaluate import evaluate_kernel
-    from ..evaluation.supervisor import Supervisor
     from ..experiment import load_launch
     from ..record.rundir import write_atomic
     from ..render import evaluation_table, failure_lines
 
+    chosen = gpus_chosen(device, devices, ray)
     exp = experiment(config, description, signature, reference, initial_kernel, input_cases)
     path = kernel or exp.initial_kernel_path
     if path is None:
@@ -99,13 +107,16 @@ def evaluate(
         check_output_path(json_out, "--json")
     preflight(exp, kernel=path, entry=entry, tune=False)
     out = console(stderr=to_stdout)
-    with Supervisor(devices=[device]) as supervisor:
+    with gpu_pool(chosen, ray) as pool:
         with out.status(f"evaluating {path.name} on {len(exp.cases({'correctness', 'performance'}))} cases…"):
-            result = evaluate_kernel(exp, source, supervisor, entry=entry, launch=launch_spec,
+            result = evaluate_kernel(exp, source, pool, entry=entry, launch=launch_spec,
                                      protocol=protocol, time_reference=time_reference)
     out.print(evaluation_table(result))
     for line in failure_lines(result):
         say(out, line)
+    mine, theirs = result.gpus.get("candidate"), result.gpus.get("reference")
+    if mine and theirs and mine != theirs:
+        say(out, f"the kernel was measured on {mine.label}, the reference on {theirs.label} ({theirs.name} both)")
     text = result.to_json(indent=2)
     if to_stdout:
         typer.echo(text)
@@ -138,7 +149,12 @@ def optimize(
                                                           "refused credentials stop at once.")] = 3,
     prices: Annotated[Path | None, typer.Option(help='JSON {"model": {"input": USD/M, "output": USD/M}} overriding the price table.')] = None,
     resume: Annotated[Path | None, typer.Option(help="Continue an interrupted run directory.")] = None,
-    device: DeviceOpt = 0,
+    device: DeviceOpt = None,
+    devices: DevicesOpt = None,
+    ray: RayOpt = None,
+    proposals: Annotated[int | None, typer.Option(min=1, help="Proposals the model writes per round, asked at once "
+                                                          "and evaluated in parallel (agent strategies; default 1). "
+                                                          "Each is an iteration.")] = None,
     strategy: Annotated[str, typer.Option(help="auto | agent | agent+tune | tune. auto: agent+tune when the model's "
                                                 "credentials are set, tune otherwise.")] = "auto",
     max_evals: Annotated[int, typer.Option(min=1, help="Configurations the tuner may evaluate.")] = 40,
@@ -156,8 +172,7 @@ def optimize(
     """Improve a kernel (a model in the loop, a tuner, or both); every step lands in results/run-NNN/."""
     from .. import strategies
     from ..agent.graph import MODEL_FAILURE
-    from ..agent.model import ModelSettings, credentials_problem, make_chat_model
-    from ..evaluation.supervisor import Supervisor
+    from ..agent.model import ModelSettings
     from ..optimize import Options, start_or_resume, stored_iterations
     from ..record.runs import Budget, ExperimentArgs
     from ..render import OptimizeProgress, summary_lines, summary_table
@@ -167,26 +182,25 @@ def optimize(
         settings.prices.update(_read_prices(prices))
     if strategy not in strategies.names():
         raise ExperimentError("--strategy", "", f"{strategy!r} is not one of {', '.join(strategies.names())}")
+    chosen = gpus_chosen(device, devices, ray)
+    if use_nsight and ray is not None:
+        raise ExperimentError("--use-nsight", "", "profiles on this machine's GPU; it does not combine with --ray")
+    if proposals is not None and resume is not None:
+        raise ExperimentError("--proposals", "", "a resumed run keeps the proposals per round it started with")
     absolute = lambda p: str(p.resolve()) if p else None
     args = ExperimentArgs(config=absolute(config), description=description, signature=signature,
                           reference=absolute(reference), initial_kernel=absolute(initial_kernel),
                           input_cases=absolute(input_cases), max_iterations=max_iterations)
     if resume is None:
         iterations = max_iterations or args.load().max_iterations
-        needs_model = strategy == strategies.AUTO or strategies.get(strategy).needs_model
-        problem = credentials_problem(settings) if needs_model else None
-        strategy, why = strategies.choose(strategy, problem, settings.model)
-        if why:
-            say(Console(stderr=True), f"strategy: {strategy} ({why})")
-        elif problem:
-            raise ExperimentError("--model", "", problem)
+        strategy = resolve_strategy(strategy, settings)
     else:
         iterations = max_iterations or stored_iterations(resume)
+    if (proposals or 1) > 1 and strategy == "tune":
+        raise ExperimentError("--proposals", "", "the tune strategy asks no model for proposals (it needs "
+                                                 "agent or agent+tune, and the model's credentials)")
     if strategy == strategies.AUTO or strategies.get(strategy).needs_model:
-        try:  # a model string the provider cannot build fails here, before any GPU work or run directory
-            make_chat_model(settings)
-        except Exception as exc:
-            raise ExperimentError(f"--model {settings.model}", "", ' '.join(str(exc).split())[:300]) from None
+        check_model(settings)
         if nvidia_research:
             from ..agent.research import default_library
 
@@ -199,11 +213,13 @@ def optimize(
     budget = Budget(max_iterations=iterations, max_model_calls=max_model_calls, max_cost_usd=max_cost_usd,
                     time_limit_s=time_limit, patience=patience, max_model_errors=max_model_errors)
     options = Options(strategy=strategy, max_evals=max_evals, seed=seed, ablation=ablation, use_cache=cache,
-                      research=nvidia_research, use_nsight=use_nsight, device_index=device)
+                      research=nvidia_research, use_nsight=use_nsight, proposals=proposals or 1)
     out = console()
     steps = max_evals if strategy == "tune" else budget.max_iterations
-    with Supervisor(devices=[device]) as supervisor, OptimizeProgress(out, steps) as progress:
-        run, summary = start_or_resume(args, settings, budget, results_dir, supervisor, options, resume=resume,
+    with gpu_pool(chosen, ray) as pool, OptimizeProgress(out, steps) as progress:
+        if use_nsight:
+            options.device_index = pool.gpus()[0].index
+        run, summary = start_or_resume(args, settings, budget, results_dir, pool, options, resume=resume,
                                        on_progress=progress)
     out.print(summary_table(summary))
     for line in summary_lines(summary):

@@ -21,6 +21,7 @@ from .app import (
     check_output_path,
     command,
     console,
+    gpu_pool,
     preflight,
     say,
 )
@@ -54,7 +55,6 @@ def record(
 ) -> None:
     """Check a kernel on every case (holdout included) and record its figures in a guard file."""
     from ..checks import kernel_file
-    from ..evaluation.supervisor import Supervisor
     from ..experiment import load_launch
     from ..guard.record import record as run_record
     from ..record.rundir import write_atomic
@@ -82,7 +82,7 @@ def record(
     check_output_path(out, "--out")
     preflight(exp, kernel=path, entry=entry, tune=False)
     err = console(stderr=True)
-    with Supervisor(devices=[device]) as supervisor, err.status("recording") as status:
+    with gpu_pool([device], None) as supervisor, err.status("recording") as status:
         done = run_record(exp, args, path, source, supervisor, out=out, entry=entry, launch=launch_spec,
                           repeats=repeats, protocol=protocol, seed=seed, on_progress=status.update)
     show = console()
@@ -123,7 +123,6 @@ def check(
     device: DeviceOpt = 0,
 ) -> None:
     """Check kernels against their guard files: correct on every case, and not slower beyond --max-slowdown."""
-    from ..evaluation.supervisor import Supervisor
     from ..guard.check import Settings
     from ..guard.check import check as run_check
     from ..guard.junit import junit_xml
@@ -147,7 +146,7 @@ def check(
             check_output_path(path, option)
     guarded = [load_guard(f, against, against_ref) for f in files]  # every file before any GPU work
     err = console(stderr=True)
-    with Supervisor(devices=[device]) as supervisor, err.status("checking") as status:
+    with gpu_pool([device], None) as supervisor, err.status("checking") as status:
         checks = [run_check(g, supervisor, settings, on_progress=status.update) for g in guarded]
     report = GuardReport(passed=all(c.passed for c in checks), checks=checks)
     show = console(stderr=to_stdout)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ..errors import ExperimentError
-from .app import EXIT_FAILED, DeviceOpt, app, command, console, say
+from .app import EXIT_FAILED, DeviceOpt, DevicesOpt, RayOpt, app, command, console, gpu_pool, gpus_chosen, say
 
 
 @app.command()
@@ -16,16 +16,18 @@ from .app import EXIT_FAILED, DeviceOpt, app, command, console, say
 def replay(
     target: Annotated[Path, typer.Argument(help="A run directory, or one best-case-N.json request.")],
     repeats: Annotated[int, typer.Option(min=1, help="Interleaved winner/baseline measurements per case.")] = 5,
-    device: DeviceOpt = 0,
+    device: DeviceOpt = None,
+    devices: DevicesOpt = None,
+    ray: RayOpt = None,
 ) -> None:
-    """Measure the winner again beside the baseline; exit 1 if a check fails or the GPU/driver differ."""
-    from ..evaluation.supervisor import Supervisor
+    """Measure the winner again beside the baseline; exit 1 if a check fails or the GPU/driver differ.
+    On several GPUs the cases are shared out, each case's pairs on one GPU."""
     from ..render import replay_lines, replay_table
     from ..replay import replay as run_replay
     from ..report.build import build
 
-    with Supervisor(devices=[device]) as supervisor:
-        outcome = run_replay(target, supervisor, repeats)
+    with gpu_pool(gpus_chosen(device, devices, ray), ray) as pool:
+        outcome = run_replay(target, pool, repeats)
     out = console()
     out.print(replay_table(outcome))
     for line in replay_lines(outcome):
@@ -52,31 +54,36 @@ def verify(
                                                 "case). A shape slower than the baseline beyond noise fails.")] = None,
     repeats: Annotated[int, typer.Option(min=1, help="Interleaved winner/baseline measurements per timed holdout "
                                                      "case and per shape.")] = 3,
-    device: DeviceOpt = 0,
+    device: DeviceOpt = None,
+    devices: DevicesOpt = None,
+    ray: RayOpt = None,
 ) -> None:
     """Check the winner on the holdout cases (and --cases) with fresh seeds, and time the holdout
     cases that declare their work (and --shapes) beside the baseline and the vendor; exit 1 on any
-    failure or regression."""
+    failure or regression. On several GPUs the checks and the shapes are shared out."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..evaluation.supervisor import Supervisor
     from ..render import timed_table, verify_lines, verify_table
     from ..report.build import build
     from ..verify import verify as run_verify
 
     err = console(stderr=True)
+    chosen = gpus_chosen(device, devices, ray)
     if sanitize:
         from ..sanitize import find_sanitizer
 
+        if ray is not None:
+            raise ExperimentError("--sanitize", "", "runs compute-sanitizer on this machine's GPU; it does not "
+                                                    "combine with --ray")
         find_sanitizer()  # before any GPU work: a missing tool is bad input, exit 2
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Supervisor(devices=[device]) as supervisor, Progress(*columns, console=err, transient=True) as bar:
+    with gpu_pool(chosen, ray) as pool, Progress(*columns, console=err, transient=True) as bar:
         task = bar.add_task("verifying", total=None)
 
         def step(what: str, done: int, total: int) -> None:
             bar.update(task, description=f"timing {what}", completed=done, total=total)
 
-        outcome = run_verify(run_dir, supervisor, cases, seed, sanitize_device=device if sanitize else None,
+        outcome = run_verify(run_dir, pool, cases, seed, sanitize_device=pool.gpus()[0].index if sanitize else None,
                              on_tool=lambda tool: bar.update(task, description=f"compute-sanitizer --tool {tool}"),
                              shapes=shapes, repeats=repeats, on_step=step)
     out = console()

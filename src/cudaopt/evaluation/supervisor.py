@@ -1,14 +1,15 @@
-"""The supervisor: worker processes, one per GPU, with per-phase timeouts and respawn.
+"""The supervisor: worker processes, one per GPU of this machine, with per-phase timeouts and respawn.
 
 A candidate that hangs is killed with SIGKILL when its phase (compile, check, timing) runs past
 its timeout; one that crashes the GPU context retires its worker. Either way the failure is
 recorded with its type, what had finished is kept, and a fresh worker serves the next request.
+Requests are spread over the workers by the dispatcher (dispatch.py); a Ray actor owns a
+:class:`Worker` the same way (ray_cluster.py).
 """
 
 from __future__ import annotations
 
 import os
-import queue
 import select
 import subprocess
 import sys
@@ -31,19 +32,19 @@ from ..harness.messages import (
     read_message,
 )
 from ..harness.protocol import EvalRequest, KernelSpec
-from ..harness.results import CaseResult, DeviceInfo, EvalResult
+from ..harness.results import DeviceInfo, EvalResult
 from ..harness.sandbox import worker_environment
+from .dispatch import Dispatcher, GpuRef, WorkerError, unfinished
 
 STARTUP_TIMEOUT_S = 120.0
 WORKER_COMMAND = [sys.executable, "-m", "cudaopt.harness.worker"]
 
 
-class WorkerError(RuntimeError):
-    """A worker that could not start or stopped answering."""
+__all__ = ["STARTUP_TIMEOUT_S", "WORKER_COMMAND", "Supervisor", "Worker", "WorkerError"]
 
 
 class Worker:
-    """One worker process pinned to one GPU."""
+    """One worker process pinned to one GPU (a lane of the dispatcher)."""
 
     def __init__(self, device: int, log_path: Path, command: list[str] | None = None,
                  env: dict[str, str] | None = None):
@@ -87,6 +88,10 @@ class Worker:
             self.kill()
             raise WorkerError(f"GPU worker {self.device} did not start: {detail}; log: {self._tail()}")
         self.info = message.device
+
+    @property
+    def ref(self) -> GpuRef:
+        return GpuRef.of(self.info, self.device)
 
     @property
     def alive(self) -> bool:
@@ -138,7 +143,7 @@ class Worker:
                     basis = f" ({timeouts.basis})" if timeouts.basis and phase != "compile" else ""
                     reason = (f"{phase} phase ran past its {timeouts.limit(phase, case):.3g} s timeout{basis}; "
                               "the worker was killed")
-                    return self._unfinished(partial, request, "timeout", reason, case, start)
+                    return unfinished(request, "timeout", reason, case, partial, start)
                 if on_event is not None:
                     on_event(message)
                 if isinstance(message, PhaseStarted):
@@ -155,7 +160,7 @@ class Worker:
         except (WorkerError, BrokenPipeError, OSError) as exc:
             self.kill()
             reason = f"the worker died during the {phase} phase ({exc}); log: {self._tail()}"
-            return self._unfinished(partial, request, "crashed", reason, case, start)
+            return unfinished(request, "crashed", reason, case, partial, start)
 
     def prefetch(self, kernels: list[KernelSpec]) -> None:
         """Have the worker compile these kernels in the background; no answer is awaited."""
@@ -176,24 +181,6 @@ class Worker:
         except subprocess.TimeoutExpired:
             return
         self.kill()
-
-    def _unfinished(self, partial: EvalResult, request: EvalRequest, status: str, reason: str,
-                    case: str, start: float) -> EvalResult:
-        """The result of a request the worker could not finish: done cases kept, the rest marked."""
-        done = {c.name for c in partial.cases}
-        for spec in request.cases:
-            if spec.name in done:
-                continue
-            if spec.name == case or (not case and status == "crashed"):
-                partial.cases.append(CaseResult(name=spec.name, role=spec.role, status=status, reason=reason))
-                case = spec.name
-            else:
-                partial.cases.append(CaseResult(name=spec.name, role=spec.role, status=status,
-                                                reason=f"not run: {status} in case {case or '-'}"))
-        partial.status = status
-        partial.reason = f"case {case}: {reason}" if case else reason
-        partial.wall_s = round(time.monotonic() - start, 4)
-        return partial
 
     def _read(self, deadline: float) -> WorkerMessage | None:
         """The next message, None at the deadline; WorkerError if the process closed its output or
@@ -239,14 +226,16 @@ def _retired(result: EvalResult) -> bool:
     return any(c.status == "crashed" for c in result.cases)
 
 
-class Supervisor:
-    """Evaluates requests on a pool of workers, one per GPU; use as a context manager."""
+class Supervisor(Dispatcher):
+    """Evaluates requests on this machine's GPUs, one worker each; use as a context manager."""
 
     def __init__(self, devices: list[int] | None = None, log_dir: Path | None = None,
                  command: list[str] | None = None, env: dict[str, str] | None = None):
         """``command`` starts a worker (default: this Python's ``cudaopt.harness.worker``); ``env``
         adds variables to its allow-listed environment."""
         self.devices = devices if devices is not None else [0]
+        if len(set(self.devices)) != len(self.devices):
+            raise ValueError(f"devices {self.devices}: one worker per GPU")
         self._tmp = None
         if log_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="cudaopt-workers-")
@@ -254,37 +243,9 @@ class Supervisor:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir = log_dir
         self.workers = [Worker(d, log_dir / f"worker-gpu{d}.log", command, env) for d in self.devices]
-        self._free: queue.Queue[Worker] = queue.Queue()
-        for worker in self.workers:
-            self._free.put(worker)
-
-    def __enter__(self) -> Supervisor:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def device_info(self) -> DeviceInfo:
-        """Facts about the first GPU (starts its worker if needed)."""
-        worker = self.workers[0]
-        if not worker.alive:
-            worker.start()
-        return worker.info
-
-    def evaluate(self, request: EvalRequest, on_event: Callable[[WorkerMessage], None] | None = None) -> EvalResult:
-        worker = self._free.get()
-        try:
-            return worker.evaluate(request, on_event)
-        finally:
-            self._free.put(worker)
-
-    def prefetch(self, kernels: list[KernelSpec]) -> None:
-        """Start compiling a sweep's kernels on every worker, ahead of their requests."""
-        for worker in self.workers:
-            worker.prefetch(kernels)
+        super().__init__(self.workers)
 
     def close(self) -> None:
-        for worker in self.workers:
-            worker.stop()
+        super().close()
         if self._tmp is not None:
             self._tmp.cleanup()

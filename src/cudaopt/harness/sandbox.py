@@ -89,12 +89,16 @@ _ENV_PREFIXES = ("LC_", "CUDA_", "CUDAOPT_", "CUPY_", "NVIDIA_", "NCCL_", "NVSHM
 _SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH")
 
 
+def looks_secret(name: str) -> bool:
+    """A variable name such as OPENAI_API_KEY or HF_TOKEN: never handed to anything the run starts."""
+    return any(word in name.upper() for word in _SECRET_WORDS)
+
+
 def worker_environment(parent: dict[str, str], **overrides: str) -> dict[str, str]:
     """The allow-listed part of ``parent`` (never a name that looks like a secret), plus ``overrides``."""
     env = {
         name: value for name, value in parent.items()
-        if (name in _ENV_NAMES or name.startswith(_ENV_PREFIXES))
-        and not any(word in name.upper() for word in _SECRET_WORDS)
+        if (name in _ENV_NAMES or name.startswith(_ENV_PREFIXES)) and not looks_secret(name)
     }
     env.update(overrides)
     return env

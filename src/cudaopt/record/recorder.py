@@ -2,40 +2,48 @@
 
 Every strategy (the agent, the tuner) evaluates candidates through a :class:`Recorder`, so
 history.json, summary.json, best.cu, best-case-N.json, candidates/ and the heatmap mean the
-same thing whichever strategy produced them.
+same thing whichever strategy produced them. A batch of candidates is measured on every GPU of
+the pool at once and recorded in the batch's order, whichever GPU finished first; each attempt
+names the GPU that measured it, and the best is chosen among measurements of the baseline's GPU
+model only.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import json
 import re
 import time
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
-from typing import Protocol
+from dataclasses import dataclass, field
 
+from ..evaluation.dispatch import Evaluator, GpuRef, Measured
 from ..experiment import Experiment, LaunchFile
 from ..harness.messages import PhaseStarted, WorkerMessage
-from ..harness.protocol import EvalRequest, LaunchSpec, Timeouts
-from ..harness.results import CaseResult, DeviceInfo, EvalResult
+from ..harness.protocol import LaunchSpec, Timeouts
+from ..harness.results import CaseResult, EvalResult
 from ..harness.stats import geomean
+from .cache import ResultCache
 from .events import AttemptFinished, AttemptStarted, OnProgress, PhaseProgress, UsageProgress, ignore
-from .rundir import RunDir, write_atomic
-from .schema import Attempt, CaseBest, CaseSummary, History, ModelCall, Summary, Totals
+from .rundir import RunDir
+from .schema import Attempt, CaseBest, CaseSummary, Finalists, History, ModelCall, Summary, Totals
 
 ROLES = {"correctness", "performance"}  # holdout cases are never evaluated here
 REVIEW_SPEEDUP = 10.0  # a larger speed-up over the baseline is flagged for review
 
 
-class Evaluator(Protocol):
-    """What the recorder needs of the evaluation layer (the supervisor; a scripted one in tests)."""
+@dataclass
+class Candidate:
+    """A kernel to evaluate and where it came from: one attempt, once measured."""
 
-    def evaluate(self, request: EvalRequest, on_event: Callable[[WorkerMessage], None] | None = None) -> EvalResult: ...
-
-    def device_info(self) -> DeviceInfo: ...
+    kind: str
+    source: str
+    launch: LaunchSpec | None
+    defines: dict = field(default_factory=dict)
+    parent: int | None = None
+    rationale: str = ""
+    calls: list[int] = field(default_factory=list)
+    what: str = "evaluating"  # what the progress line says while it runs
 
 
 def now() -> str:
@@ -74,37 +82,6 @@ def bake_launch(launch: dict, defines: dict) -> dict:
     return {key: ([sub(v) for v in val] if isinstance(val, list) else sub(val)) for key, val in launch.items()}
 
 
-class ResultCache:
-    """Evaluation results keyed by (source, defines, launch, cases, protocol, GPU, driver).
-
-    Kept beside the run directories (``results/cache/``), so an identical configuration is
-    never measured twice within a run, and a re-run picks up where an earlier one stopped.
-    """
-
-    def __init__(self, folder: Path, device: DeviceInfo):
-        self.folder = folder
-        self.device = device.model_dump(include={"name", "arch", "driver_cuda_version", "pci_bus_id"})
-
-    def key(self, request: EvalRequest) -> str:
-        # how long a kernel may run is not a property of its result
-        data = request.model_dump(mode="json", exclude={"id", "timeouts"})
-        return hashlib.sha256(json.dumps([data, self.device], sort_keys=True).encode()).hexdigest()
-
-    def get(self, request: EvalRequest) -> EvalResult | None:
-        path = self.folder / f"{self.key(request)}.json"
-        if not path.is_file():
-            return None
-        try:
-            return EvalResult.model_validate_json(path.read_text())
-        except ValueError:  # written by another version, or damaged: measure again
-            return None
-
-    def put(self, request: EvalRequest, result: EvalResult) -> None:
-        if result.status in ("timeout", "crashed", "internal_error"):
-            return  # not a property of the kernel alone: measure again next time
-        write_atomic(self.folder / f"{self.key(request)}.json", result.to_json())
-
-
 class Recorder:
     def __init__(self, experiment: Experiment, run: RunDir, evaluator: Evaluator, *, strategy: str,
                  model: dict, prices: dict, cache: ResultCache | None = None, on_progress: OnProgress = ignore):
@@ -123,6 +100,8 @@ class Recorder:
         self.previous_wall = 0.0
         self.stop_reason = ""
         self.ablation: dict | None = None
+        self.finalists: Finalists | None = None
+        self.disqualified: set[int] = set()  # finalists that failed when measured again: they cannot win
 
     def load(self) -> None:
         """Continue a run: attempts from history.json, model usage from model-NNN.json."""
@@ -132,7 +111,10 @@ class Recorder:
             key=lambda c: c.id,
         )
         if self.run.file("summary.json").is_file():
-            self.previous_wall = Summary.model_validate(self.run.read_json("summary.json")).totals.wall_seconds
+            summary = Summary.model_validate(self.run.read_json("summary.json"))
+            self.previous_wall = summary.totals.wall_seconds
+            if summary.finalists:
+                self.disqualified = {f.attempt for f in summary.finalists.finalists if f.score_us is None}
         self.run.log(f"resumed with {len(self.attempts)} attempt(s) and {len(self.calls)} model call(s)")
 
     # --- derived state -------------------------------------------------------------------
@@ -143,8 +125,19 @@ class Recorder:
 
     @property
     def best(self) -> Attempt | None:
-        scored = [a for a in self.attempts if a.score_us is not None]
+        """The winner the finalists' measurement declared, else the fastest attempt measured on the
+        baseline's GPU model (a resumed run may have moved to another)."""
+        if self.finalists is not None and self.finalists.winner is not None:
+            return self.attempts[self.finalists.winner]
+        scored = [a for a in self.attempts if a.score_us is not None and a.id not in self.disqualified
+                  and self.comparable(a)]
         return min(scored, key=lambda a: (a.score_us, a.id)) if scored else None
+
+    def comparable(self, attempt: Attempt) -> bool:
+        """Measured on the baseline's GPU model (files from before GPUs were recorded: assumed so)."""
+        baseline = self.baseline
+        model = baseline.gpu.name if baseline is not None and baseline.gpu is not None else None
+        return model is None or attempt.gpu is None or attempt.gpu.name == model
 
     def timeouts(self) -> Timeouts:
         """Fixed phase limits until the baseline passed, then scaled from its measured phases."""
@@ -181,45 +174,88 @@ class Recorder:
         """Attempt 0, the bar every candidate is measured against: the initial kernel, evaluated
         once per run (a resumed run keeps its own), with the vendor timed beside it."""
         if self.baseline is None:
-            self.on_progress(AttemptStarted(id=0, what="baseline"))
             self.evaluate("baseline", self.exp.initial_kernel_path.read_text(), None)
         return self.baseline
 
     def evaluate(self, kind: str, source: str, launch: LaunchSpec | None, *, defines: dict | None = None,
                  parent: int | None = None, rationale: str = "", calls: list[int] | None = None) -> Attempt:
         """Evaluate a candidate on the correctness and performance cases and record the attempt."""
+        (attempt,) = self.evaluate_many([Candidate(kind, source, launch, dict(defines or {}), parent, rationale,
+                                                   list(calls or []), what=kind if kind == "baseline" else "evaluating")])
+        return attempt
+
+    def evaluate_many(self, candidates: list[Candidate],
+                      should_stop: Callable[[], bool] | None = None) -> list[Attempt | None]:
+        """Evaluate candidates on every GPU of the pool; the attempts are recorded in the candidates'
+        order, with the ids they would have had one after another. Cached results are recorded
+        without a measurement. ``should_stop`` is asked before each measurement starts; once it is
+        true the rest are not measured (None in the answer)."""
+        base = len(self.attempts)
+        timeouts = self.timeouts()
+        requests = [self.exp.request(c.source, launch=c.launch, defines=c.defines, roles=ROLES,
+                                     request_id=f"attempt-{base + i}", vendor=c.kind == "baseline", timeouts=timeouts)
+                    for i, c in enumerate(candidates)]
+        cached = [self.cache.get(r) if self.cache else None for r in requests]
+        todo = [i for i, hit in enumerate(cached) if hit is None]
+        out: list[Attempt | None] = [None] * len(candidates)
+        started = [now()] * len(candidates)
+        recorded = 0  # candidates before this one are recorded, or will never be
+
+        def record_cached(until: int) -> None:
+            nonlocal recorded
+            for i in range(recorded, until):
+                if cached[i] is not None:
+                    out[i] = self._record(candidates[i], cached[i], GpuRef.of(cached[i].device), True, started[i])
+            recorded = max(recorded, until)
+
+        def on_start(j: int, gpu: GpuRef) -> None:
+            i = todo[j]
+            started[i] = now()
+            self.on_progress(AttemptStarted(id=base + i, what=f"{candidates[i].what} on {gpu.label}"))
+
+        def on_done(j: int, measured: Measured | None) -> None:
+            i = todo[j]
+            record_cached(i)
+            if measured is not None:
+                if self.cache:
+                    self.cache.put(requests[i], measured.result)
+                out[i] = self._record(candidates[i], measured.result, measured.gpu, False, started[i])
+            record_cached(i + 1)
+
+        if todo:
+            self.evaluator.evaluate_all([requests[i] for i in todo], on_event=self._on_worker_event,
+                                        on_start=on_start, on_done=on_done, should_stop=should_stop)
+        record_cached(len(candidates))
+        return out
+
+    def settle(self, finalists: Finalists) -> None:
+        """The finalists' measurement on one GPU declares the winner (replay.py measures them)."""
+        previous = self.best
+        self.finalists = finalists
+        self.disqualified |= {f.attempt for f in finalists.finalists if f.score_us is None}
+        best = self.best
+        self.run.log(f"finalists measured again on {finalists.gpu.label}: winner "
+                     f"{'#' + str(best.id) if best else 'none'}")
+        if best is not None and best is not previous:
+            self._write_best(best, self.source(best))
+        self.write_summary()
+
+    def _record(self, candidate: Candidate, result: EvalResult, gpu: GpuRef, cached: bool, started: str) -> Attempt:
         attempt_id = len(self.attempts)
-        started = now()
-        request = self.exp.request(source, launch=launch, defines=defines, roles=ROLES,
-                                   request_id=f"attempt-{attempt_id}", vendor=kind == "baseline",
-                                   timeouts=self.timeouts())
-        result = self.cache.get(request) if self.cache else None
-        cached = result is not None
-        if result is None:
-            result = self.evaluator.evaluate(request, on_event=self._on_worker_event)
-            if self.cache:
-                self.cache.put(request, result)
         source_file = f"candidates/{attempt_id:03d}.cu"
-        self.run.write_text(source_file, source)
+        self.run.write_text(source_file, candidate.source)
         attempt = Attempt(
-            id=attempt_id, parent=parent, kind=kind, status=result.status, reason=result.reason,
-            source_file=source_file, launch=launch, defines=dict(defines or {}),
-            rationale=rationale, compile=result.compile, cases=result.cases,
-            score_us=score(result.cases) if result.ok else None, model_calls=list(calls or []),
-            eval_seconds=0.0 if cached else result.wall_s, cached=cached, started_at=started, finished_at=now(),
+            id=attempt_id, parent=candidate.parent, kind=candidate.kind, status=result.status, reason=result.reason,
+            source_file=source_file, launch=candidate.launch, defines=dict(candidate.defines),
+            rationale=candidate.rationale, compile=result.compile, cases=result.cases,
+            score_us=score(result.cases) if result.ok else None, model_calls=list(candidate.calls),
+            eval_seconds=0.0 if cached else result.wall_s, cached=cached, gpu=gpu, started_at=started,
+            finished_at=now(),
         )
         self._append(attempt)
         if attempt.score_us is not None and self.best is attempt:
-            self._write_best(attempt, source)
+            self._write_best(attempt, candidate.source)
         return attempt
-
-    def prefetch(self, source: str, launch: LaunchSpec | None, configurations: list[dict]) -> None:
-        """Let the evaluator compile a sweep's configurations ahead (those not already cached)."""
-        prefetch = getattr(self.evaluator, "prefetch", None)
-        if prefetch is None:
-            return
-        requests = [self.exp.request(source, launch=launch, defines=d, roles=ROLES) for d in configurations]
-        prefetch([r.kernel for r in requests if not (self.cache and self.cache.get(r))])
 
     def reject(self, parent: int | None, reason: str, calls: list[int]) -> Attempt:
         stamp = now()
@@ -314,12 +350,13 @@ class Recorder:
                     for c in cases if c.speedup and c.speedup > REVIEW_SPEEDUP],
             per_case_best=(per_case := self.per_case_best()),
             dispatch_score_us=geomean([b.best_us for b in per_case]) if per_case else None,
+            finalists=self.finalists,
         )
 
     def per_case_best(self) -> list[CaseBest]:
         """Per performance case, the fastest attempt that passed every case (what a dispatch that
         picks a configuration per shape could reach), beside the winner's time on that case."""
-        passed = [a for a in self.attempts if a.score_us is not None]
+        passed = [a for a in self.attempts if a.score_us is not None and self.comparable(a)]
         winner = medians(self.best)
         out = []
         for case in (c for c in self.cases if c.role == "performance"):

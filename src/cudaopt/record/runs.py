@@ -52,11 +52,12 @@ class ExperimentArgs(Model):
 class RunSettings(Model):
     """settings.json: what the run was asked to do (no secret: the model's public settings only)."""
 
-    schema_version: int = version_field(1)
+    schema_version: int = version_field(2)
     experiment: ExperimentArgs
     strategy: str
     research: bool = False
     use_nsight: bool = False
+    proposals: int = Field(1, ge=1)  # proposals asked of the model per round (version 2 added it)
     model: dict[str, Any] = Field(default_factory=dict)
     budget: Budget = Field(default_factory=Budget)
 

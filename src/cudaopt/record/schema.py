@@ -6,10 +6,14 @@ reader refuses a version newer than it knows. ``docs/schemas/`` holds their JSON
 (``python -m cudaopt.record.schemas``). Files whose shape a version changed:
 
 - ``history.json`` 2: a case's ``launch``, ``occupancy``, ``roofline`` and ``audit`` are
-  ``null`` when absent (version 1 wrote ``{}``; it is still read).
-- ``summary.json`` 2: ``per_case_best`` and ``dispatch_score_us`` (absent before; read as empty).
+  ``null`` when absent (version 1 wrote ``{}``; it is still read). 3: each attempt's ``gpu``,
+  the GPU that measured it (``null`` in older files).
+- ``summary.json`` 2: ``per_case_best`` and ``dispatch_score_us``; ``finalists``, the best attempts
+  measured again on one GPU when several GPUs measured them (absent before; read as empty).
+- ``env.json`` 2: ``pool``, every GPU the run could use, and ``backend``.
 - ``verify.json`` 2: ``timed`` (timed holdout cases and shape sweeps), ``regressions``, ``repeats``,
-  ``shapes_file`` (version 1 had none of them; it is still read).
+  ``shapes_file``, and each case's ``gpu`` (version 1 had none of them; it is still read).
+- ``replay.json`` 2: each case's ``gpu``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from ..evaluation.dispatch import GpuRef
 from ..harness.protocol import LaunchSpec, Model
 from ..harness.results import STATUSES, CaseResult, CompileInfo, DeviceInfo
 
@@ -46,6 +51,7 @@ class Attempt(Model):
     model_calls: list[int] = Field(default_factory=list)
     eval_seconds: float = 0.0
     cached: bool = False  # the result came from the result cache, not a new measurement
+    gpu: GpuRef | None = None  # the GPU that measured it (a cached result: the GPU of the earlier measurement)
     started_at: str
     finished_at: str
 
@@ -62,7 +68,7 @@ class Attempt(Model):
 
 
 class History(Model):
-    schema_version: int = version_field(2)
+    schema_version: int = version_field(3)
     attempts: list[Attempt]
 
 
@@ -88,6 +94,24 @@ class ModelCall(Model):
     requests: int = 1  # requests sent in this turn: tool-call rounds and retries included
     retries: int = 0
     error: str | None = None
+
+
+class Roi(Model):
+    """The return-on-investment worksheet of one case (report/roi.py computes it; the report and
+    audit.json show it)."""
+
+    case: str
+    baseline_ms: float
+    best_ms: float
+    ms_saved_per_call: float
+    engineer_cost_usd: float
+    model_cost_usd: float
+    gpu_cost_usd: float
+    pilot_cost_usd: float
+    saved_gpu_hours_per_month: float
+    monthly_saving_usd: float
+    payback_months: float | None  # None: nothing is saved, the pilot never pays back
+    fits_window: bool
 
 
 class CaseSummary(Model):
@@ -122,8 +146,30 @@ class Totals(Model):
     wall_seconds: float = 0.0
 
 
+class Finalist(Model):
+    """One of the best attempts, measured again on the finalists' GPU."""
+
+    attempt: int
+    recorded_score_us: float
+    recorded_gpu: GpuRef | None = None
+    scores_us: list[float | None] = Field(default_factory=list)  # one per repeat; None: it failed that time
+    score_us: float | None = None  # the median of the repeats; None: it failed, and cannot win
+    status: str = "ok"
+    reason: str = ""
+
+
+class Finalists(Model):
+    """When several GPUs measured a run's best attempts, they are measured again, interleaved, on one
+    GPU, and the winner is the fastest there: no GPU's own speed decides between them."""
+
+    gpu: GpuRef
+    repeats: int
+    finalists: list[Finalist]
+    winner: int | None
+
+
 class Summary(Model):
-    """summary.json (version 2 added ``per_case_best`` and ``dispatch_score_us``)."""
+    """summary.json (version 2 added ``per_case_best``, ``dispatch_score_us`` and ``finalists``)."""
 
     schema_version: int = version_field(2)
     run: str
@@ -152,13 +198,16 @@ class Summary(Model):
     review: list[str] = Field(default_factory=list)  # speed-ups too large to take on trust (> 10x)
     per_case_best: list[CaseBest] = Field(default_factory=list)
     dispatch_score_us: float | None = None  # geomean of the per-case bests: a perfect per-shape dispatch
+    finalists: Finalists | None = None
 
 
 class Environment(Model):
     """env.json: where the run ran."""
 
-    schema_version: int = version_field(1)
-    gpu: DeviceInfo
+    schema_version: int = version_field(2)
+    gpu: DeviceInfo  # the first GPU: the model every measurement of the run was made on
+    pool: list[GpuRef] = Field(default_factory=list)  # every GPU the run could measure on
+    backend: str = "local"  # "local", or "ray ADDRESS"
     python: str
     platform: str
     packages: dict[str, str | None]
@@ -186,6 +235,7 @@ class VerifiedCase(Model):
     max_abs_error: float | None = None
     max_rel_error: float | None = None
     input_sets_checked: int = 0
+    gpu: GpuRef | None = None
 
 
 class TimedCase(Model):
@@ -250,12 +300,13 @@ class ReplayedCase(Model):
     vendor_us: float | None = None
     speedup_vs_vendor: float | None = None
     beats_baseline: bool | None = None
+    gpu: GpuRef | None = None  # the GPU every measurement of this case was made on
 
 
 class ReplayOutcome(Model):
     """replay.json: the winner measured again, interleaved with the baseline."""
 
-    schema_version: int = version_field(1)
+    schema_version: int = version_field(2)
     passed: bool
     environment_differences: list[str] = Field(default_factory=list)
     failures: list[str] = Field(default_factory=list)

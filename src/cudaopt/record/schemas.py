@@ -18,6 +18,7 @@ from ..harness.messages import WorkerMessage
 from ..harness.protocol import EvalRequest
 from ..harness.results import EvalResult
 from ..insight.card import ProfileRecord
+from .fleet import AuditReport
 from .guard_file import GuardBaseline, GuardReport
 from .runs import RunSettings
 from .schema import Environment, History, ModelCall, ReplayOutcome, Summary, VerifyOutcome
@@ -38,6 +39,7 @@ FILES = {
     "best-launch.json": LaunchFile,
     "profiles-attempt-N.json": ProfileRecord,
     "cache-result.json": EvalResult,
+    "audit.json": AuditReport,
     "experiment.json": ExperimentConfig,
     "input_cases.json": CasesFile,
     "worker-message.json": WorkerMessage,

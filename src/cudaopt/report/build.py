@@ -18,9 +18,9 @@ from ..errors import ExperimentError
 from ..insight.card import ProfileRecord
 from ..record.rundir import RunDir, write_atomic
 from ..record.runs import load_run_experiment, read_run_json
-from ..record.schema import Environment, History, ModelCall, ReplayOutcome, Summary, VerifyOutcome
+from ..record.schema import Environment, History, ModelCall, ReplayOutcome, Roi, Summary, VerifyOutcome
 from . import charts
-from .roi import Roi, compute
+from .roi import compute
 
 
 def verdict(verify: VerifyOutcome | None, replay: ReplayOutcome | None, roi: Roi | None) -> tuple[str, list[str]]:

@@ -38,8 +38,10 @@ def progress(points: list[tuple[int, float | None, str]]) -> str:
             line.append((i, best if best < float("inf") else None))
         xs = [i for i, b in line if b is not None]
         ax.step(xs, [b for _, b in line if b is not None], where="post", color="#2ca02c", label="best so far")
-        ax.set_yscale("log")
         top = max(s for _, s in ok)
+        if min(s for _, s in ok) == top:  # every score the same: a range around it, or the log axis is empty
+            ax.set_ylim(top / 1.5, top * 1.5)
+        ax.set_yscale("log")
         ax.plot(failed, [top * 1.15] * len(failed), "x", color="#d62728", label="failed")
     elif failed:  # nothing to score: the failures alone, on one line
         ax.plot(failed, [0] * len(failed), "x", color="#d62728", label="failed (no attempt passed)")
@@ -98,4 +100,30 @@ def shapes(cases: list[dict]) -> str | None:
     ax.set_xlabel("speed-up of the winner (× faster; below 1: slower)")
     ax.grid(alpha=0.3, axis="x", which="both")
     ax.legend(fontsize=8)
+    return _svg(fig)
+
+
+BASIS_COLOURS = {"vendor": "#1f77b4", "roofline": "#ff7f0e", "none": "#999999"}
+
+
+def headroom(rows: list[tuple[str, float, str, float | None]]) -> str | None:
+    """A fleet's headroom, one bar per experiment in rank order: (name, headroom ×, basis, roofline %)."""
+    if not rows:
+        return None
+    fig, ax = _figure(6.5, max(1.6, 0.45 * len(rows) + 0.8))
+    names = [r[0] for r in rows][::-1]
+    values = [r[1] for r in rows][::-1]
+    colours = [BASIS_COLOURS[r[2]] for r in rows][::-1]
+    ax.barh(names, values, color=colours)
+    for y, (value, pct) in enumerate(zip(values, [r[3] for r in rows][::-1], strict=True)):
+        label = f"{value:.2f}×" + (f"  ({pct:.0f}% of roof)" if pct is not None else "")
+        ax.annotate(label, (value, y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
+    ax.axvline(1.0, color="#444", linewidth=0.8)
+    ax.set_xlim(0, max(values) * 1.35)
+    ax.set_xlabel("headroom: kernel time / attainable time")
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(color=c, label=f"attainable: {b}") for b, c in BASIS_COLOURS.items()], fontsize=7,
+              loc="lower right")
+    ax.grid(alpha=0.3, axis="x")
     return _svg(fig)

@@ -8,22 +8,7 @@ payback (months)      = pilot cost / (saved GPU hours per month x GPU hourly pri
 from __future__ import annotations
 
 from ..config import RoiInputs
-from ..harness.protocol import Model
-
-
-class Roi(Model):
-    case: str
-    baseline_ms: float
-    best_ms: float
-    ms_saved_per_call: float
-    engineer_cost_usd: float
-    model_cost_usd: float
-    gpu_cost_usd: float
-    pilot_cost_usd: float
-    saved_gpu_hours_per_month: float
-    monthly_saving_usd: float
-    payback_months: float | None  # None: nothing is saved, the pilot never pays back
-    fits_window: bool
+from ..record.schema import Roi
 
 
 def compute(inputs: RoiInputs, case: str, baseline_us: float, best_us: float, model_cost_usd: float,

@@ -36,7 +36,7 @@ class _Agent:
         chat = ctx.chat_model if ctx.chat_model is not None else make_chat_model(ctx.model)
         client = ModelClient(chat, ctx.model, tools)
         return Optimizer(rec, client, ctx.budget, tune=self.tune, research=ctx.research,
-                         instruments=instruments).execute()
+                         instruments=instruments, proposals=ctx.proposals).execute()
 
 
 @register("agent")

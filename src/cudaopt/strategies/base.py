@@ -21,7 +21,8 @@ class Context:
     seed: int = 0
     research: bool = False
     use_nsight: bool = False
-    device_index: int = 0
+    device_index: int = 0  # the local GPU the instruments profile on
+    proposals: int = 1  # proposals asked of the model per round (agent strategies)
     extra: dict = field(default_factory=dict)
 
 

@@ -3,6 +3,10 @@
 Exhaustive when the space fits in ``max_evals``; otherwise a seeded TPE search (optuna) proposes
 the configurations. A configuration that fails to compile or launch is recorded with its
 reason and told to the sampler as a failure, never as a time. Needs no model.
+
+Every GPU of the pool works on the sweep: an exhaustive one hands over all its configurations
+at once, a sampled one asks the sampler for as many configurations as there are GPUs before it
+tells it their scores (seeded, so a search repeats itself on the same number of GPUs).
 """
 
 from __future__ import annotations
@@ -12,8 +16,7 @@ import time
 from ..config import TuneSpace
 from ..errors import ExperimentError
 from ..harness.protocol import LaunchSpec
-from ..record.events import AttemptStarted
-from ..record.recorder import Recorder
+from ..record.recorder import Candidate, Recorder
 from .base import Context, register
 
 
@@ -45,20 +48,21 @@ class Tuner:
     def _out_of_time(self) -> bool:
         return self.time_limit_s is not None and time.monotonic() - self.started >= self.time_limit_s
 
-    def _evaluate(self, config: dict) -> float | None:
-        self.rec.on_progress(AttemptStarted(id=len(self.rec.attempts), what=f"tuning {config}"))
+    def _evaluate(self, configs: list[dict]) -> list[float | None] | None:
+        """Scores of the configurations, measured together; None when the time limit stopped them."""
         parent = self.rec.baseline.id if self.rec.baseline else None
-        return self.rec.evaluate("tune", self.source, self.launch, defines=config, parent=parent).score_us
+        attempts = self.rec.evaluate_many([Candidate("tune", self.source, self.launch, dict(c), parent,
+                                                     what=f"tuning {c}") for c in configs],
+                                          should_stop=self._out_of_time)
+        if any(a is None for a in attempts):
+            return None
+        return [a.score_us for a in attempts]
 
     def _exhaustive(self, configs: list[dict]) -> str:
         done = self.done()
-        self.rec.prefetch(self.source, self.launch, [c for c in configs if tuple(sorted(c.items())) not in done])
-        for config in configs:
-            if tuple(sorted(config.items())) in done:
-                continue
-            if self._out_of_time():
-                return "time limit reached"
-            self._evaluate(config)
+        todo = [c for c in configs if tuple(sorted(c.items())) not in done]
+        if todo and self._evaluate(todo) is None:
+            return "time limit reached"
         return "search space exhausted"
 
     def _sampled(self) -> str:
@@ -76,26 +80,40 @@ class Tuner:
             study.add_trial(trial)
         evaluated = len(done)
         draws = 0
-        while evaluated < self.max_evals and draws < 50 * self.max_evals:
-            if self._out_of_time():
-                return "time limit reached"
-            draws += 1
-            trial = study.ask()
-            config = {name: trial.suggest_categorical(name, values) for name, values in self.space.tunables.items()}
-            key = tuple(sorted(config.items()))
-            if not self.space.allows(config):
-                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-                continue
-            if key in done:
-                value = done[key]
-            else:
-                value = self._evaluate(config)
-                done[key] = value
-                evaluated += 1
+        width = len(self.rec.evaluator.gpus())
+
+        def tell(trial, value: float | None) -> None:
             if value is None:
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
             else:
                 study.tell(trial, value)
+
+        while evaluated < self.max_evals and draws < 50 * self.max_evals:
+            if self._out_of_time():
+                return "time limit reached"
+            batch: dict[tuple, list] = {}  # configuration -> the trials that drew it
+            while len(batch) < min(width, self.max_evals - evaluated) and draws < 50 * self.max_evals:
+                draws += 1
+                trial = study.ask()
+                config = {name: trial.suggest_categorical(name, values)
+                          for name, values in self.space.tunables.items()}
+                key = tuple(sorted(config.items()))
+                if not self.space.allows(config):
+                    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                elif key in done:
+                    tell(trial, done[key])
+                else:
+                    batch.setdefault(key, []).append(trial)
+            if not batch:
+                continue
+            scores = self._evaluate([dict(key) for key in batch])
+            if scores is None:
+                return "time limit reached"
+            for (key, trials), value in zip(batch.items(), scores, strict=True):
+                done[key] = value
+                evaluated += 1
+                for trial in trials:
+                    tell(trial, value)
         return "evaluation budget exhausted" if evaluated >= self.max_evals else "search space exhausted"
 
 

@@ -1,7 +1,7 @@
 """A stand-in GPU worker that speaks the worker protocol, for supervisor tests without a GPU.
 
 The kernel's entry decides what it does: ``hang`` hangs in the second case's check phase,
-``die`` exits there, anything else passes every case (with the request's vendor timed on the
+``die`` exits there, anything else passes every case (with the request's vendors timed on the
 performance cases). Each result's ``device.pci_bus_id`` names the worker's pid (``fake:PID``);
 its ``reason`` counts the kernels prefetched so far (``prefetched N``).
 ``--no-start`` exits at once.
@@ -30,7 +30,7 @@ def main():
         if "prefetch" in request:  # never answered, counted in the next result
             prefetched += len(request["prefetch"])
             continue
-        entry = request["kernel"]["entry"]
+        entry = (request["kernel"] or {}).get("entry", "")
         send({"type": "phase", "phase": "compile", "case": ""})
         send({"type": "compiled", "compile": {"ok": True, "log": ""}})
         cases = []
@@ -42,10 +42,11 @@ def main():
                 print("simulated fatal error", file=sys.stderr)
                 os._exit(1)
             result = {"name": case["name"], "role": case["role"], "status": "ok"}
-            if request.get("vendor") and case["role"] == "performance":
+            if case["role"] == "performance":
                 timing = {"median_us": 7.0, "mean_us": 7.1, "stdev_us": 0.2, "min_us": 6.8, "max_us": 7.9,
                           "p10_us": 6.9, "p90_us": 7.4, "n": 100, "method": "fake"}
-                result["vendor"] = {"label": request["vendor"]["label"], "status": "ok", "timing": timing}
+                result["vendors"] = [{"label": v["label"], "status": "ok", "timing": timing}
+                                     for v in request.get("vendors", [])]
             cases.append(result)
             send({"type": "case", "case": result})
         send({"type": "result", "result": {"status": "ok", "cases": cases, "device": device,

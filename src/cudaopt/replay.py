@@ -2,6 +2,8 @@
 
 Each performance case is measured ``repeats`` times, interleaved with the baseline (the initial
 kernel) — winner, baseline, winner, baseline, ... — so both see the same clocks and temperature.
+A run without an initial kernel has the first vendor as its baseline: it is timed inside the
+winner's own requests, its chunks interleaved with the winner's.
 Two questions are answered per case:
 
 - *within noise of the record*: the new median lies within the recorded p10–p90 band widened
@@ -49,7 +51,7 @@ def replay(target: Path, evaluator: Evaluator, repeats: int = 5) -> ReplayOutcom
     recorded = {c.name: c.timing for c in best.cases if c.timing}
     env = read_run_json(run, "env.json", Environment)
     differences = environment_differences(env.gpu, evaluator.device_info())
-    baseline_source = experiment.initial_kernel_path.read_text()
+    baseline_source = experiment.initial_kernel_path.read_text() if experiment.initial_kernel_path else None
     cases, failures = [], []
     for path in sorted(run.path.glob("best-case-*.json")):
         request = read_run_json(run, path.name, EvalRequest)
@@ -60,20 +62,26 @@ def replay(target: Path, evaluator: Evaluator, repeats: int = 5) -> ReplayOutcom
                 failures.append(f"{case.name}: {result.status}: {result.reason}")
             cases.append(ReplayedCase(name=case.name, role=case.role, status=result.status))
             continue
-        baseline = experiment.request(baseline_source, request_id=f"replay-baseline-{case.name}")
-        baseline.cases = [case]
+        baseline = None
+        if baseline_source is not None:
+            baseline = experiment.request(baseline_source, request_id=f"replay-baseline-{case.name}")
+            baseline.cases = [case]
         winner_us, baseline_us, vendor_us = [], [], []
         status = "ok"
         for _ in range(repeats):
-            mine, theirs = evaluator.evaluate(request), evaluator.evaluate(baseline)
+            mine = evaluator.evaluate(request)
             if not mine.ok:
                 status = mine.status
                 failures.append(f"{case.name}: {mine.status}: {mine.reason}")
                 break
-            found, other = mine.find(case.name), theirs.find(case.name)
+            found = mine.find(case.name)
             winner_us.append(found.median_us if found else None)
-            baseline_us.append(other.median_us if other else None)
-            vendor_us.append(found.vendor_median_us if found else None)
+            vendor_us.append(found.vendor_median_us(0) if found else None)
+            if baseline is None:  # the first vendor, timed beside the winner in its own request
+                baseline_us.append(vendor_us[-1])
+            else:
+                other = evaluator.evaluate(baseline).find(case.name)
+                baseline_us.append(other.median_us if other else None)
         cases.append(_compare(case.name, status, recorded.get(case.name), winner_us, baseline_us, vendor_us))
     timed = [c for c in cases if c.role == "performance"]
     outcome = ReplayOutcome(
@@ -139,5 +147,5 @@ def _replay_request(path: Path, evaluator: Evaluator) -> ReplayOutcome:
         failures=[] if result.ok else [f"{result.status}: {result.reason}"],
         cases=[ReplayedCase(name=c.name, role=c.role, status=c.status,
                             now_us=c.timing.median_us if c.timing else None,
-                            vendor_us=c.vendor_median_us) for c in result.cases],
+                            vendor_us=c.vendor_median_us(0)) for c in result.cases],
     )

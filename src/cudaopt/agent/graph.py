@@ -87,14 +87,19 @@ class Optimizer:
         repairing = last is not None and last.status not in ("ok", "rejected") and last.source_file is not None
         parent = last.id if repairing else (best.id if best else 0)
         rec.on_progress(AttemptStarted(id=attempt_id, what="proposing"))
+        from_scratch = rec.baseline.source_file is None
         system = prompts.system_prompt(rec.exp.signature_text, rec.cases, tunables=self.tune,
                                        research=self.research,
-                                       instruments=self.instruments.offered if self.instruments else ())
+                                       instruments=self.instruments.offered if self.instruments else (),
+                                       from_scratch=from_scratch)
+        vendor = rec.exp.primary_vendor
         user = prompts.task_message(
             rec.exp.description, rec.cases, rec.attempts, best, rec.baseline, rec.source(best),
             last, rec.source(last) if last and last.status != "ok" else None,
             self.budget.max_iterations - self.iterations,
             profile=self.instruments.stalled_card() if self.instruments else None,
+            reference=(rec.exp.reference_path.name, rec.exp.reference_source) if from_scratch else None,
+            vendor=vendor.label if vendor else "",
         )
         reply = self.client.ask(system, user, budget_left=lambda: not self._over_call_budget())
         call = ModelCall(

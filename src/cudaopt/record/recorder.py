@@ -24,7 +24,17 @@ from ..harness.results import CaseResult, DeviceInfo, EvalResult
 from ..harness.stats import geomean
 from .events import AttemptFinished, AttemptStarted, OnProgress, PhaseProgress, UsageProgress, ignore
 from .rundir import RunDir, write_atomic
-from .schema import Attempt, CaseSummary, History, ModelCall, Summary, Totals
+from .schema import (
+    Attempt,
+    CaseSummary,
+    CaseVendor,
+    History,
+    KernelBenchMetrics,
+    ModelCall,
+    Summary,
+    Totals,
+    VendorSummary,
+)
 
 ROLES = {"correctness", "performance"}  # holdout cases are never evaluated here
 REVIEW_SPEEDUP = 10.0  # a larger speed-up over the baseline is flagged for review
@@ -105,6 +115,21 @@ class ResultCache:
         write_atomic(self.folder / f"{self.key(request)}.json", result.to_json())
 
 
+def _geomean_of(values: list[float | None]) -> float | None:
+    """The geometric mean when every value is there, else None."""
+    return geomean(values) if values and all(values) else None
+
+
+def kernelbench_metrics(vendors: list[VendorSummary], correct: bool) -> KernelBenchMetrics | None:
+    """KernelBench's view of a run, when a vendor is the PyTorch eager baseline."""
+    by_kind = {v.pytorch: v for v in vendors if v.pytorch}
+    if "eager" not in by_kind:
+        return None
+    compiled = by_kind.get("compile")
+    return KernelBenchMetrics(correct=correct, speedup_vs_eager=by_kind["eager"].speedup if correct else None,
+                              speedup_vs_compile=compiled.speedup if compiled and correct else None)
+
+
 class Recorder:
     def __init__(self, experiment: Experiment, run: RunDir, evaluator: Evaluator, *, strategy: str,
                  model: dict, prices: dict, cache: ResultCache | None = None, on_progress: OnProgress = ignore):
@@ -147,8 +172,12 @@ class Recorder:
         return min(scored, key=lambda a: (a.score_us, a.id)) if scored else None
 
     def timeouts(self) -> Timeouts:
-        """Fixed phase limits until the baseline passed, then scaled from its measured phases."""
+        """Fixed phase limits until the baseline passed, then scaled from its measured phases. A
+        baseline without a kernel (the vendors alone) says nothing about how long a kernel of the
+        model's may take: then the first kernel that passed is the measure."""
         baseline = self.baseline
+        if baseline is not None and baseline.source_file is None:
+            baseline = next((a for a in self.attempts if a.source_file and a.status == "ok"), None)
         if baseline is None or baseline.status != "ok":
             return self.exp.timeouts.fixed()
         return self.exp.timeouts.scaled(baseline.cases)
@@ -179,15 +208,25 @@ class Recorder:
 
     def ensure_baseline(self) -> Attempt:
         """Attempt 0, the bar every candidate is measured against: the initial kernel, evaluated
-        once per run (a resumed run keeps its own), with the vendor timed beside it."""
+        once per run (a resumed run keeps its own), with the vendors timed beside it; without an
+        initial kernel, the vendors alone (speed-ups are then over the first vendor)."""
         if self.baseline is None:
             self.on_progress(AttemptStarted(id=0, what="baseline"))
-            self.evaluate("baseline", self.exp.initial_kernel_path.read_text(), None)
+            path = self.exp.initial_kernel_path
+            self.evaluate("baseline", path.read_text() if path else None, None)
         return self.baseline
 
-    def evaluate(self, kind: str, source: str, launch: LaunchSpec | None, *, defines: dict | None = None,
+    @property
+    def baseline_label(self) -> str:
+        """What the speed-ups are over: the initial kernel, or the first vendor."""
+        if self.exp.initial_kernel_path is None and self.exp.primary_vendor is not None:
+            return f"vendor: {self.exp.primary_vendor.label}"
+        return "initial kernel"
+
+    def evaluate(self, kind: str, source: str | None, launch: LaunchSpec | None, *, defines: dict | None = None,
                  parent: int | None = None, rationale: str = "", calls: list[int] | None = None) -> Attempt:
-        """Evaluate a candidate on the correctness and performance cases and record the attempt."""
+        """Evaluate a candidate on the correctness and performance cases and record the attempt
+        (``source`` None: the vendors alone, as the baseline of a run without an initial kernel)."""
         attempt_id = len(self.attempts)
         started = now()
         request = self.exp.request(source, launch=launch, defines=defines, roles=ROLES,
@@ -199,13 +238,14 @@ class Recorder:
             result = self.evaluator.evaluate(request, on_event=self._on_worker_event)
             if self.cache:
                 self.cache.put(request, result)
-        source_file = f"candidates/{attempt_id:03d}.cu"
-        self.run.write_text(source_file, source)
+        source_file = f"candidates/{attempt_id:03d}.cu" if source is not None else None
+        if source_file:
+            self.run.write_text(source_file, source)
         attempt = Attempt(
             id=attempt_id, parent=parent, kind=kind, status=result.status, reason=result.reason,
             source_file=source_file, launch=launch, defines=dict(defines or {}),
             rationale=rationale, compile=result.compile, cases=result.cases,
-            score_us=score(result.cases) if result.ok else None, model_calls=list(calls or []),
+            score_us=score(result.cases) if result.ok and source_file else None, model_calls=list(calls or []),
             eval_seconds=0.0 if cached else result.wall_s, cached=cached, started_at=started, finished_at=now(),
         )
         self._append(attempt)
@@ -273,20 +313,22 @@ class Recorder:
     def summary(self) -> Summary:
         baseline, best = self.baseline, self.best
         base_m, best_m = medians(baseline), medians(best)
-        vendor = {c.name: c for c in (baseline.cases if baseline else []) if c.vendor}
+        timed = {c.name: c for c in (baseline.cases if baseline else []) if c.vendors}
         cases = []
         for case in self.cases:
             b, n = base_m.get(case.name), best_m.get(case.name)
-            timed = vendor.get(case.name)
-            v_us = timed.vendor_median_us if timed else None
             cases.append(CaseSummary(name=case.name, role=case.role, baseline_median_us=b, best_median_us=n,
-                                     speedup=(b / n) if b and n else None, vendor_median_us=v_us,
-                                     vendor_status=timed.vendor.status if timed else None,
-                                     speedup_vs_vendor=(v_us / n) if v_us and n else None))
-        base_score = baseline.score_us if baseline else None
+                                     speedup=(b / n) if b and n else None,
+                                     vendors=self._case_vendors(timed.get(case.name), n)))
+        perf = [c for c in cases if c.role == "performance"]
+        base_score = baseline.score_us if baseline and baseline.source_file else _geomean_of(
+            [c.baseline_median_us for c in perf])
         best_score = best.score_us if best else None
-        vendor_perf = [c.vendor_median_us for c in cases if c.role == "performance"]
-        vendor_score = geomean(vendor_perf) if vendor_perf and all(vendor_perf) else None
+        vendors = []
+        for i, spec in enumerate(self.exp.vendors):
+            v_score = _geomean_of([c.vendors[i].median_us if i < len(c.vendors) else None for c in perf])
+            vendors.append(VendorSummary(label=spec.label, pytorch=spec.pytorch, score_us=v_score,
+                                         speedup=(v_score / best_score) if v_score and best_score else None))
         usage: Counter = Counter()
         for c in self.calls:
             usage.update(c.usage.model_dump())
@@ -295,10 +337,9 @@ class Recorder:
             signature=self.exp.signature_text, model=self.model, baseline_attempt=0,
             best_attempt=best.id if best else None, best_source_file="best.cu" if best else None,
             best_defines=best.defines if best else {},
-            cases=cases, baseline_score_us=base_score, best_score_us=best_score,
+            cases=cases, baseline=self.baseline_label, baseline_score_us=base_score, best_score_us=best_score,
             speedup=(base_score / best_score) if base_score and best_score else None,
-            vendor=self.exp.vendor.label if self.exp.vendor else None, vendor_score_us=vendor_score,
-            speedup_vs_vendor=(vendor_score / best_score) if vendor_score and best_score else None,
+            vendors=vendors, kernelbench=kernelbench_metrics(vendors, best is not None),
             stop_reason=self.stop_reason or "running",
             attempts=len(self.attempts), valid=sum(1 for a in self.attempts if a.status == "ok"),
             rejected_by_reason=dict(Counter(a.status for a in self.attempts if a.status != "ok")),
@@ -313,6 +354,16 @@ class Recorder:
             review=[f"{c.name}: {c.speedup:.1f}x over the baseline; check it before trusting it"
                     for c in cases if c.speedup and c.speedup > REVIEW_SPEEDUP],
         )
+
+    def _case_vendors(self, timed: CaseResult | None, best_us: float | None) -> list[CaseVendor]:
+        """Each of the experiment's vendors on one case, from the baseline evaluation."""
+        out = []
+        for i, spec in enumerate(self.exp.vendors):
+            result = timed.vendors[i] if timed and i < len(timed.vendors) else None
+            median = timed.vendor_median_us(i) if timed else None
+            out.append(CaseVendor(label=spec.label, median_us=median, status=result.status if result else None,
+                                  speedup=(median / best_us) if median and best_us else None))
+        return out
 
     def write_summary(self) -> Summary:
         summary = self.summary()

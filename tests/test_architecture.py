@@ -17,7 +17,7 @@ LAYERS = [
     {"checks"},
     {"experiment"},
     {"preflight", "evaluate", "record"},
-    {"agent", "report", "sanitize"},
+    {"agent", "report", "sanitize", "kernelbench"},
     {"strategies", "verify", "replay"},
     {"optimize", "render"},
     {"cli"},

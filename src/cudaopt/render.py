@@ -250,3 +250,20 @@ def peaks_table(rows) -> Table:
     for row in rows:
         table.add_row(row.name, row.unit, f"{row.spec:,.1f}", f"{row.measured:,.1f}", f"{row.measured / row.spec:.0%}")
     return table
+
+
+def fast_p_tables(report) -> list[Table]:
+    """``cudaopt fast-p``: each run as KernelBench counts it, then fast_p per threshold."""
+    runs = Table(title=f"runs ({len(report.runs)})", title_justify="left")
+    for column in ("run", "correct", "verified", "vs eager", "vs torch.compile"):
+        runs.add_column(column, justify="left" if column == "run" else "right")
+    times = lambda v: f"{v:.2f}×" if v else "-"
+    for r in report.runs:
+        runs.add_row(r.run, "yes" if r.correct else "no", "-" if r.verified is None else str(r.verified),
+                     times(r.speedup_vs_eager), times(r.speedup_vs_compile))
+    fast = Table(title=f"fast_p over {report.baseline}", title_justify="left")
+    for column in ("p", "fast_p", "runs"):
+        fast.add_column(column, justify="right")
+    for f in report.fast_p:
+        fast.add_row(f"{f.threshold:g}", f"{f.fraction:.3f}", f"{f.count} of {len(report.runs)}")
+    return [runs, fast]

@@ -201,8 +201,9 @@ def task_message(description: str, cases: list[CaseSpec], attempts: list[Attempt
     ]
     if reference is not None:
         name, source = reference
+        fence = "cuda" if name.endswith(".cu") else "python"
         parts.insert(1, f"Reference implementation ({name}, the user's trusted code: the kernel must compute the "
-                        f"same outputs from the same inputs, within the tolerances):\n```python\n{source}\n```")
+                        f"same outputs from the same inputs, within the tolerances):\n```{fence}\n{source}\n```")
     if best is not None and best_source is not None:
         parts.append(
             f"Best so far (#{best.id}):\n" + attempt_text(best, baseline, best)

@@ -161,6 +161,15 @@ class VendorSpec(Model):
     pytorch: Literal["eager", "compile"] | None = None
 
 
+def vendor_as_list(data: Any) -> Any:
+    """Requests and results written before vendors became a list carry ``vendor``: one or none."""
+    if isinstance(data, dict) and "vendor" in data:
+        data = dict(data)
+        vendor = data.pop("vendor")
+        data.setdefault("vendors", [vendor] if vendor else [])
+    return data
+
+
 class TimingProtocol(Model):
     warmup: int = Field(10, ge=0)
     iterations: int = Field(100, ge=1)
@@ -236,9 +245,4 @@ class EvalRequest(Model):
     @model_validator(mode="before")
     @classmethod
     def _one_vendor(cls, data: Any) -> Any:
-        """Requests written before vendors became a list carry ``vendor``: one or none."""
-        if isinstance(data, dict) and "vendor" in data:
-            data = dict(data)
-            vendor = data.pop("vendor")
-            data.setdefault("vendors", [vendor] if vendor else [])
-        return data
+        return vendor_as_list(data)

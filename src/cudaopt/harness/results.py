@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from .protocol import HARNESS_VERSION, Model, Role
+from .protocol import HARNESS_VERSION, Model, Role, vendor_as_list
 
 # Every way an evaluation can end. Only "ok" is a pass.
 STATUSES = (
@@ -195,12 +195,7 @@ class CaseResult(Model):
     @model_validator(mode="before")
     @classmethod
     def _one_vendor(cls, data: Any) -> Any:
-        """Results written before vendors became a list (history.json 2, cached results) carry ``vendor``."""
-        if isinstance(data, dict) and "vendor" in data:
-            data = dict(data)
-            vendor = data.pop("vendor")
-            data.setdefault("vendors", [vendor] if vendor else [])
-        return data
+        return vendor_as_list(data)
 
     @field_validator("launch", "occupancy", "roofline", "audit", mode="before")
     @classmethod

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from .reference import ReferenceFailure
+from .reference import ReferenceFailure, reference_outputs
 from .signature import Signature
 
 
@@ -66,20 +66,9 @@ def call_torch(torch, fn: Callable, signature: Signature, tensors: dict, scalars
         raise ReferenceFailure(f"reference function raised {exc.__class__.__name__}: "
                                f"{' '.join(str(exc).split())}") from None
     names = [a.name for a in signature.outputs]
-    if isinstance(result, dict):
-        outputs = result
-    elif isinstance(result, (tuple, list)) and len(names) > 1:
-        if len(result) != len(names):
-            raise ReferenceFailure(f"reference returned {len(result)} values for outputs {names}")
-        outputs = dict(zip(names, result, strict=True))
-    elif len(names) == 1:
-        outputs = {names[0]: result}
-    else:
-        raise ReferenceFailure(f"reference must return a dict with keys {names}")
+    outputs = reference_outputs(result, names)
     checked = {}
     for name in names:
-        if name not in outputs:
-            raise ReferenceFailure(f"reference returned no output {name!r}")
         value = outputs[name]
         if not isinstance(value, torch.Tensor):
             raise ReferenceFailure(f"reference output {name!r} is a {type(value).__name__}, not a torch tensor")

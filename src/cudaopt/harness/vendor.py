@@ -24,6 +24,7 @@ import numpy as np
 
 from .arrays import DeviceRange, torch_view, typestr
 from .protocol import VendorSpec
+from .reference import named_outputs
 from .signature import Signature
 
 
@@ -101,7 +102,9 @@ class BoundVendor:
         if not self.vendor.spec.returns or self.error:
             return
         try:
-            values = _by_output(result, self.outputs)
+            if result is None:
+                raise ValueError("returned nothing (a vendor with returns: true returns its outputs)")
+            values = named_outputs(result, self.outputs)
             with self.vendor.on_stream():
                 for name, value in values.items():
                     out = self.kwargs[name]
@@ -133,24 +136,6 @@ def _extent(array) -> tuple[int, int]:
     info = array.__cuda_array_interface__
     start = int(info["data"][0])
     return start, start + max(1, int(array.nbytes))
-
-
-def _by_output(result, names: list[str]) -> dict:
-    """A returned value as output name -> array: one array, a sequence in signature order, or a dict."""
-    if isinstance(result, dict):
-        missing = [n for n in names if n not in result]
-        if missing:
-            raise ValueError(f"returned no {', '.join(missing)}")
-        return {n: result[n] for n in names}
-    if isinstance(result, (tuple, list)):
-        if len(result) != len(names):
-            raise ValueError(f"returned {len(result)} values for the outputs {names}")
-        return dict(zip(names, result, strict=True))
-    if len(names) != 1:
-        raise ValueError(f"returned one value for the outputs {names}")
-    if result is None:
-        raise ValueError("returned nothing (a vendor with returns: true returns its outputs)")
-    return {names[0]: result}
 
 
 def _library(arrays: str, allow_tf32: bool):

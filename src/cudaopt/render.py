@@ -149,7 +149,8 @@ def summary_table(summary) -> Table:
     lines = [f"baseline: {summary.baseline.removeprefix('vendor: ')} (no initial kernel)"] \
         if summary.baseline != "initial kernel" else []
     if labels:
-        lines.append(f"{_vendor_word(labels)}: {', '.join(labels)} (timed interleaved with the baseline)")
+        beside = "with the baseline" if summary.baseline == "initial kernel" else "with each other, as the baseline"
+        lines.append(f"{_vendor_word(labels)}: {', '.join(labels)} (timed interleaved {beside})")
     if lines:
         table.caption = escape("\n".join(lines))
         table.caption_justify = "left"

@@ -43,9 +43,9 @@ _REFERENCE = '''
 
 def {entry}({params}):
     """The reference: Model.forward on copies of the inputs, with the given parameters."""
-    model = _model({first}.device, {values})
+    _net = _model({first}.device, {values})
     with _torch.no_grad():
-        return _torch.func.functional_call(model, {state}, ({arguments}))
+        return _torch.func.functional_call(_net, {state}, ({arguments}))
 '''
 
 _VENDORS = '''
@@ -70,19 +70,18 @@ def _with_state(model, state):
 
 def pytorch_eager({params}):
     """PyTorch eager: the problem's Model, its outputs returned (cudaopt copies them out after the timing)."""
-    model = _with_state(_model({first}.device, {values}), {state})
+    _net = _with_state(_model({first}.device, {values}), {state})
     with _torch.no_grad():
-        return model({arguments})
+        return _net({arguments})
 
 
 def pytorch_compile({params}):
     """torch.compile of the same model (compiled at the first call, outside any timing)."""
-    model = _with_state(_model({first}.device, {values}), {state})
-    key = id(model)
-    if key not in _COMPILED:
-        _COMPILED[key] = _torch.compile(model)
+    _net = _with_state(_model({first}.device, {values}), {state})
+    if id(_net) not in _COMPILED:
+        _COMPILED[id(_net)] = _torch.compile(_net)
     with _torch.no_grad():
-        return _COMPILED[key]({arguments})
+        return _COMPILED[id(_net)]({arguments})
 '''
 
 

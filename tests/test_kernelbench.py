@@ -34,6 +34,11 @@ SIGNATURES = {
                         "int input_shape_0)",
     "95_CrossEntropyLoss": "kb_95_crossentropyloss(const float* predictions, const long long* targets, float* out, "
                            "int batch_size, int num_classes)",
+    # the causal mask is the same for every seed: part of the function, not an input
+    "12_Causal_attention_scores": "kb_12_causal_attention_scores(const float* q, const float* k, "
+                                  "const float* proj_weight, float* out, int batch_size, int seq_len, int dim)",
+    "101_Mean_absolute_error": "kb_101_mean_absolute_error(const float* predictions, const float* targets, float* out, "
+                               "int batch_size, int input_shape_0)",
 }
 
 
@@ -75,8 +80,9 @@ def test_a_problem_becomes_a_complete_experiment_that_checks_on_the_cpu(imports,
             assert value <= perf.scalars[name]
             if name in problem and problem[name] > 4 and value != problem[name]:
                 assert value % 2 == 1, (case.name, name, value)
+    tolerance = problem.get("TASK_CONFIG", {}).get("rtol", 1e-2)  # the problem's own, else KernelBench's
     for case in exp.case_specs:
-        assert all(o.rtol == o.atol == 1e-2 for o in case.outputs.values())  # KernelBench's tolerances
+        assert all(o.rtol == o.atol == tolerance for o in case.outputs.values())
     assert "next: cudaopt check" in output
     kernel = ["--kernel", str(FIXTURES / KERNELS[stem])] if stem in KERNELS else []
     check = runner.invoke(app, ["check", "--config", str(out / "experiment.json"), "--arch", "sm_90", *kernel])
@@ -136,6 +142,19 @@ def test_the_reference_and_the_eager_vendor_compute_the_problem_with_the_kernels
     assert not torch.equal(eager(x=x, bias=bias, gemm_weight=weight, out=torch.empty(0), **s), got)
 
 
+def test_problems_written_for_the_gpu_and_with_unusual_inputs_are_probed_and_noted(imports):
+    exp, _, output = imports["12_Causal_attention_scores"]  # get_inputs makes its tensors with device="cuda"
+    small = exp.case_specs[0]
+    assert small.scalars == {"batch_size": 7, "seq_len": 37, "dim": 31}  # `batch_size, seq_len = 8, 256` scaled
+    assert small.outputs["out"].shape == ["batch_size", "seq_len", "seq_len"]
+    _, _, output = imports["101_Mean_absolute_error"]
+    assert "note: targets: takes 2 values in the problem (-1, 1); drawn from a continuous range" in output
+    assert "note: predictions: heavy-tailed" in output  # Pareto-distributed: drawn over its bulk
+    mae, _, _ = imports["101_Mean_absolute_error"]
+    perf = next(c for c in mae.case_specs if c.role == "performance")
+    assert perf.inputs["predictions"].init.high < 10 and perf.launch.grid == [1]  # one output element
+
+
 def test_derived_constants_follow_the_sizes_a_case_sets(imports):
     """input_shape = (num_classes,): a case with fewer classes gets predictions of that width."""
     from cudaopt.harness.reference import load_python
@@ -154,6 +173,7 @@ def test_derived_constants_follow_the_sizes_a_case_sets(imports):
     ("data_dependent_shape", "forward", "its output shape depends on the input data"),
     ("scalar_input", "get_inputs", "item 1 is a float, not a tensor"),
     ("dropout", "forward", "gives different outputs for the same inputs"),
+    ("too_large_for_the_cpu", "forward", "on torch's meta device, and with 16.0 GiB of inputs it is not run on the CPU"),
 ])
 def test_a_problem_that_cannot_be_a_kernel_is_one_line_and_exit_2(tmp_path, stem, field, message):
     path = FIXTURES / "untranslatable" / f"{stem}.py"

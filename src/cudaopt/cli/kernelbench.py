@@ -22,8 +22,10 @@ def kernelbench(
     out: Annotated[Path, typer.Option("--out", help="The experiment directory to write.")],
     name: Annotated[str | None, typer.Option(help="The kernel's name (default: from the file name).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the Model's construction (KernelBench's: 42).")] = 42,
-    rtol: Annotated[float, typer.Option(min=0, help="Relative tolerance of every output (KernelBench's).")] = 1e-2,
-    atol: Annotated[float, typer.Option(min=0, help="Absolute tolerance of every output (KernelBench's).")] = 1e-2,
+    rtol: Annotated[float | None, typer.Option(min=0, help="Relative tolerance of every output (default: the "
+                                                           "problem's TASK_CONFIG, else KernelBench's 1e-2).")] = None,
+    atol: Annotated[float | None, typer.Option(min=0, help="Absolute tolerance of every output (default: the "
+                                                           "problem's TASK_CONFIG, else KernelBench's 1e-2).")] = None,
     force: Annotated[bool, typer.Option(help="Replace the experiment files already in --out.")] = False,
 ) -> None:
     """Write a complete experiment for a KernelBench problem: the PyTorch reference, PyTorch eager and

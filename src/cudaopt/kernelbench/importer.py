@@ -31,10 +31,11 @@ class Imported:
     notes: list[str]
 
 
-def import_problem(path: Path, out: Path, *, name: str | None = None, seed: int = 42,
-                   rtol: float = KERNELBENCH_TOLERANCE, atol: float = KERNELBENCH_TOLERANCE,
-                   force: bool = False) -> Imported:
-    """Translate the problem at ``path`` and write its experiment into ``out``."""
+def import_problem(path: Path, out: Path, *, name: str | None = None, seed: int = 42, rtol: float | None = None,
+                   atol: float | None = None, force: bool = False) -> Imported:
+    """Translate the problem at ``path`` and write its experiment into ``out``. Tolerances not
+    given come from the problem's ``TASK_CONFIG`` (``atol``, ``rtol``) where it has one, else
+    KernelBench's 1e-2."""
     try:
         import torch
     except ImportError as exc:
@@ -48,6 +49,10 @@ def import_problem(path: Path, out: Path, *, name: str | None = None, seed: int 
     if present and not force:
         raise ExperimentError("--out", "", f"{out} already holds {', '.join(present)} (--force replaces them)")
     problem = Problem(path, torch)
+    declared = problem.namespace.get("TASK_CONFIG")
+    declared = declared if isinstance(declared, dict) else {}
+    rtol, atol = (given if given is not None else float(declared.get(key, KERNELBENCH_TOLERANCE))
+                  for given, key in ((rtol, "rtol"), (atol, "atol")))
     t = translate(problem, name=name or path.stem, seed=seed, rtol=rtol, atol=atol)
     out.mkdir(parents=True, exist_ok=True)
     cases = CasesFile(launch=t.launch, cases=t.cases)
@@ -61,10 +66,22 @@ def import_problem(path: Path, out: Path, *, name: str | None = None, seed: int 
     problem.apply(problem.defaults)
     (out / "reference.py").write_text(reference_source(problem, t, seed))
     (out / "vendor.py").write_text(vendor_source(problem, t, seed))
-    (out / "input_cases.json").write_text(cases.model_dump_json(indent=2, exclude_defaults=True) + "\n")
+    (out / "input_cases.json").write_text(json.dumps(_cases_json(cases), indent=2) + "\n")
     data = config.model_dump(mode="json", exclude_defaults=True)
     (out / "experiment.json").write_text(json.dumps(data, indent=2) + "\n")
     return Imported(experiment=load_experiment(out / "experiment.json"), folder=out, notes=t.notes)
+
+
+def _cases_json(cases: CasesFile) -> dict:
+    """The cases as a user would write them: defaults left out, except each input's distribution
+    and its parameters, spelled out."""
+    data = cases.model_dump(mode="json", exclude_defaults=True)
+    for case, spec in zip(data["cases"], cases.cases, strict=True):
+        for name, item in case["inputs"].items():
+            init = spec.inputs[name].init
+            keys = ("mean", "std") if init.dist == "normal" else ("low", "high")
+            item["init"] = {"dist": init.dist, **{k: getattr(init, k) for k in keys}}
+    return data
 
 
 def describe(problem: Problem, t: Translation) -> str:

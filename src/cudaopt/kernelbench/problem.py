@@ -7,18 +7,23 @@ written without names (``N = 2048 * 2``, ``input_shape = (4096,)``); an assignme
 other names (``bias_shape = (out_channels, 1, 1)``) is *derived*. Setting sizes sets them in the
 namespace and runs the derived assignments that depend on them again, in file order: what editing
 the file's numbers would do. Shapes and dtypes are learnt on torch's
-meta device (nothing is computed, whatever the size); a problem whose forward cannot run there
-(an operation without a meta kernel, or a shape that depends on the data) runs on the CPU, twice
-with different inputs, and a shape that changes between the two is refused. Every problem that
-cannot become a kernel experiment is an :class:`~..errors.ExperimentError` naming the file and
-what is wrong, on one line.
+meta device (nothing is computed, whatever the size), with every device the problem names
+(``device="cuda"``, ``.cuda()``) taken as that one; a problem whose forward cannot run there (an
+operation without a meta kernel, or a shape that depends on the data) runs on the CPU, twice with
+different inputs, and a shape that changes between the two is refused. The CPU only runs what
+fits in ``CPU_BYTES``. Every problem that cannot become a kernel experiment is an
+:class:`~..errors.ExperimentError` naming the file and what is wrong, on one line.
 """
 
 from __future__ import annotations
 
 import ast
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from ..errors import ExperimentError
 
@@ -26,6 +31,7 @@ from ..errors import ExperimentError
 DTYPES = {"float32": "float32", "float64": "float64", "float16": "float16", "bfloat16": "bfloat16",
           "int8": "int8", "uint8": "uint8", "int16": "int16", "int32": "int32", "int64": "int64", "bool": "uint8"}
 SAMPLE_LIMIT = 1 << 27  # elements: above this a case's tensors are not drawn on the CPU to fit distributions
+CPU_BYTES = 2 << 30  # the most a run of the problem on the CPU may hold in its inputs, state and outputs
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,10 @@ class Layout:
     state: list[Tensor]  # the model's parameters and buffers, by module path
     outputs: list[Tensor]
     matmul_flops: int = 0  # matrix-product flops (torch's flop counter), 0 when there are none
+
+    def nbytes(self) -> int:
+        return sum(int(np.prod(t.shape, dtype=np.int64)) * ITEMSIZE.get(t.dtype, 4)
+                   for t in [*self.inputs, *self.state, *self.outputs])
 
 
 class Problem:
@@ -105,9 +115,10 @@ class Problem:
             if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
                 continue
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names = tuple(t.id for t in targets if isinstance(t, ast.Name))
-            if len(names) != len(targets):
+            flat = [e for t in targets for e in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t])]
+            if not all(isinstance(t, ast.Name) for t in flat):
                 continue
+            names = tuple(t.id for t in flat)
             reads = frozenset(n.id for n in ast.walk(node.value) if isinstance(n, ast.Name))
             source = ast.get_source_segment(self.source, node) or ""
             self.assignments.append(Assignment(names, source, bool(reads), reads))
@@ -159,12 +170,26 @@ class Problem:
 
     # --- running it ------------------------------------------------------------------------
 
+    @contextmanager
+    def on(self, device: str):
+        """Everything the problem makes, made on ``device`` whatever device it names; distributions
+        unvalidated (their checks read values, which the meta device has not)."""
+        torch = self.torch
+        validate = torch.distributions.Distribution._validate_args
+        torch.distributions.Distribution.set_default_validate_args(False)
+        try:
+            with torch.device(device), _on_device(torch, device), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the problem's own warnings are not the import's output
+                yield
+        finally:
+            torch.distributions.Distribution.set_default_validate_args(validate)
+
     def inputs(self, values: dict[str, int], device: str) -> list:
         """``get_inputs()`` at these sizes, made on ``device``; only tensors are accepted."""
         self.apply(values)
         torch = self.torch
         try:
-            with torch.device(device):
+            with self.on(device):
                 made = self.namespace["get_inputs"]()
         except Exception as exc:
             raise self.error("get_inputs", "raised", exc) from None
@@ -181,26 +206,29 @@ class Problem:
         self.apply(values)
         torch = self.torch
         try:
-            with torch.device(device):
+            with self.on(device):
                 torch.manual_seed(seed)
                 return self.namespace["Model"](*self.namespace["get_init_inputs"]())
         except Exception as exc:
             raise self.error("Model", "construction raised", exc) from None
 
-    def forward(self, model, inputs: list):
+    def forward(self, model, inputs: list, device: str):
         try:
-            with self.torch.no_grad():
+            with self.torch.no_grad(), self.on(device):
                 return model(*inputs)
         except Exception as exc:
             raise self.error("forward", "raised", exc) from None
 
-    def layout(self, values: dict[str, int], seed: int = 0) -> Layout:
-        """What crosses the boundary at these sizes: on the meta device, else on the CPU (twice,
-        different inputs: an output shape that changes depends on the data, and is refused)."""
+    def layout(self, values: dict[str, int], seed: int = 0, twice: bool = True) -> Layout:
+        """What crosses the boundary at these sizes: on the meta device, else on the CPU (``twice``,
+        with different inputs: an output shape that changes depends on the data, and is refused)."""
         try:
             return self._layout(values, "meta", seed)
-        except ExperimentError:
+        except ExperimentError as exc:
+            self._cpu_can_hold(values, exc)
             first = self._layout(values, "cpu", seed)
+        if not twice:
+            return first
         second = self._layout(values, "cpu", seed + 1)
         if [t.shape for t in first.outputs] != [t.shape for t in second.outputs]:
             raise ExperimentError(self.path, "forward", "its output shape depends on the input data (a kernel's "
@@ -216,7 +244,7 @@ class Problem:
         model = self.model(values, device, seed)
         counter = FlopCounterMode(display=False)
         with counter:
-            result = self.forward(model, inputs)
+            result = self.forward(model, inputs, device)
         outputs = result if isinstance(result, (tuple, list)) else [result]
         if not outputs or not all(isinstance(o, torch.Tensor) for o in outputs):
             kinds = ", ".join(sorted({type(o).__name__ for o in outputs})) or "nothing"
@@ -230,25 +258,43 @@ class Problem:
                       outputs=[Tensor(f"#{i}", _dtype(t), tuple(t.shape)) for i, t in enumerate(outputs)],
                       matmul_flops=int(flops))
 
-    def check_deterministic(self, values: dict[str, int], seed: int) -> None:
-        """The same inputs give the same outputs twice on the CPU (a reference must be a function)."""
+    def _cpu_can_hold(self, values: dict[str, int], why: ExperimentError) -> None:
+        """Refuse a CPU run whose inputs (made on the meta device) would not fit in CPU_BYTES."""
+        try:
+            made = self.inputs(values, "meta")
+        except ExperimentError:
+            made = None
+        nbytes = sum(t.numel() * t.element_size() for t in made) if made is not None else None
+        if nbytes is None or 4 * nbytes > CPU_BYTES:
+            size = f"{nbytes / 2**30:.1f} GiB of inputs" if nbytes is not None else "inputs of unknown size"
+            raise ExperimentError(self.path, why.field, f"{why.message} on torch's meta device, and with {size} "
+                                                        "it is not run on the CPU to learn its shapes") from None
+
+    def check_deterministic(self, values: dict[str, int], seed: int) -> bool:
+        """The same inputs give the same outputs twice on the CPU (a reference must be a function).
+        False when the problem at these sizes is too large for the CPU (nothing was checked)."""
         torch = self.torch
+        if 3 * self.layout(values, twice=False).nbytes() > CPU_BYTES:
+            return False
         torch.manual_seed(seed)
         inputs = self.inputs(values, "cpu")
         model = self.model(values, "cpu", seed)
-        first, second = (self.forward(model, [t.clone() for t in inputs]) for _ in range(2))
+        first, second = (self.forward(model, [t.clone() for t in inputs], "cpu") for _ in range(2))
         pairs = zip(first, second, strict=True) if isinstance(first, (tuple, list)) else [(first, second)]
         if not all(torch.equal(a, b) for a, b in pairs):
             raise ExperimentError(self.path, "forward", "gives different outputs for the same inputs (dropout or "
                                                         "another random operation in training mode?): a reference "
                                                         "must be a function of its inputs")
+        return True
 
     def works(self, values: dict[str, int]) -> bool:
-        """Whether the problem runs (on the meta device) at these sizes."""
+        """Whether the problem runs at these sizes (on the meta device, or the CPU where it must)."""
         try:
-            self._layout(values, "meta", 0)
+            self.layout(values, twice=False)
         except ExperimentError:
             return False
+        finally:
+            self.apply(self.defaults)
         return True
 
     def forward_source(self) -> str:
@@ -266,6 +312,31 @@ class Problem:
 # with fewer multiplications than its direct form, so its count could make the floor reject an
 # honest kernel)
 _MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm"}
+
+
+ITEMSIZE = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "int16": 2,
+             "int8": 1, "uint8": 1, "bool": 1}
+
+
+def _on_device(torch, device: str):
+    """A torch function mode that makes every tensor on one device: an explicit ``device=``,
+    ``.cuda()`` and ``.to("cuda")`` included (a problem may name the GPU; the probes run elsewhere)."""
+    from torch.overrides import TorchFunctionMode
+
+    target = torch.device(device)
+
+    class OnDevice(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            if kwargs.get("device") is not None:
+                kwargs["device"] = target
+            if func is torch.Tensor.cuda:
+                return args[0].to(target)
+            if func is torch.Tensor.to:
+                args = tuple(target if isinstance(a, (str, torch.device)) else a for a in args)
+            return func(*args, **kwargs)
+
+    return OnDevice()
 
 
 def _dtype(tensor) -> str:

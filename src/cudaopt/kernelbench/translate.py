@@ -31,7 +31,7 @@ from ..errors import ExperimentError
 from ..harness import expr
 from ..harness.protocol import CaseSpec, InitSpec, InputSpec, LaunchSpec, OutputSpec
 from ..harness.signature import Arg, Signature
-from .problem import DTYPES, SAMPLE_LIMIT, Layout, Problem, Size, Tensor
+from .problem import CPU_BYTES, DTYPES, ITEMSIZE, SAMPLE_LIMIT, Layout, Problem, Size, Tensor
 
 _RESERVED = {
     "auto", "break", "case", "char", "class", "const", "continue", "default", "delete", "do", "double", "else",
@@ -41,6 +41,7 @@ _RESERVED = {
     "void", "volatile", "while", "bool", "true", "false", "half", "size_t", "threadIdx", "blockIdx", "blockDim",
     "gridDim", "warpSize", *expr.FUNCTIONS,
 }
+EARLY_CHECK_BYTES = 64 << 20
 _SMALL = (37, 31, 29, 23, 19, 17, 13, 11, 7, 5)  # first correctness case: distinct odd primes
 _MEDIUM = (97, 89, 83, 79, 73, 71, 67, 61, 59, 53)  # the second
 
@@ -85,15 +86,19 @@ class Translation:
 
 def translate(problem: Problem, *, name: str, seed: int, rtol: float, atol: float) -> Translation:
     base = problem.layout(problem.defaults)
+    # a random forward is refused before the probes, when the problem's own sizes are cheap to run
+    checked = base.nbytes() <= EARLY_CHECK_BYTES and problem.check_deterministic(problem.defaults, seed)
     follows = _follows(problem, base)
     scalable = {size for (kind, _, _), size in follows.items() if kind == "input"}
     smallest = next((v for v in _candidates(problem.defaults, scalable, "small") if problem.works(v)),
                     dict(problem.defaults))
-    problem.check_deterministic(smallest, seed)
+    notes: list[str] = []
+    if not checked and not problem.check_deterministic(smallest, seed):
+        notes.append("too large to run on the CPU at any size: not checked that forward is deterministic")
     used: set[str] = set()
     slots = [Slot(n, "input", i) for i, n in enumerate(_input_names(problem, len(base.inputs), used))]
     state = {}
-    for path in _random_state(problem, base, smallest):
+    for path in _random_state(problem, base, smallest, notes):
         arg = _unique(_identifier(path.replace(".", "_")), used, prefix="p_")
         state[arg] = path
         slots.append(Slot(arg, "state", path))
@@ -119,13 +124,14 @@ def translate(problem: Problem, *, name: str, seed: int, rtol: float, atol: floa
     args = [Arg(s.arg, DTYPES[s.of(base).dtype], True, s.kind != "output") for s in slots]
     entry = _unique(_identifier(name, lower=True), set(problem.namespace) | used | set(scalars), prefix="kb_")
     signature = Signature(entry, (*args, *(Arg(n, "int32", False, False) for n in scalars)))
-    notes: list[str] = []
     cases = []
+    samples: dict[tuple, dict] = {}
     for plan in _plans(problem, scalable, seed, notes):
         layout = base if plan.values == problem.defaults else problem.layout(plan.values)
-        cases.append(_case(problem, plan, layout, slots, dims, smallest, rtol, atol, notes))
+        cases.append(_case(problem, plan, layout, slots, dims, smallest, rtol, atol, notes, samples))
     problem.apply(problem.defaults)
-    launch = LaunchSpec(grid=[f"cdiv({'*'.join(dims[outputs[0]]) or 1}, 256)"], block=[256])
+    elements = "*".join(dims[outputs[0]])
+    launch = LaunchSpec(grid=[f"cdiv({elements}, 256)" if elements else 1], block=[256])
     return Translation(signature=signature, inputs=[s.arg for s in slots if s.kind == "input"], state=state,
                        bools=[s.arg for s in slots if s.kind != "output" and s.of(base).dtype == "bool"],
                        sizes=[s for s in problem.sizes if s.scalar in scalars], cases=cases, launch=launch,
@@ -159,14 +165,19 @@ def _input_names(problem: Problem, count: int, used: set[str]) -> list[str]:
     return [_unique(_identifier(named[i]) if i < len(named) else f"x{i}", used, prefix="in_") for i in range(count)]
 
 
-def _random_state(problem: Problem, base: Layout, values: dict[str, int]) -> list[str]:
-    """The model's parameters, and its buffers whose values change with the seed (built twice on the CPU)."""
+def _random_state(problem: Problem, base: Layout, values: dict[str, int], notes: list[str]) -> list[str]:
+    """The model's parameters, and its buffers whose values change with the seed (built twice on the
+    CPU; where that is too large, every floating buffer, so the kernel is given whatever it may need)."""
     params = {n for n, _ in problem.model(problem.defaults, "meta", 0).named_parameters()}
-    buffers = [t.name for t in base.state if t.name not in params]
+    buffers = [t for t in base.state if t.name not in params]
     random = set()
-    if buffers:
+    if buffers and 2 * problem.layout(values).nbytes() > CPU_BYTES:
+        random = {t.name for t in buffers if t.dtype.startswith(("float", "bfloat"))}
+        notes.append("too large to build on the CPU: every floating buffer of the model is a kernel input")
+    elif buffers:
         one, two = (dict(problem.model(values, "cpu", s).named_buffers()) for s in (1, 2))
-        random = {n for n in buffers if n in one and n in two and not problem.torch.equal(one[n], two[n])}
+        random = {t.name for t in buffers if t.name in one and t.name in two
+                  and not problem.torch.equal(one[t.name], two[t.name])}
     return [t.name for t in base.state if t.name in params | random]
 
 
@@ -178,7 +189,7 @@ def _follows(problem: Problem, base: Layout) -> dict[tuple[str, int | str, int],
         value = problem.defaults[size.scalar]
         changed = {**problem.defaults, size.scalar: 2 * value if value else 1}
         try:
-            other = problem.layout(changed)
+            other = problem.layout(changed, twice=False)
         except ExperimentError:
             continue  # the problem does not run with this constant changed: nothing is learnt from it
         finally:
@@ -217,6 +228,8 @@ def _candidates(defaults: dict[str, int], scalable: set[str], kind: str) -> list
                 free.remove(pick)
             first[n] = pick
     halvings = [{n: max(1, defaults[n] // d) for n in names} for d in ((8, 4, 2) if kind == "small" else (4, 2))]
+    if kind == "holdout":  # unlike the correctness cases' sizes when it can be
+        halvings = [{n: max(1, defaults[n] // d) for n in names} for d in (2, 4, 8)]
     tries = [{**defaults, **t} for t in [first, *halvings]]
     return [t for t in tries if t != defaults]
 
@@ -225,15 +238,19 @@ def _plans(problem: Problem, scalable: set[str], seed: int, notes: list[str]) ->
     defaults = problem.defaults
     plans: list[Plan] = []
     for kind in ("small", "medium"):
-        values = next((v for v in _candidates(defaults, scalable, kind) if problem.works(v)), None)
-        if values is not None and all(p.values != values for p in plans):
-            plans.append(Plan(_label("odd", values, scalable), "correctness", values, seed + len(plans) + 1))
+        values = next((v for v in _candidates(defaults, scalable, kind)
+                       if all(p.values != v for p in plans) and problem.works(v)), None)
+        if values is not None:
+            odd = all(values[n] % 2 or values[n] == defaults[n] for n in scalable)
+            plans.append(Plan(_label("odd" if odd else "small", values, scalable), "correctness", values,
+                              seed + len(plans) + 1))
     if scalable and not plans:
         notes.append("no smaller sizes run: the checks use the problem's own sizes only")
     if not scalable:
         notes.append("get_inputs() reads no size constant: no smaller correctness cases")
     plans.append(Plan(_label("kernelbench", defaults, scalable), "performance", dict(defaults), seed + 10))
-    holdout = next((v for v in _candidates(defaults, scalable, "holdout") if problem.works(v)), dict(defaults))
+    holdout = next((v for v in _candidates(defaults, scalable, "holdout")
+                    if all(p.values != v for p in plans) and problem.works(v)), dict(defaults))
     plans.append(Plan(_label("holdout", holdout, scalable), "holdout", holdout, seed + 20))
     problem.apply(defaults)
     return plans
@@ -245,47 +262,73 @@ def _label(kind: str, values: dict[str, int], scalable: set[str]) -> str:
 
 
 def _case(problem: Problem, plan: Plan, layout: Layout, slots: list[Slot], dims: dict[str, list[str]],
-          smallest: dict[str, int], rtol: float, atol: float, notes: list[str]) -> CaseSpec:
+          smallest: dict[str, int], rtol: float, atol: float, notes: list[str], samples: dict) -> CaseSpec:
     scalars: dict[str, int] = {}
     for slot in slots:
         for name, extent in zip(dims[slot.arg], slot.of(layout).shape, strict=True):
             if scalars.setdefault(name, extent) != extent:
                 raise ExperimentError(problem.path, name, f"names dimensions of {scalars[name]} and {extent} "
                                                           f"at the sizes of case {plan.name}")
-    inits = _fits(problem, plan, layout, [s for s in slots if s.kind != "output"], smallest, notes)
+    inits = _fits(problem, plan, layout, [s for s in slots if s.kind != "output"], smallest, notes, samples)
     inputs = {s.arg: InputSpec(shape=list(dims[s.arg]), init=inits[s.arg]) for s in slots if s.kind != "output"}
     outputs = {s.arg: OutputSpec(shape=list(dims[s.arg]), rtol=rtol, atol=atol) for s in slots if s.kind == "output"}
-    nbytes = " + ".join(f"{_itemsize(s.of(layout).dtype)}*{'*'.join(dims[s.arg]) or 1}" for s in slots)
+    nbytes = " + ".join(f"{ITEMSIZE.get(s.of(layout).dtype, 4)}*{'*'.join(dims[s.arg]) or 1}" for s in slots)
     return CaseSpec(name=plan.name, role=plan.role, seed=plan.seed, scalars=scalars, inputs=inputs, outputs=outputs,
                     bytes=nbytes, flops=layout.matmul_flops or None)
 
 
-def _itemsize(dtype: str) -> int:
-    return {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "int16": 2}.get(dtype, 1)
-
-
 def _fits(problem: Problem, plan: Plan, layout: Layout, slots: list[Slot], smallest: dict[str, int],
-          notes: list[str]) -> dict[str, InitSpec]:
+          notes: list[str], samples: dict) -> dict[str, InitSpec]:
     """How the harness draws each input: fitted to what the problem makes at this case's sizes (at
-    the smallest sizes when this case is too large to make on the CPU)."""
-    torch = problem.torch
+    the smallest sizes when this case is too large to make on the CPU; a model too large even there
+    gets PyTorch's default initialisation, ±1/sqrt(fan_in), for its parameters)."""
     count = sum(int(np.prod(s.of(layout).shape, dtype=np.int64)) for s in slots)
     values = plan.values
     if count > SAMPLE_LIMIT:
         values = smallest
         notes.append(f"{plan.name}: too large to draw on the CPU; its distributions are fitted at smaller sizes")
-    torch.manual_seed(plan.seed)
+    key = tuple(sorted(values.items()))
+    if key not in samples:
+        samples[key] = _sample(problem, values, plan.seed, slots, notes)
+    return samples[key]
+
+
+def _sample(problem: Problem, values: dict[str, int], seed: int, slots: list[Slot],
+            notes: list[str]) -> dict[str, InitSpec]:
+    torch = problem.torch
+    at = problem.layout(values, twice=False)
+    torch.manual_seed(seed)
     made = problem.inputs(values, "cpu")
-    model = problem.model(values, "cpu", plan.seed)
-    state = dict([*model.named_parameters(), *model.named_buffers()])
+    state_elements = sum(int(np.prod(t.shape, dtype=np.int64)) for t in at.state)
+    if state_elements <= SAMPLE_LIMIT:
+        model = problem.model(values, "cpu", seed)
+        state = {n: t.detach() for n, t in [*model.named_parameters(), *model.named_buffers()]}
+    else:
+        state = {}
+        notes.append("the model is too large to build on the CPU: its parameters are drawn like PyTorch's default "
+                     "initialisation, uniform ±1/sqrt(fan_in)")
     problem.apply(problem.defaults)
     fits = {}
     for slot in slots:
-        sample = made[slot.key] if slot.kind == "input" else state[slot.key]
-        fits[slot.arg], note = fit(sample.detach().to(torch.float64).reshape(-1).numpy(), slot.of(layout).dtype)
-        if note:
-            notes.append(f"{slot.arg}: {note}")
+        if slot.kind == "input" or slot.key in state:
+            sample = made[slot.key] if slot.kind == "input" else state[slot.key]
+            fits[slot.arg], note = fit(sample.to(torch.float64).reshape(-1).numpy(), slot.of(at).dtype)
+            if note:
+                notes.append(f"{slot.arg}: {note}")
+        else:
+            bound = 1 / np.sqrt(_fan_in(str(slot.key), at))
+            fits[slot.arg] = InitSpec(dist="uniform", low=-_round(bound, down=False), high=_round(bound, down=False))
     return fits
+
+
+def _fan_in(path: str, layout: Layout) -> int:
+    """A parameter's fan-in as PyTorch's default initialisation has it: its own dimensions but the
+    first, or for a vector (a bias) those of its module's weight."""
+    shapes = {t.name: t.shape for t in layout.state}
+    shape = shapes[path]
+    if len(shape) < 2:
+        shape = shapes.get(path.rpartition(".")[0] + ".weight" if "." in path else "weight", (1, *shape))
+    return max(1, int(np.prod(shape[1:], dtype=np.int64)))
 
 
 def fit(values: np.ndarray, dtype: str) -> tuple[InitSpec, str]:
@@ -295,19 +338,29 @@ def fit(values: np.ndarray, dtype: str) -> tuple[InitSpec, str]:
     low, high = float(values.min()), float(values.max())
     if dtype not in ("float32", "float64", "float16", "bfloat16"):
         return InitSpec(dist="integers", low=low, high=high + 1), ""
+    notes = []
+    distinct = np.unique(values[:1 << 16])
+    if values.size >= 1000 and distinct.size <= 16:
+        notes.append(f"takes {distinct.size} values in the problem ({', '.join(f'{v:g}' for v in distinct[:4])}"
+                     f"{', ...' if distinct.size > 4 else ''}); drawn from a continuous range")
+    q_low, q_high = (float(q) for q in np.quantile(values, [0.001, 0.999]))
+    if q_high > q_low and (high - q_high > 10 * (q_high - q_low) or q_low - low > 10 * (q_high - q_low)):
+        notes.append(f"heavy-tailed (up to {high:.3g}): drawn over its 0.1-99.9 percentiles")
+        values = values[(values >= q_low) & (values <= q_high)]
+        low, high = q_low, q_high
     mean, std = float(values.mean()), float(values.std())
     if std == 0:
         spread = 0.1 * max(abs(low), 1.0)
         return (InitSpec(dist="uniform", low=low - spread, high=low + spread),
                 f"constant ({low:g}) where the problem makes it; drawn from {low:g} ± {spread:g}")
-    note = ("has structure (a tenth or more of it zeros) that the drawn inputs will not have"
-            if np.count_nonzero(values == 0) >= values.size / 10 else "")
+    if np.count_nonzero(values == 0) >= values.size / 10:
+        notes.append("has structure (a tenth or more of it zeros) that the drawn inputs will not have")
     flat = float(np.mean(((values - mean) / std) ** 4)) - 3 < -0.6  # a uniform's excess kurtosis is -1.2
-    if low >= 0 or flat:
+    if low >= 0 or flat or notes:
         start = 0.0 if 0 <= low < 0.01 * high else _round(low, down=True)
-        return InitSpec(dist="uniform", low=start, high=_round(high, down=False)), note
+        return InitSpec(dist="uniform", low=start, high=_round(high, down=False)), "; ".join(notes)
     return InitSpec(dist="normal", mean=0.0 if abs(mean) < 0.05 * std else float(f"{mean:.2g}"),
-                    std=float(f"{std:.2g}")), note
+                    std=float(f"{std:.2g}")), ""
 
 
 def _round(value: float, down: bool) -> float:

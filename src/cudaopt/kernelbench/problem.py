@@ -281,7 +281,7 @@ class Problem:
         model = self.model(values, "cpu", seed)
         first, second = (self.forward(model, [t.clone() for t in inputs], "cpu") for _ in range(2))
         pairs = zip(first, second, strict=True) if isinstance(first, (tuple, list)) else [(first, second)]
-        if not all(torch.equal(a, b) for a, b in pairs):
+        if not all(_same(torch, a, b) for a, b in pairs):
             raise ExperimentError(self.path, "forward", "gives different outputs for the same inputs (dropout or "
                                                         "another random operation in training mode?): a reference "
                                                         "must be a function of its inputs")
@@ -337,6 +337,13 @@ def _on_device(torch, device: str):
             return func(*args, **kwargs)
 
     return OnDevice()
+
+
+def _same(torch, a, b) -> bool:
+    """Equal, element for element, NaN where the other is NaN."""
+    if not a.is_floating_point():
+        return torch.equal(a, b)
+    return a.shape == b.shape and bool(torch.isclose(a, b, rtol=0, atol=0, equal_nan=True).all())
 
 
 def _dtype(tensor) -> str:

@@ -85,6 +85,7 @@ class Translation:
 
 
 def translate(problem: Problem, *, name: str, seed: int, rtol: float, atol: float) -> Translation:
+    """The problem's experiment; ExperimentError (one line) for a problem that cannot be a kernel."""
     base = problem.layout(problem.defaults)
     # a random forward is refused before the probes, when the problem's own sizes are cheap to run
     checked = base.nbytes() <= EARLY_CHECK_BYTES and problem.check_deterministic(problem.defaults, seed)
@@ -95,6 +96,30 @@ def translate(problem: Problem, *, name: str, seed: int, rtol: float, atol: floa
     notes: list[str] = []
     if not checked and not problem.check_deterministic(smallest, seed):
         notes.append("too large to run on the CPU at any size: not checked that forward is deterministic")
+    slots, state, dims = _arguments(problem, base, follows, smallest, notes)
+    scalars = list(dict.fromkeys(n for s in slots for n in dims[s.arg]))
+    args = [Arg(s.arg, DTYPES[s.of(base).dtype], True, s.kind != "output") for s in slots]
+    used = {s.arg for s in slots} | set(scalars) | set(problem.namespace)
+    entry = _unique(_identifier(name, lower=True), used, prefix="kb_")
+    signature = Signature(entry, (*args, *(Arg(n, "int32", False, False) for n in scalars)))
+    cases = []
+    samples: dict[tuple, dict] = {}
+    for plan in _plans(problem, scalable, seed, notes):
+        layout = base if plan.values == problem.defaults else problem.layout(plan.values)
+        cases.append(_case(problem, plan, layout, slots, dims, smallest, rtol, atol, notes, samples))
+    problem.apply(problem.defaults)
+    elements = "*".join(dims[next(s.arg for s in slots if s.kind == "output")])
+    launch = LaunchSpec(grid=[f"cdiv({elements}, 256)" if elements else 1], block=[256])
+    return Translation(signature=signature, inputs=[s.arg for s in slots if s.kind == "input"], state=state,
+                       bools=[s.arg for s in slots if s.kind != "output" and s.of(base).dtype == "bool"],
+                       sizes=[s for s in problem.sizes if s.scalar in scalars], cases=cases, launch=launch,
+                       notes=list(dict.fromkeys(notes)))
+
+
+def _arguments(problem: Problem, base: Layout, follows: dict, smallest: dict[str, int],
+               notes: list[str]) -> tuple[list[Slot], dict[str, str], dict[str, list[str]]]:
+    """The kernel's pointer arguments (forward's inputs, the model's state it must be given, the
+    outputs), which state path each is, and each one's dimensions as scalar names."""
     used: set[str] = set()
     slots = [Slot(n, "input", i) for i, n in enumerate(_input_names(problem, len(base.inputs), used))]
     state = {}
@@ -120,22 +145,7 @@ def translate(problem: Problem, *, name: str, seed: int, rtol: float, atol: floa
                                                           "(it names a tensor, or is reserved in C)")
             names.append(size or _unique(f"{slot.arg}_dim{axis}", used | constants, prefix="n_"))
         dims[slot.arg] = names
-    scalars = list(dict.fromkeys(n for s in slots for n in dims[s.arg]))
-    args = [Arg(s.arg, DTYPES[s.of(base).dtype], True, s.kind != "output") for s in slots]
-    entry = _unique(_identifier(name, lower=True), set(problem.namespace) | used | set(scalars), prefix="kb_")
-    signature = Signature(entry, (*args, *(Arg(n, "int32", False, False) for n in scalars)))
-    cases = []
-    samples: dict[tuple, dict] = {}
-    for plan in _plans(problem, scalable, seed, notes):
-        layout = base if plan.values == problem.defaults else problem.layout(plan.values)
-        cases.append(_case(problem, plan, layout, slots, dims, smallest, rtol, atol, notes, samples))
-    problem.apply(problem.defaults)
-    elements = "*".join(dims[outputs[0]])
-    launch = LaunchSpec(grid=[f"cdiv({elements}, 256)" if elements else 1], block=[256])
-    return Translation(signature=signature, inputs=[s.arg for s in slots if s.kind == "input"], state=state,
-                       bools=[s.arg for s in slots if s.kind != "output" and s.of(base).dtype == "bool"],
-                       sizes=[s for s in problem.sizes if s.scalar in scalars], cases=cases, launch=launch,
-                       notes=list(dict.fromkeys(notes)))
+    return slots, state, dims
 
 
 # --- names ---------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from cudaopt.evaluation.supervisor import Supervisor  # noqa: E402
 from cudaopt.experiment import load_experiment  # noqa: E402
 from cudaopt.guard.check import Settings, check  # noqa: E402
 from cudaopt.guard.load import load_guard  # noqa: E402
-from cudaopt.record.recorder import bake, bake_launch  # noqa: E402
+from cudaopt.record.bake import bake, bake_launch  # noqa: E402
 
 CONFIG = ROOT / "examples" / "sgemm" / "experiment.json"
 TUNED = {"BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 8, "MINB": 1, "ST": 16, "SK": 64}

@@ -71,7 +71,7 @@ def main() -> None:
         if not case.get("timing"):
             continue
         mine = case["timing"]["median_us"]
-        vendor = ((case.get("vendor") or {}).get("timing") or {}).get("median_us")
+        vendor = (((case.get("vendors") or [{}])[0]).get("timing") or {}).get("median_us")
         init = (initial.get(case["name"], {}).get("timing") or {}).get("median_us")
         share = f"{vendor / mine * 100:10.1f}%" if vendor else f"{'-':>11}"
         print(f"{case['name']:18} {init or 0:11.2f} {mine:11.2f} {vendor or 0:11.2f} "

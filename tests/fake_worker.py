@@ -3,7 +3,7 @@
 The kernel's entry decides what it does: ``hang`` hangs in the second case's check phase,
 ``die`` exits there, ``environ`` names the variables it sees in its reason, ``sleep`` sleeps
 ``MS`` milliseconds (a define) in its first case; anything else passes every case (with the
-request's vendor timed on the performance cases). Every timed case gets a median of
+request's vendors timed on the performance cases). Every timed case gets a median of
 ``10 * (1 + T)`` µs (``T`` a define, default 0).
 
 Each result's ``device.pci_bus_id`` names the worker's pid (``fake:PID``); its ``reason``
@@ -63,8 +63,8 @@ def main():
             prefetched += len(request["prefetch"])
             continue
         trace("start")
-        entry = request["kernel"]["entry"]
-        defines = request["kernel"].get("defines", {})
+        entry = (request["kernel"] or {}).get("entry", "")
+        defines = (request["kernel"] or {}).get("defines", {})
         send({"type": "phase", "phase": "compile", "case": ""})
         send({"type": "compiled", "compile": {"ok": True, "log": ""}})
         cases = []
@@ -80,8 +80,8 @@ def main():
             result = {"name": case["name"], "role": case["role"], "status": "ok"}
             if case["role"] in request.get("time_roles", ["performance"]):
                 result["timing"] = stats(10.0 * (1 + defines.get("T", 0)))
-                if request.get("vendor"):
-                    result["vendor"] = {"label": request["vendor"]["label"], "status": "ok", "timing": stats(7.0)}
+                result["vendors"] = [{"label": v["label"], "status": "ok", "timing": stats(7.0)}
+                                     for v in request.get("vendors", [])]
             cases.append(result)
             send({"type": "case", "case": result})
         reason = ",".join(sorted(os.environ)) if entry == "environ" else f"prefetched {prefetched}"

@@ -2,9 +2,10 @@
 
 A kernel's source says what its evaluation returns: ``// RESULT: ok 0.5`` passes every case with
 medians 0.5x the base figures, ``// RESULT: compile_error``, ``// RESULT: mismatch``,
-``// RESULT: slow 20`` (sleeps 20 s, for kill tests). A request with a vendor gets it timed at
-``VENDOR`` x the base figures on every performance case; a vendor labelled with "mismatch" in its
-label mismatches on square-4096.
+``// RESULT: slow 20`` (sleeps 20 s, for kill tests). A request with vendors gets each timed at
+``VENDOR`` x the base figures (the second at twice that, and so on) on every performance case; a
+vendor with "mismatch" in its label mismatches on square-4096, one with "broken" errors
+everywhere. A request without a kernel times the vendors alone.
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ class ScriptedEvaluator:
         self.requests.append(request)
         if on_event:
             on_event(PhaseStarted(phase="compile"))
+        if request.kernel is None:
+            return self._vendors_only(request)
         match = re.search(r"// RESULT: (\w+)(?: ([\d.]+))?", request.kernel.source)
         what, arg = (match.group(1), match.group(2)) if match else ("ok", "1.0")
         defines = request.kernel.defines
@@ -132,21 +135,31 @@ class ScriptedEvaluator:
             if timing:
                 phases.update(timing_s=base_us(case) * float(arg or 1.0) * 1e-4, timed_checks_s=0.01)
             cases.append(CaseResult(name=case.name, role=case.role, status="ok", timing=timing, roofline=roofline,
-                                    phases=phases, vendor=_vendor(request.vendor, case) if timing else None))
+                                    phases=phases, vendors=_vendors(request.vendors, case) if timing else []))
         status = next((c.status for c in cases if c.status != "ok"), "ok")
         return EvalResult(status=status, reason="" if status == "ok" else "case odd: mismatch",
                           compile=compile_info, cases=cases, wall_s=0.01)
 
+    def _vendors_only(self, request) -> EvalResult:
+        cases = [CaseResult(name=case.name, role=case.role, status="ok", phases={"setup_s": 0.1, "reference_s": 0.2},
+                            vendors=_vendors(request.vendors, case) if case.role in request.time_roles else [])
+                 for case in request.cases]
+        return EvalResult(status="ok", cases=cases, wall_s=0.01)
 
-def _vendor(spec, case) -> VendorResult | None:
-    if spec is None:
-        return None
+
+def _vendors(specs, case) -> list[VendorResult]:
+    return [_vendor(spec, case, VENDOR * (i + 1)) for i, spec in enumerate(specs)]
+
+
+def _vendor(spec, case, ratio: float) -> VendorResult:
+    if "broken" in spec.label:
+        return VendorResult(label=spec.label, status="error", reason=f"{spec.label}: RuntimeError: no compiler")
     if "mismatch" in spec.label and case.name == "square-4096":
         check = CheckInfo(output="c", input_set=0, phase="check", ok=False, elements=16777216, mismatches=9,
                           max_abs_error=0.01, first_bad_index=[7, 7], expected=1.0, actual=1.01)
         return VendorResult(label=spec.label, status="mismatch", reason="c (input set 0, check): 9/16777216 wrong",
                             checks=[check])
-    timing = stats(base_us(case) * VENDOR, "scripted, chunks interleaved with the candidate")
+    timing = stats(base_us(case) * ratio, "scripted, chunks interleaved with the candidate")
     return VendorResult(label=spec.label, status="ok", timing=timing)
 
 

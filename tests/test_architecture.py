@@ -17,7 +17,7 @@ LAYERS = [
     {"checks"},
     {"experiment"},
     {"preflight", "evaluate", "record"},
-    {"agent", "report", "sanitize", "shapes"},
+    {"agent", "report", "sanitize", "shapes", "kernelbench"},
     {"strategies", "verify", "replay", "guard"},
     {"optimize", "render", "audit"},
     {"cli"},

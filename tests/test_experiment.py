@@ -118,19 +118,20 @@ def test_unknown_config_field(example):
 
 
 def test_the_example_declares_cublas_through_cupy(sgemm):
-    vendor = sgemm.vendor
+    (vendor,) = sgemm.vendors
     assert (vendor.entry, vendor.label, vendor.arrays, vendor.allow_tf32) == ("sgemm", "cuBLAS SGEMM (cupy)", "cupy", False)
+    assert (vendor.returns, vendor.pytorch) == (False, None)
     assert "cupy.matmul(a, b, out=c)" in vendor.source
-    assert sgemm.request("x").vendor is None  # only requests that ask for it time the vendor
-    assert sgemm.request("x", vendor=True).vendor == vendor
-    assert sgemm.request("x", vendor=True, check=False).vendor is None  # timing the reference: no vendor
+    assert sgemm.request("x").vendors == []  # only requests that ask for it time the vendor
+    assert sgemm.request("x", vendor=True).vendors == [vendor]
+    assert sgemm.request("x", vendor=True, check=False).vendors == []  # timing the reference: no vendor
 
 
 def test_vendor_defaults(example):
     folder, edit = example
     (folder / "lib.py").write_text("def matmul_f32(**arrays):\n    pass\n")
     edit("experiment.json", lambda d: d.update(vendor={"file": "lib.py"}))
-    vendor = load_experiment(folder / "experiment.json").vendor
+    (vendor,) = load_experiment(folder / "experiment.json").vendors
     assert (vendor.entry, vendor.label, vendor.arrays, vendor.allow_tf32) == ("matmul_f32", "lib.py:matmul_f32", "cupy", False)
 
 

@@ -70,7 +70,7 @@ def test_record_writes_a_versioned_file_with_every_figure(example):
     check_request, *timed = evaluator.requests
     assert [c.name for c in check_request.cases] == CASES and check_request.time_roles == []
     assert [c.seed for c in check_request.cases] == [40, 41, 42, 43, 44, 45]  # fresh seeds, not the file's
-    assert len(timed) == 3 and [bool(r.vendor) for r in timed] == [True, False, False]
+    assert len(timed) == 3 and [bool(r.vendors) for r in timed] == [True, False, False]
 
 
 def test_a_kernel_that_fails_a_case_is_not_recorded(example):

@@ -44,21 +44,21 @@ def test_unknown_fields_and_wrong_types_are_rejected(sgemm):
 def test_vendor_request_and_results_round_trip_through_json(sgemm):
     request = sgemm.request("kernel source", vendor=True)
     assert EvalRequest.model_validate_json(request.to_json()) == request
-    assert json.loads(request.to_json())["vendor"]["label"] == "cuBLAS SGEMM (cupy)"
+    assert json.loads(request.to_json())["vendors"][0]["label"] == "cuBLAS SGEMM (cupy)"
     timing = stats(7.0, "cuda-events, chunks interleaved with the candidate")
     bad = CheckInfo(output="c", input_set=0, phase="check", ok=False, elements=4, mismatches=1, max_abs_error=0.5,
                     first_bad_index=[1, 0], expected=1.0, actual=1.5)
     result = EvalResult(status="ok", cases=[
         CaseResult(name="square-256", role="performance", status="ok", timing=timing,
-                   vendor=VendorResult(label="cuBLAS", status="ok", timing=timing)),
+                   vendors=[VendorResult(label="cuBLAS", status="ok", timing=timing)]),
         CaseResult(name="rect", role="performance", status="ok", timing=timing,
-                   vendor=VendorResult(label="cuBLAS", status="mismatch", reason="c: 1/4 wrong", checks=[bad])),
+                   vendors=[VendorResult(label="cuBLAS", status="mismatch", reason="c: 1/4 wrong", checks=[bad])]),
         CaseResult(name="square-4096", role="performance", status="ok", timing=timing,
-                   vendor=VendorResult(label="cuBLAS", status="error", reason="cupy is not installed")),
+                   vendors=[VendorResult(label="cuBLAS", status="error", reason="cupy is not installed")]),
     ])
     assert EvalResult.model_validate_json(result.to_json()) == result
     data = result.to_data()
-    data["cases"][0]["vendor"]["status"] = "slow"
+    data["cases"][0]["vendors"][0]["status"] = "slow"
     with pytest.raises(ValidationError, match="slow"):
         EvalResult.model_validate(data)
 

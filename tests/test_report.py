@@ -147,21 +147,25 @@ def test_the_vendor_baseline_in_the_summary_the_terminal_and_the_report(run_dir)
     summary = Summary.model_validate(json.loads((run_dir / "summary.json").read_text()))
     big = next(c for c in summary.cases if c.name == "square-4096")
     # the vendor was timed beside the baseline (0.6x its 17000 us); the best runs at 0.5x
-    assert (big.baseline_median_us, big.best_median_us, big.vendor_median_us) == (17000.0, 8500.0, 10200.0)
-    assert big.vendor_status == "ok" and big.speedup == pytest.approx(2.0)
-    assert big.speedup_vs_vendor == pytest.approx(1.2)
-    assert summary.vendor == "cuBLAS SGEMM (cupy)" and summary.speedup_vs_vendor == pytest.approx(1.2)
+    (vendor,) = big.vendors
+    assert (big.baseline_median_us, big.best_median_us, vendor.median_us) == (17000.0, 8500.0, 10200.0)
+    assert vendor.status == "ok" and big.speedup == pytest.approx(2.0)
+    assert vendor.speedup == pytest.approx(1.2)
+    (run_vendor,) = summary.vendors
+    assert run_vendor.label == "cuBLAS SGEMM (cupy)" and run_vendor.speedup == pytest.approx(1.2)
+    assert summary.baseline == "initial kernel" and summary.kernelbench is None  # no PyTorch baseline
     odd = next(c for c in summary.cases if c.role == "correctness")
-    assert odd.vendor_median_us is None and odd.vendor_status is None  # never timed
+    assert odd.vendors[0].median_us is None and odd.vendors[0].status is None  # never timed
     history = json.loads((run_dir / "history.json").read_text())["attempts"]
-    assert [bool(a["cases"] and a["cases"][1].get("vendor")) for a in history] == [True, False, False, False]
+    assert [bool(a["cases"] and a["cases"][1].get("vendors")) for a in history] == [True, False, False, False]
     best_case = json.loads((run_dir / "best-case-1.json").read_text())
-    assert best_case["vendor"]["label"] == "cuBLAS SGEMM (cupy)"  # a replay times it beside the winner
+    assert best_case["vendors"][0]["label"] == "cuBLAS SGEMM (cupy)"  # a replay times it beside the winner
     text = _text(summary_table(summary))
     assert "vendor µs" in text and "vs vendor" in text and "10200.00" in text and "1.20×" in text
     assert "vendor: cuBLAS SGEMM (cupy)" in text
     html = (run_dir / "report.html").read_text()
-    assert "<th>vendor µs</th><th>vs vendor</th>" in html and "10200.00" in html and "1.20×" in html
+    assert "<th>cuBLAS SGEMM (cupy) µs</th><th>vs cuBLAS SGEMM (cupy)</th>" in html and "10200.00" in html
+    assert "1.20×" in html
     assert 'id="vendor"' in html and "cuBLAS SGEMM (cupy)" in html
     assert "Roofs: compute spec, memory spec" in html  # the scripted cases carry no measured roofs
 
@@ -179,11 +183,13 @@ def test_a_vendor_that_mismatches_is_reported_and_never_fails_the_run(tmp_path):
                                        ModelSettings(base_url=server.url), Budget(max_iterations=1),
                                        tmp_path / "results", ScriptedEvaluator())
     big = next(c for c in summary.cases if c.name == "square-4096")
-    assert big.vendor_status == "mismatch" and big.vendor_median_us is None and big.speedup_vs_vendor is None
-    assert summary.best_score_us and summary.vendor_score_us is None  # the candidate still won
+    (vendor,) = big.vendors
+    assert vendor.status == "mismatch" and vendor.median_us is None and vendor.speedup is None
+    assert summary.best_score_us and summary.vendors[0].score_us is None  # the candidate still won
     assert "mismatch" in _text(summary_table(summary))
     html = (run.path / "report.html").read_text()
-    assert '<span class="fail">mismatch</span>' in html and "square-4096: vendor mismatch, not timed" in html
+    assert '<span class="fail">mismatch</span>' in html
+    assert "square-4096: cuBLAS with TF32 (mismatch) mismatch, not timed" in html
 
 
 def test_the_evaluate_table_shows_the_vendor_and_its_failures():
@@ -194,8 +200,8 @@ def test_the_evaluate_table_shows_the_vendor_and_its_failures():
     experiment = load_experiment(SGEMM / "experiment.json")
     evaluator = ScriptedEvaluator()
     result = evaluator.evaluate(experiment.request("// RESULT: ok 0.5", vendor=True))
-    result.case("rect-384x256x320").vendor.status = "error"
-    result.case("rect-384x256x320").vendor.reason = "the vendor baseline needs cupy: pip install cupy-cuda13x"
+    result.case("rect-384x256x320").vendors[0].status = "error"
+    result.case("rect-384x256x320").vendors[0].reason = "the vendor baseline needs cupy: pip install cupy-cuda13x"
     text = _text(evaluation_table(Evaluation(candidate=result)))
     assert "vendor µs" in text and "vs vendor" in text
     assert "12.00" in text and "1.20×" in text  # square-256: vendor 12 us, the kernel 10 us

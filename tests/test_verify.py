@@ -46,7 +46,7 @@ def test_the_winner_is_checked_on_the_holdout_with_fresh_seeds(run):
     # and baseline in turn, 3 times each
     assert len(timed) == 12 and all(r.time_roles == ["holdout"] for r in timed)
     assert ["ok 0.5" in r.kernel.source for r in timed] == [True, False] * 6
-    assert [bool(r.vendor) for r in timed] == [True, False] * 6
+    assert [bool(r.vendors) for r in timed] == [True, False] * 6
     assert [c.name for c in outcome.timed] == HOLDOUTS
     for case in outcome.timed:
         assert case.origin == "holdout" and case.speedup_vs_baseline == pytest.approx(2.0)

@@ -196,6 +196,16 @@ def python_function(path: Path, source: str, name: str, wanted: list[str], field
     return fn
 
 
+def imports_torch(source: str) -> bool:
+    """Whether a Python file imports torch anywhere (then its reference runs as a PyTorch one)."""
+    for node in ast.walk(ast.parse(source)):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        if any(name == "torch" or name.startswith("torch.") for name in names):
+            return True
+    return False
+
+
 def required_parameters(fn: ast.FunctionDef) -> list[str]:
     """The parameters a call must give (no default)."""
     params = fn.args

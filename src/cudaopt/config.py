@@ -112,6 +112,8 @@ class VendorSection(Model):
     label: str = ""  # how tables name it (default: file:function)
     arrays: Literal["cupy", "torch"] = "cupy"
     allow_tf32: bool = False
+    returns: bool = False  # it returns its outputs (copied into the outputs outside the timing) instead of writing them
+    pytorch: Literal["eager", "compile"] | None = None  # which PyTorch baseline it is (KernelBench metrics)
 
 
 # which of a case's recorded ``phases`` (harness/runner.py) belong to the supervisor's phases
@@ -179,15 +181,21 @@ class ExperimentConfig(Model):
     signature: str | None = None
     reference: str | None = None
     reference_entry: str | None = None
+    reference_kind: Literal["numpy", "torch"] | None = None  # a .py reference's kind (default: torch if it imports torch)
     initial_kernel: str | None = None
     input_cases: str | None = None
     max_iterations: int | None = Field(None, ge=1)
     timing: TimingProtocol = Field(default_factory=TimingProtocol)
     tune: TuneSection | None = None
-    vendor: VendorSection | None = None
+    vendor: list[VendorSection] = Field(default_factory=list)  # one (an object) or several (a list), side by side
     limits: Limits = Field(default_factory=Limits)
     timeouts: TimeoutPolicy = Field(default_factory=TimeoutPolicy)
     roi: RoiInputs = Field(default_factory=RoiInputs)
+
+    @field_validator("vendor", mode="before")
+    @classmethod
+    def _one_vendor(cls, value: Any) -> Any:
+        return [value] if isinstance(value, dict) else [] if value is None else value
 
     @field_validator("timing")
     @classmethod

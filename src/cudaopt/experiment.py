@@ -19,6 +19,7 @@ from .checks import (
     check_case,
     check_kernel_entry,
     check_launch,
+    imports_torch,
     python_function,
     read_json_file,
     read_text_file,
@@ -83,8 +84,8 @@ class Experiment:
     def __init__(self, *, description: str, signature: Signature, reference_path: Path, reference_entry: str,
                  initial_kernel_path: Path | None, cases_path: Path, cases: list[CaseSpec],
                  timing: TimingProtocol, max_iterations: int, tuning: Tuning | None = None,
-                 roi: RoiInputs | None = None, vendor: VendorSpec | None = None, limits: Limits | None = None,
-                 timeouts: TimeoutPolicy | None = None):
+                 roi: RoiInputs | None = None, vendors: list[VendorSpec] | None = None, limits: Limits | None = None,
+                 timeouts: TimeoutPolicy | None = None, reference_kind: str | None = None):
         self.description = description
         self.signature = signature
         self.signature_text = str(signature)
@@ -98,13 +99,10 @@ class Experiment:
         self.max_iterations = max_iterations
         self.tuning = tuning
         self.roi = roi or RoiInputs()
-        self.vendor = vendor
+        self.vendors = list(vendors or [])
         self.limits = limits or Limits()
         self.timeouts = timeouts or TimeoutPolicy()
-
-    @property
-    def reference_kind(self) -> str:
-        return "cu" if self.reference_path.suffix == ".cu" else "py"
+        self.reference_kind = reference_kind or ("cu" if reference_path.suffix == ".cu" else "py")
 
     def extra_cases(self, path: Path) -> list[CaseSpec]:
         """Cases from another input-cases file (for verification), checked against the signature."""
@@ -116,29 +114,37 @@ class Experiment:
     def protocol(self) -> TimingProtocol:
         return self.timing.model_copy()
 
+    @property
+    def primary_vendor(self) -> VendorSpec | None:
+        """The bar a run without an initial kernel measures speed-ups against: the first vendor."""
+        return self.vendors[0] if self.vendors else None
+
     def reference_spec(self) -> ReferenceSpec:
         return ReferenceSpec(kind=self.reference_kind, source=self.reference_source,
                              entry=self.reference_entry, path=str(self.reference_path))
 
-    def request(self, source: str, *, entry: str | None = None, launch: LaunchSpec | None = None,
+    def request(self, source: str | None, *, entry: str | None = None, launch: LaunchSpec | None = None,
                 defines: dict | None = None, roles: set[str] | None = None, check: bool = True,
                 protocol: TimingProtocol | None = None, timeouts: Timeouts | None = None,
                 request_id: str = "", vendor: bool = False) -> EvalRequest:
         """A self-contained request to evaluate ``source`` on this experiment's cases.
 
-        ``vendor``: also time the experiment's vendor baseline, interleaved, on every timed case
+        ``vendor``: also time the experiment's vendor baselines, interleaved, on every timed case
         (the baseline evaluation, ``cudaopt evaluate`` and replays ask for it; tuning does not).
+        ``source`` None: no kernel, the vendors alone (a run's baseline without an initial kernel).
         """
+        kernel = None if source is None else KernelSpec(source=source, entry=entry or self.signature.name,
+                                                        defines=dict(defines or {}))
         return EvalRequest(
             signature=self.signature_text,
-            kernel=KernelSpec(source=source, entry=entry or self.signature.name, defines=dict(defines or {})),
+            kernel=kernel,
             cases=self.cases(roles if roles is not None else {"correctness", "performance"}),
             reference=self.reference_spec(),
             launch=launch,
             protocol=protocol or self.protocol(),
             timeouts=timeouts or self.timeouts.fixed(),
             check=check,
-            vendor=self.vendor if vendor and check else None,
+            vendors=list(self.vendors) if vendor and check else [],
             limits=self.limits.model_copy(),
             id=request_id,
         )
@@ -203,10 +209,14 @@ def load_experiment(
     base = Path.cwd()
     origin = "command line"
     if config is not None:
+        raw = read_json_file(config, "config file")
         try:
-            model = ExperimentConfig.model_validate(read_json_file(config, "config file"))
+            model = ExperimentConfig.model_validate(raw)
         except ValidationError as exc:
-            raise ExperimentError(config, *validation_message(exc)) from None
+            field, message = validation_message(exc)
+            if isinstance(raw, dict) and isinstance(raw.get("vendor"), dict):  # one vendor, written as an object
+                field = field.replace("vendor[0]", "vendor", 1)
+            raise ExperimentError(config, field, message) from None
         base = config.parent
         origin = str(config)
 
@@ -228,21 +238,28 @@ def load_experiment(
     if not ref_path.is_file():
         raise ExperimentError(origin, "reference", f"{ref_path} not found")
     if ref_path.suffix not in (".cu", ".py"):
-        raise ExperimentError(origin, "reference", f"{ref_path} must be a .cu kernel or a .py NumPy function")
+        raise ExperimentError(origin, "reference", f"{ref_path} must be a .cu kernel or a .py NumPy or PyTorch "
+                                                   "function")
     ref_entry = model.reference_entry or sig.name
     ref_source = read_text_file(ref_path, "reference")
     if ref_path.suffix == ".cu":
+        if model.reference_kind:
+            raise ExperimentError(origin, "reference_kind", f"{model.reference_kind!r} is for a .py reference; "
+                                                            f"{ref_path.name} is a .cu kernel")
         check_kernel_entry(ref_path, ref_source, ref_entry, sig, plain=True)
+        ref_kind = "cu"
     else:  # parses, defines the function at the top level, and takes every input and scalar
         python_function(ref_path, ref_source, ref_entry, [a.name for a in sig.args if a.is_input or not a.pointer],
                         "reference_entry", "input and scalar")
+        kind = model.reference_kind or ("torch" if imports_torch(ref_source) else "numpy")
+        ref_kind = "torch" if kind == "torch" else "py"
     if init_path is not None:
         if not init_path.is_file():
             raise ExperimentError(origin, "initial_kernel", f"{init_path} not found")
         check_kernel_entry(init_path, read_text_file(init_path, "initial_kernel"), sig.name, sig)
     cases = load_cases(cases_path, sig)
     tuning = _load_tuning(model.tune, base, origin, sig, cases) if model.tune else None
-    vendor = _load_vendor(model.vendor, base, origin, sig) if model.vendor else None
+    vendors = _load_vendors(model.vendor, base, origin, sig)
     return Experiment(
         description=description or model.description or "",
         signature=sig,
@@ -255,29 +272,47 @@ def load_experiment(
         max_iterations=max_iterations or model.max_iterations or 7,
         tuning=tuning,
         roi=model.roi,
-        vendor=vendor,
+        vendors=vendors,
         limits=model.limits,
         timeouts=model.timeouts,
+        reference_kind=ref_kind,
     )
 
 
-def _load_vendor(vendor: VendorSection, base: Path, origin: str, sig: Signature) -> VendorSpec:
+def _load_vendors(sections: list[VendorSection], base: Path, origin: str, sig: Signature) -> list[VendorSpec]:
+    """The vendor section (one or a list), each read and checked; labels and PyTorch kinds unique."""
+    vendors: list[VendorSpec] = []
+    for i, item in enumerate(sections):
+        field = f"vendor[{i}]" if len(sections) > 1 else "vendor"
+        spec = _load_vendor(item, base, origin, sig, field)
+        if any(v.label == spec.label for v in vendors):
+            raise ExperimentError(origin, f"{field}.label", f"{spec.label!r} names another vendor too: each needs "
+                                                            "its own label")
+        if spec.pytorch and any(v.pytorch == spec.pytorch for v in vendors):
+            raise ExperimentError(origin, f"{field}.pytorch", f"another vendor is already the PyTorch "
+                                                              f"{spec.pytorch!r} baseline")
+        vendors.append(spec)
+    return vendors
+
+
+def _load_vendor(vendor: VendorSection, base: Path, origin: str, sig: Signature, field: str) -> VendorSpec:
     """The vendor file read and its function checked: defined, taking every signature argument by name."""
     path = (base / vendor.file).resolve()
     if path.suffix != ".py":
-        raise ExperimentError(origin, "vendor.file", f"{vendor.file} must be a .py file")
+        raise ExperimentError(origin, f"{field}.file", f"{vendor.file} must be a .py file")
     if not path.is_file():
-        raise ExperimentError(origin, "vendor.file", f"{path} not found")
-    source = read_text_file(path, "vendor.file")
+        raise ExperimentError(origin, f"{field}.file", f"{path} not found")
+    source = read_text_file(path, f"{field}.file")
     name = vendor.function or sig.name
     wanted = [a.name for a in sig.args]
-    fn = python_function(path, source, name, wanted, "vendor.function", "signature argument")
+    fn = python_function(path, source, name, wanted, f"{field}.function", "signature argument")
     extra = [n for n in required_parameters(fn) if n not in wanted]
     if extra:
-        raise ExperimentError(path, "vendor.function", f"{name}() requires {', '.join(extra)}, which the signature "
-                                                       f"does not have ({', '.join(wanted)})")
+        raise ExperimentError(path, f"{field}.function", f"{name}() requires {', '.join(extra)}, which the "
+                                                         f"signature does not have ({', '.join(wanted)})")
     return VendorSpec(source=source, entry=name, path=str(path), label=vendor.label or f"{path.name}:{name}",
-                      arrays=vendor.arrays, allow_tf32=vendor.allow_tf32)
+                      arrays=vendor.arrays, allow_tf32=vendor.allow_tf32, returns=vendor.returns,
+                      pytorch=vendor.pytorch)
 
 
 def _load_tuning(tune: TuneSection, base: Path, origin: str, sig: Signature, cases: list[CaseSpec]) -> Tuning:

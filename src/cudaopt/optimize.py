@@ -97,8 +97,11 @@ def start_or_resume(args: ExperimentArgs, settings, budget: Budget, results: Pat
         name = options.strategy
         experiment = args.load()
         origin = args.config or "command line"
-        if experiment.initial_kernel_path is None:
-            raise ExperimentError(origin, "initial_kernel", "missing (give --initial-kernel or set it in --config)")
+        if experiment.initial_kernel_path is None and strategies.get(name).needs_initial_kernel:
+            raise ExperimentError(origin, "initial_kernel", f"missing: --strategy {name} starts from a kernel; give "
+                                                            "--initial-kernel (or set it in --config), or let a model "
+                                                            "write the first one (--strategy agent, with the model's "
+                                                            "credentials set)")
         strategies.get(name).check(experiment, origin)
         if options.ablation:
             need_tuning(experiment, origin)

@@ -4,13 +4,16 @@ Loading an experiment already checks its files, fields, signature and every expr
 case (experiment.py). Here come the checks that run code: each kernel (the initial one, a
 ``--kernel``, the tunable kernel with its first configuration) and a ``.cu`` reference compiled
 with NVRTC for the target architecture; a NumPy reference called on the smallest case, in a
-subprocess with a timeout, its outputs' shapes compared with the case's. ``evaluate`` and
+subprocess with a timeout, its outputs' shapes compared with the case's; a PyTorch reference the
+same way, on the CPU, where torch can be imported (elsewhere its syntax, function and parameters
+are all that is checked, and the check says so). ``evaluate`` and
 ``optimize`` run the same checks before they start a GPU worker, so a mistake is reported the
 same way, on one line naming the file and the field, with or without a GPU.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -51,13 +54,20 @@ def preflight(experiment: Experiment, *, kernel: Path | None = None, entry: str 
     ``kernel`` replaces the initial kernel; ``tune`` includes the tunable kernel."""
     arch = arch or local_arch()
     done = [Checked("experiment", f"{len(experiment.case_specs)} cases, signature {experiment.signature}")]
+    name = experiment.reference_path.name
     if experiment.reference_kind == "cu":
         _compile(experiment.reference_path, experiment.reference_source, experiment.reference_entry, {}, arch)
-        done.append(Checked("reference", f"{experiment.reference_path.name} compiles for {arch}"))
+        done.append(Checked("reference", f"{name} compiles for {arch}"))
+    elif experiment.reference_kind == "torch" and importlib.util.find_spec("torch") is None:
+        done.append(Checked("reference", f"{name}: a PyTorch reference, not run: torch is not installed here "
+                                         "(syntax, function and parameters checked; it runs on the GPU worker, "
+                                         "which needs torch)"))
     else:
         case = smallest_case(experiment)
         call_reference(experiment, case)
-        done.append(Checked("reference", f"{experiment.reference_path.name} ran on case {case.name!r}, "
+        where = " on the CPU" if experiment.reference_kind == "torch" else ""
+        kind = "PyTorch" if experiment.reference_kind == "torch" else "NumPy"
+        done.append(Checked("reference", f"{name} ({kind}) ran on case {case.name!r}{where}, "
                                          "outputs of the right shapes"))
     sources = [(kernel, entry)] if kernel else []
     if experiment.initial_kernel_path and not kernel:
@@ -98,12 +108,14 @@ class ReferenceCall(Model):
     reference: ReferenceSpec
     case: CaseSpec
     signature: str
+    allow_tf32: bool = False
 
 
 def call_reference(experiment: Experiment, case: CaseSpec, timeout_s: float = REFERENCE_TIMEOUT_S) -> None:
-    """Call the NumPy reference on one input set of ``case`` in a subprocess (the user's code may
-    hang or crash), and check what it returns."""
-    request = ReferenceCall(reference=experiment.reference_spec(), case=case, signature=experiment.signature_text)
+    """Call the NumPy or PyTorch reference on one input set of ``case`` in a subprocess (the user's
+    code may hang or crash), and check what it returns."""
+    request = ReferenceCall(reference=experiment.reference_spec(), case=case, signature=experiment.signature_text,
+                            allow_tf32=experiment.limits.allow_tf32)
     where = experiment.reference_path
     try:
         done = subprocess.run([sys.executable, "-m", "cudaopt.preflight"], input=request.to_json(),
@@ -129,11 +141,25 @@ def _run_reference_from_stdin() -> int:
         (inputs,) = generate(case, signature, 1)
         shapes = {a.name: shape_of(case.outputs[a.name].shape, case.scalars, a.name) for a in signature.outputs}
         fn = load_python(ref.source, ref.path, ref.entry)
-        call_python(fn, signature, {n: t.as_numbers() for n, t in inputs.items()}, case.scalars, shapes)
+        if ref.kind == "torch":
+            from .harness.torch_reference import call_torch, import_torch
+
+            torch = import_torch()
+            tensors = {n: _cpu_tensor(torch, t) for n, t in inputs.items()}
+            call_torch(torch, fn, signature, tensors, case.scalars, shapes, request.allow_tf32)
+        else:
+            call_python(fn, signature, {n: t.as_numbers() for n, t in inputs.items()}, case.scalars, shapes)
     except (ReferenceFailure, InputError) as exc:
         print(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         return 1
     return 0
+
+
+def _cpu_tensor(torch, tensor):
+    """A host input as the torch tensor the GPU worker would hand over (bfloat16 as bfloat16)."""
+    if tensor.dtype == "bfloat16":
+        return torch.from_numpy(tensor.data.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(np.array(tensor.data))
 
 
 if __name__ == "__main__":

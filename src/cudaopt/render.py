@@ -23,9 +23,10 @@ def evaluation_table(evaluation: Evaluation) -> Table:
     if result.device:
         title += f" on {result.device.name or '?'} ({result.device.arch or '?'})"
     table = Table(title=title, title_justify="left")
-    vendors = [c.vendor for c in result.cases if c.vendor]
+    labels = next(([v.label for v in c.vendors] for c in result.cases if c.vendors), [])
     columns = ["case", "role", "outcome", "median µs", "p10–p90 µs", "vs reference"]
-    columns += ["vendor µs", "vs vendor"] if vendors else []
+    for label in labels:
+        columns += [f"{_short(label, labels)} µs", f"vs {_short(label, labels)}"]
     for column in (*columns, "regs", "spills"):
         table.add_column(column, justify="right" if column not in ("case", "role", "outcome") else "left")
     regs = str(comp.registers) if comp and comp.registers is not None else "-"
@@ -44,21 +45,30 @@ def evaluation_table(evaluation: Evaluation) -> Table:
             f"{timing.p10_us:.2f}–{timing.p90_us:.2f}" if timing else "-",
             f"{speedup:.2f}×" if speedup else "-",
         ]
-        if vendors:
-            cells += _vendor_cells(case)
+        for i in range(len(labels)):
+            cells += _vendor_cells(case, i)
         table.add_row(*cells, regs, spills)
-    if vendors:
-        notes = [f"{c.name}: {c.vendor.status}: {' '.join(c.vendor.reason.split())}"
-                 for c in result.cases if c.vendor and c.vendor.status != "ok"]
-        lines = [f"vendor: {vendors[0].label} (timed interleaved with the kernel)", *notes]
+    if labels:
+        notes = [f"{c.name}: {v.label + ': ' if len(labels) > 1 else ''}{v.status}: {' '.join(v.reason.split())}"
+                 for c in result.cases for v in c.vendors if v.status != "ok"]
+        lines = [f"{_vendor_word(labels)}: {', '.join(labels)} (timed interleaved with the kernel)", *notes]
         table.caption = escape("\n".join(lines))
         table.caption_justify = "left"
     return table
 
 
-def _vendor_cells(case) -> list[str]:
-    """The vendor's median and the kernel's speed-up over it; the vendor's outcome when it failed."""
-    vendor = case.vendor
+def _vendor_word(labels: list[str]) -> str:
+    return "vendor" if len(labels) == 1 else "vendors"
+
+
+def _short(label: str, labels: list[str]) -> str:
+    """A column heading: "vendor" for the only one, else its label."""
+    return "vendor" if len(labels) == 1 else label
+
+
+def _vendor_cells(case, index: int) -> list[str]:
+    """A vendor's median and the kernel's speed-up over it; the vendor's outcome when it failed."""
+    vendor = case.vendors[index] if index < len(case.vendors) else None
     if vendor is None:
         return ["-", "-"]
     if vendor.status != "ok" or vendor.timing is None:
@@ -119,8 +129,10 @@ class OptimizeProgress:
 def summary_table(summary) -> Table:
     """Baseline vs best per case, with the score and the stop reason."""
     table = Table(title=f"{summary.run}: stopped ({summary.stop_reason})", title_justify="left")
+    labels = [v.label for v in summary.vendors]
     columns = ["case", "role", "baseline µs", "best µs", "speed-up"]
-    columns += ["vendor µs", "vs vendor"] if summary.vendor else []
+    for label in labels:
+        columns += [f"{_short(label, labels)} µs", f"vs {_short(label, labels)}"]
     for column in columns:
         table.add_column(column, justify="left" if column in ("case", "role") else "right")
     fmt = lambda v, spec: format(v, spec) if v is not None else "-"
@@ -128,15 +140,21 @@ def summary_table(summary) -> Table:
     for case in summary.cases:
         cells = [case.name, case.role, fmt(case.baseline_median_us, ".2f"), fmt(case.best_median_us, ".2f"),
                  times(case.speedup)]
-        if summary.vendor:
-            vendor = fmt(case.vendor_median_us, ".2f") if case.vendor_status in ("ok", None) else case.vendor_status
-            cells += [vendor, times(case.speedup_vs_vendor)]
+        for vendor in case.vendors:
+            median = fmt(vendor.median_us, ".2f") if vendor.status in ("ok", None) else vendor.status
+            cells += [median, times(vendor.speedup)]
         table.add_row(*cells)
     total = ["geomean (score)", "", fmt(summary.baseline_score_us, ".2f"), fmt(summary.best_score_us, ".2f"),
              times(summary.speedup)]
-    if summary.vendor:
-        total += [fmt(summary.vendor_score_us, ".2f"), times(summary.speedup_vs_vendor)]
-        table.caption = escape(f"vendor: {summary.vendor} (timed interleaved with the baseline)")
+    for vendor in summary.vendors:
+        total += [fmt(vendor.score_us, ".2f"), times(vendor.speedup)]
+    lines = [f"baseline: {summary.baseline.removeprefix('vendor: ')} (no initial kernel)"] \
+        if summary.baseline != "initial kernel" else []
+    if labels:
+        beside = "with the baseline" if summary.baseline == "initial kernel" else "with each other, as the baseline"
+        lines.append(f"{_vendor_word(labels)}: {', '.join(labels)} (timed interleaved {beside})")
+    if lines:
+        table.caption = escape("\n".join(lines))
         table.caption_justify = "left"
     table.add_row(*total, style="bold")
     return table
@@ -157,6 +175,11 @@ def summary_lines(summary) -> list[str]:
                            for x in f.finalists)
         lines.append(f"finalists measured again on {f.gpu.label} ({f.repeats}×): {scores}; winner "
                      f"{'#' + str(f.winner) if f.winner is not None else 'none'}")
+    kb = summary.kernelbench
+    if kb:
+        ratio = lambda v: f"{v:.2f}×" if v else "-"
+        lines.append(f"kernelbench: correct {'yes' if kb.correct else 'no'}, speed-up over PyTorch eager "
+                     f"{ratio(kb.speedup_vs_eager)}, over torch.compile {ratio(kb.speedup_vs_compile)}")
     if summary.ablation:
         gain = summary.ablation["agent_gain_over_tuning"]
         lines.append(f"ablation: tuning alone reached {summary.ablation['tune_only_best_score_us']} µs; "
@@ -367,3 +390,20 @@ def audit_table(report) -> Table:
                       o.run if o else e.note or "-"]
         table.add_row(*(escape(c) for c in cells))
     return table
+
+
+def fast_p_tables(report) -> list[Table]:
+    """``cudaopt fast-p``: each run as KernelBench counts it, then fast_p per threshold."""
+    runs = Table(title=f"runs ({len(report.runs)})", title_justify="left")
+    for column in ("run", "correct", "verified", "vs eager", "vs torch.compile"):
+        runs.add_column(column, justify="left" if column == "run" else "right")
+    times = lambda v: f"{v:.2f}×" if v else "-"
+    for r in report.runs:
+        runs.add_row(r.run, "yes" if r.correct else "no", "-" if r.verified is None else str(r.verified),
+                     times(r.speedup_vs_eager), times(r.speedup_vs_compile))
+    fast = Table(title=f"fast_p over {report.baseline}", title_justify="left")
+    for column in ("p", "fast_p", "runs"):
+        fast.add_column(column, justify="right")
+    for f in report.fast_p:
+        fast.add_row(f"{f.threshold:g}", f"{f.fraction:.3f}", f"{f.count} of {len(report.runs)}")
+    return [runs, fast]

@@ -2,6 +2,8 @@
 
 Each performance case is measured ``repeats`` times, interleaved with the baseline (the initial
 kernel) — winner, baseline, winner, baseline, ... — so both see the same clocks and temperature.
+A run without an initial kernel has the first vendor as its baseline: it is timed inside the
+winner's own requests, its chunks interleaved with the winner's.
 Two questions are answered per case:
 
 - *within noise of the record*: the new median lies within the recorded p10–p90 band widened
@@ -70,25 +72,29 @@ def replay(target: Path, evaluator: Evaluator, repeats: int = 5) -> ReplayOutcom
     recorded = {c.name: c.timing for c in best.cases if c.timing}
     env = read_run_json(run, "env.json", Environment)
     differences = environment_differences(env.gpu, evaluator.device_info())
-    baseline_source = experiment.initial_kernel_path.read_text()
+    baseline_source = experiment.initial_kernel_path.read_text() if experiment.initial_kernel_path else None
     width = len(evaluator.gpus())
     requests, pins, plan = [], [], []  # plan: each case with the positions of its requests
     for j, path in enumerate(sorted(run.path.glob("best-case-*.json"))):
         request = read_run_json(run, path.name, EvalRequest)
         (case,) = request.cases
         if case.role != "performance":
-            plan.append((case, [len(requests)]))
+            plan.append((case, [len(requests)], 1))
             requests.append(request)
             pins.append(j % width)
             continue
-        baseline = experiment.request(baseline_source, request_id=f"replay-baseline-{case.name}")
-        baseline.cases = [case]
-        plan.append((case, list(range(len(requests), len(requests) + 2 * repeats, 2))))
-        requests += [request, baseline] * repeats  # winner, baseline, winner, ... on one GPU
-        pins += [j % width] * (2 * repeats)
+        sides = [request]
+        if baseline_source is not None:  # else the first vendor, timed beside the winner in its own request
+            baseline = experiment.request(baseline_source, request_id=f"replay-baseline-{case.name}")
+            baseline.cases = [case]
+            sides.append(baseline)
+        step = len(sides)
+        plan.append((case, list(range(len(requests), len(requests) + step * repeats, step)), step))
+        requests += sides * repeats  # winner, baseline, winner, ... on one GPU
+        pins += [j % width] * (step * repeats)
     measured = evaluator.evaluate_all(requests, pins=pins)
     cases, failures = [], []
-    for case, positions in plan:
+    for case, positions, step in plan:
         gpu = measured[positions[0]].gpu
         if case.role != "performance":
             result = measured[positions[0]].result
@@ -99,15 +105,19 @@ def replay(target: Path, evaluator: Evaluator, repeats: int = 5) -> ReplayOutcom
         winner_us, baseline_us, vendor_us = [], [], []
         status = "ok"
         for i in positions:
-            mine, theirs = measured[i].result, measured[i + 1].result
+            mine = measured[i].result
             if not mine.ok:
                 status = mine.status
                 failures.append(f"{case.name}: {mine.status}: {mine.reason}")
                 break
-            found, other = mine.find(case.name), theirs.find(case.name)
+            found = mine.find(case.name)
             winner_us.append(found.median_us if found else None)
-            baseline_us.append(other.median_us if other else None)
-            vendor_us.append(found.vendor_median_us if found else None)
+            vendor_us.append(found.vendor_median_us(0) if found else None)
+            if step == 1:
+                baseline_us.append(vendor_us[-1])
+            else:
+                other = measured[i + 1].result.find(case.name)
+                baseline_us.append(other.median_us if other else None)
         compared = _compare(case.name, status, recorded.get(case.name), winner_us, baseline_us, vendor_us)
         compared.gpu = gpu
         cases.append(compared)
@@ -175,7 +185,7 @@ def _replay_request(path: Path, evaluator: Evaluator) -> ReplayOutcome:
         failures=[] if result.ok else [f"{result.status}: {result.reason}"],
         cases=[ReplayedCase(name=c.name, role=c.role, status=c.status,
                             now_us=c.timing.median_us if c.timing else None,
-                            vendor_us=c.vendor_median_us) for c in result.cases],
+                            vendor_us=c.vendor_median_us(0)) for c in result.cases],
     )
 
 

@@ -51,7 +51,7 @@ def sanitize(request: EvalRequest, device: int, log_dir: Path, tools: tuple[str,
     """Run ``request`` (checks only) under each tool; one report per tool."""
     executable = find_sanitizer()
     request = request.model_copy(update=dict(
-        sanitize=True, time_roles=[], vendor=None, protocol=request.protocol.model_copy(update={"input_sets": 1}),
+        sanitize=True, time_roles=[], vendors=[], protocol=request.protocol.model_copy(update={"input_sets": 1}),
         timeouts=Timeouts(compile_s=300, check_s=1200, timing_s=60),
     ))
     records = []

@@ -154,7 +154,7 @@ def judge(case: CaseSpec, origin: str, results: list[tuple[CaseResult | None, Ca
         return timed
     timed.winner_medians_us = [m.median_us for m, _ in results]
     timed.baseline_medians_us = [t.median_us if t else None for _, t in results]
-    timed.vendor_medians_us = [m.vendor_median_us for m, _ in results]
+    timed.vendor_medians_us = [m.vendor_median_us(0) for m, _ in results]
     timed.winner_us = statistics.median(timed.winner_medians_us)
     pairs = [(m, t) for m, t in results if t is not None and t.median_us]
     vendor = [v for v in timed.vendor_medians_us if v]

@@ -15,19 +15,19 @@ SMALL = {"odd-31x37x29", "square-256", "rect-384x256x320"}
 def request_with(sgemm, vendor):
     request = sgemm.request(kernel_source("tiled.cu"), protocol=FAST, vendor=True)
     request.cases = [c for c in request.cases if c.name in SMALL]
-    request.vendor = vendor
+    request.vendors = [vendor]
     return request
 
 
 def test_cublas_through_cupy_is_checked_and_timed_interleaved_with_the_candidate(supervisor, sgemm):
     pytest.importorskip("cupy")
-    result = supervisor.evaluate(request_with(sgemm, sgemm.vendor))
+    result = supervisor.evaluate(request_with(sgemm, sgemm.vendors[0]))
     assert result.status == "ok", result.reason
     for case in result.cases:
         if case.role == "correctness":
-            assert case.vendor is None  # correctness cases are not timed
+            assert case.vendors == []  # correctness cases are not timed
             continue
-        vendor = case.vendor
+        (vendor,) = case.vendors
         assert vendor.status == "ok", vendor.reason
         assert vendor.label == "cuBLAS SGEMM (cupy)"
         assert vendor.checks and all(c.ok and c.unwritten == 0 for c in vendor.checks)
@@ -45,11 +45,12 @@ def test_cublas_through_cupy_is_checked_and_timed_interleaved_with_the_candidate
 def test_cublas_through_torch(supervisor, sgemm):
     pytest.importorskip("torch")
     source = "import torch\n\ndef sgemm(a, b, c, *, m, n, k):\n    torch.matmul(a, b, out=c)\n"
-    vendor = sgemm.vendor.model_copy(update={"source": source, "arrays": "torch", "label": "cuBLAS (torch)"})
+    vendor = sgemm.vendors[0].model_copy(update={"source": source, "arrays": "torch", "label": "cuBLAS (torch)"})
     result = supervisor.evaluate(request_with(sgemm, vendor))
     assert result.status == "ok", result.reason
     timed = [c for c in result.cases if c.role == "performance"]
-    assert all(c.vendor.status == "ok" and c.vendor.timing.median_us > 0 for c in timed), timed[0].vendor.reason
+    assert all(c.vendors[0].status == "ok" and c.vendors[0].timing.median_us > 0 for c in timed), \
+        timed[0].vendors[0].reason
 
 
 @pytest.mark.parametrize(
@@ -63,9 +64,9 @@ def test_cublas_through_torch(supervisor, sgemm):
 def test_a_failing_vendor_is_reported_and_never_fails_the_candidate(supervisor, sgemm, body, status, reason):
     pytest.importorskip("cupy")
     source = f"import cupy\n\ndef sgemm(a, b, c, *, m, n, k):\n    {body}\n"
-    result = supervisor.evaluate(request_with(sgemm, sgemm.vendor.model_copy(update={"source": source})))
+    result = supervisor.evaluate(request_with(sgemm, sgemm.vendors[0].model_copy(update={"source": source})))
     assert result.status == "ok", result.reason
-    vendor = result.case("square-256").vendor
+    (vendor,) = result.case("square-256").vendors
     assert vendor.status == status and reason in vendor.reason and vendor.timing is None
     if status == "mismatch":
         assert not vendor.checks[-1].ok and vendor.checks[-1].mismatches > 0  # with its error figures

@@ -113,10 +113,13 @@ class Optimizer:
         lasts = self._lasts or [rec.attempts[-1] if rec.attempts else None]
         best = rec.best
         rec.on_progress(AttemptStarted(id=base, what="proposing" if size == 1 else f"proposing {size} kernels"))
+        from_scratch = rec.baseline.source_file is None  # no initial kernel: the model writes the first
         system = prompts.system_prompt(rec.exp.signature_text, rec.cases, tunables=self.tune,
                                        research=self.research,
-                                       instruments=self.instruments.offered if self.instruments else ())
+                                       instruments=self.instruments.offered if self.instruments else (),
+                                       from_scratch=from_scratch)
         profile = self.instruments.stalled_card() if self.instruments else None
+        vendor = rec.exp.primary_vendor
         parents, users = [], []
         for turn in range(size):
             last = lasts[turn % len(lasts)]
@@ -126,6 +129,8 @@ class Optimizer:
                 rec.exp.description, rec.cases, rec.attempts, best, rec.baseline, rec.source(best),
                 last, rec.source(last) if last and last.status != "ok" else None,
                 self.budget.max_iterations - self.iterations, profile=profile,
+                reference=(rec.exp.reference_path.name, rec.exp.reference_source) if from_scratch else None,
+                vendor=vendor.label if vendor else "",
             ) + prompts.round_note(turn, size))
         replies = self._ask(system, users)
         outcomes = [self._outcome(reply) for reply in replies]

@@ -58,6 +58,8 @@ class Instruments:
         bounds it, the rule that decided, and the numbers behind it (throughput as % of peak, occupancy and
         what limits it, cache hit rates, shared-memory bank conflicts, the top warp stall reasons)."""
         attempt = self._attempt(attempt_id)
+        if attempt.source_file is None:
+            return {"error": f"attempt #{attempt.id} has no kernel (the vendor baseline, or rejected)"}
         if attempt.status != "ok":
             return {"error": f"attempt #{attempt.id} did not pass its checks ({attempt.status}); "
                              "only passed attempts are profiled"}

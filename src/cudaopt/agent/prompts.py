@@ -14,8 +14,7 @@ from ..harness.results import CaseResult
 from ..record.recorder import medians
 from ..record.schema import Attempt
 
-SYSTEM = """You are a CUDA performance engineer. You improve one CUDA kernel so that it runs \
-faster on the user's GPU while computing exactly the same function.
+SYSTEM = """You are a CUDA performance engineer. {task}
 
 Rules:
 - Write device code only: the complete .cu source of the kernel, with the entry point declared \
@@ -61,10 +60,18 @@ global load/store widths, shared-memory traffic, FMAs per global load, spills.",
 }
 
 
+IMPROVE = ("You improve one CUDA kernel so that it runs faster on the user's GPU while computing exactly the "
+           "same function.")
+WRITE = ("You write a CUDA kernel that computes exactly the function of the user's reference implementation, and "
+         "then make it run faster on the user's GPU than the vendor library it is measured against.")
+
+
 def system_prompt(signature: str, cases: list[CaseSpec], tunables: bool = False, research: bool = False,
-                  instruments: tuple[str, ...] = ()) -> str:
+                  instruments: tuple[str, ...] = (), from_scratch: bool = False) -> str:
+    """``from_scratch``: there is no initial kernel; the model writes the first one."""
     scalars = sorted({name for case in cases for name in case.scalars})
-    text = SYSTEM.format(signature=signature, scalars=", ".join(scalars) or "none")
+    text = SYSTEM.format(task=WRITE if from_scratch else IMPROVE, signature=signature,
+                         scalars=", ".join(scalars) or "none")
     text += (TUNABLES if tunables else "") + (RESEARCH if research else "")
     if instruments:
         text += ("\n\nInstruments: find out what limits a kernel before you change it (attempt ids as in the "
@@ -106,6 +113,20 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + " …"
 
 
+def vendor_baseline_text(baseline: Attempt, label: str) -> str:
+    """The baseline of a run without an initial kernel: the vendor's medians, which speed-ups are over."""
+    lines = [f"{label} (no initial kernel: the speed-ups are over it)"]
+    for case in baseline.cases:
+        vendor = case.vendors[0] if case.vendors else None
+        if vendor is None:
+            continue
+        timing = vendor.timing
+        lines.append(f"  - {case.name}: median {timing.median_us:.2f} us (p10-p90 {timing.p10_us:.2f}-"
+                     f"{timing.p90_us:.2f})" if vendor.status == "ok" and timing else
+                     f"  - {case.name}: {vendor.status}: {_clip(vendor.reason, 300)}")
+    return "\n".join(lines)
+
+
 def attempt_text(attempt: Attempt, baseline: Attempt | None, best: Attempt | None) -> str:
     """The evidence for one attempt: outcome per case, resources, failures."""
     head = f"Attempt #{attempt.id} ({attempt.kind}): {attempt.status}"
@@ -143,6 +164,9 @@ def digest(attempts: list[Attempt]) -> str:
         score = f"{a.score_us:.2f} us geomean" if a.score_us else a.status
         if a.defines:
             score += f" with {a.defines}"
+        if a.kind == "baseline" and a.source_file is None:
+            lines.append(f"- #{a.id}: the vendor baseline (no kernel)")
+            continue
         why = _clip(a.rationale, 160) if a.rationale else ("initial kernel" if a.kind == "baseline" else "")
         if a.status != "ok" and a.reason:
             why = f"{why}; " * bool(why) + "why: " + _clip(a.reason.strip().splitlines()[0], 200)
@@ -162,14 +186,24 @@ def launch_text(attempt: Attempt, cases: list[CaseSpec]) -> str:
 
 def task_message(description: str, cases: list[CaseSpec], attempts: list[Attempt], best: Attempt | None,
                  baseline: Attempt, best_source: str | None, last: Attempt | None, last_source: str | None,
-                 iterations_left: int, profile: str | None = None) -> str:
+                 iterations_left: int, profile: str | None = None, reference: tuple[str, str] | None = None,
+                 vendor: str = "") -> str:
+    """``reference`` (file name, source) and ``vendor`` (its label): a run without an initial kernel,
+    where the model writes the kernel from the reference and is measured against the vendor."""
+    from_scratch = baseline.source_file is None
     parts = [
         f"Task: {description}" if description else "Task: make this kernel faster.",
         "Cases (score = geometric mean of the median latency over the performance cases; every case must pass):\n"
         + _cases_text(cases),
         "Attempts so far:\n" + digest(attempts),
-        "Baseline:\n" + attempt_text(baseline, baseline, None),
+        "Baseline: " + vendor_baseline_text(baseline, vendor) if from_scratch
+        else "Baseline:\n" + attempt_text(baseline, baseline, None),
     ]
+    if reference is not None:
+        name, source = reference
+        fence = "cuda" if name.endswith(".cu") else "python"
+        parts.insert(1, f"Reference implementation ({name}, the user's trusted code: the kernel must compute the "
+                        f"same outputs from the same inputs, within the tolerances):\n```{fence}\n{source}\n```")
     if best is not None and best_source is not None:
         parts.append(
             f"Best so far (#{best.id}):\n" + attempt_text(best, baseline, best)
@@ -184,7 +218,8 @@ def task_message(description: str, cases: list[CaseSpec], attempts: list[Attempt
         parts.append("Your last attempt passed but was not faster than the best:\n" + attempt_text(last, baseline, best))
     if profile:
         parts.append("Progress has stalled, so the best kernel was profiled with Nsight Compute:\n" + profile)
-    parts.append(f"Propose the next version ({iterations_left} attempt(s) left).")
+    parts.append("Write the first kernel" + f" ({iterations_left} attempt(s) left)." if from_scratch and best is None
+                 else f"Propose the next version ({iterations_left} attempt(s) left).")
     return "\n\n".join(parts)
 
 

@@ -60,7 +60,7 @@ def record(experiment: Experiment, args: ExperimentArgs, kernel: Path, source: s
         medians = [r.case(case.name).median_us for r in results]
         first = results[0].case(case.name)
         figures.append(GuardCase(name=case.name, median_us=statistics.median(medians), medians_us=medians,
-                                 timing=first.timing, vendor_median_us=first.vendor_median_us))
+                                 timing=first.timing, vendor_median_us=first.vendor_median_us(0)))
     folder = out.parent
     return Recorded(GuardBaseline(
         cudaopt_version=__version__,
@@ -70,7 +70,7 @@ def record(experiment: Experiment, args: ExperimentArgs, kernel: Path, source: s
         kernel=GuardKernel(file=os.path.relpath(kernel.resolve(), folder.resolve()), entry=subject.entry,
                            sha256=sha256(source), launch=launch),
         protocol=protocol, repeats=repeats, seed=seed, gpu=evaluator.device_info(),
-        vendor=experiment.vendor.label if experiment.vendor else None,
+        vendor=experiment.primary_vendor.label if experiment.primary_vendor else None,
         cases=figures, checked=[c.name for c in checked.cases],
     ))
 

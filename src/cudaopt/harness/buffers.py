@@ -159,6 +159,17 @@ class CaseBuffers:
         buffer, count, most = self._slots
         return int(buffer.handle), count, most
 
+    def ranges(self, input_set: int | None = None) -> dict[str, tuple[int, tuple[int, ...]]]:
+        """Every pointer argument's (device address, shape): the working buffers, or with
+        ``input_set`` that set's pristine device copy of each input (and no outputs)."""
+        out = {}
+        for arg in self.signature.inputs:
+            data = self.inputs[arg.name].ptr if input_set is None else int(self.set_data[input_set][arg.name].handle)
+            out[arg.name] = (data, self.sets[0][arg.name].data.shape)
+        if input_set is None:
+            out |= {a.name: (self.outputs[a.name].ptr, self.output_shapes[a.name]) for a in self.signature.outputs}
+        return out
+
     def input_elements(self, name: str) -> int:
         return int(self.sets[0][name].data.size)
 

@@ -9,7 +9,7 @@ replaced, and nothing measured after that point is trusted.
 from __future__ import annotations
 
 from .gpu import CudaCallError, Gpu, is_sticky
-from .results import ResolvedLaunch
+from .results import Occupancy, ResolvedLaunch
 
 DEFAULT_SHARED_LIMIT = 48 * 1024
 
@@ -53,6 +53,18 @@ class Launcher:
             self.dead = True
             return CaseFailure("crashed", message)
         return CaseFailure(status, message)
+
+
+def occupancy(kernel, launch: ResolvedLaunch, max_threads_per_sm: int) -> Occupancy:
+    """How many blocks of this launch fit on an SM, and the warps they keep busy."""
+    threads = launch.threads
+    try:
+        blocks = kernel.occupancy.max_active_blocks_per_multiprocessor(threads, launch.shared_bytes)
+    except Exception as exc:  # e.g. more threads than the kernel can take; the launch will say
+        return Occupancy(error=str(exc).splitlines()[0])
+    warps = blocks * -(-threads // 32)
+    return Occupancy(blocks_per_sm=int(blocks), warps_per_sm=warps,
+                     occupancy=round(warps / (max_threads_per_sm // 32), 3))
 
 
 def is_cuda_error(exc: BaseException) -> bool:

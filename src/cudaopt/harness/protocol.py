@@ -136,9 +136,10 @@ class KernelSpec(Model):
 
 
 class ReferenceSpec(Model):
-    """The user's trusted reference: a ``.cu`` kernel or a ``.py`` NumPy function."""
+    """The user's trusted reference: a ``.cu`` kernel, a ``.py`` NumPy function (``py``) or a ``.py``
+    PyTorch function (``torch``, run on the worker's GPU)."""
 
-    kind: Literal["cu", "py"]
+    kind: Literal["cu", "py", "torch"]
     source: str
     entry: str
     path: str = ""
@@ -150,7 +151,10 @@ class VendorSpec(Model):
 
     ``entry`` in ``source`` takes every signature argument by name: pointers as device arrays
     (``arrays``: cupy or torch) over the harness's own buffers, scalars as numbers; it writes
-    the outputs in place. Never the reference: its outputs are checked like a candidate's.
+    the outputs in place, or (``returns``) returns them and the harness copies them into the
+    outputs, outside the timed interval, before they are checked. Never the reference: its
+    outputs are checked like a candidate's. ``pytorch`` says which PyTorch baseline it is, for the
+    KernelBench metrics.
     """
 
     source: str
@@ -159,6 +163,17 @@ class VendorSpec(Model):
     label: str = ""
     arrays: Literal["cupy", "torch"] = "cupy"
     allow_tf32: bool = False
+    returns: bool = False
+    pytorch: Literal["eager", "compile"] | None = None
+
+
+def vendor_as_list(data: Any) -> Any:
+    """Requests and results written before vendors became a list carry ``vendor``: one or none."""
+    if isinstance(data, dict) and "vendor" in data:
+        data = dict(data)
+        vendor = data.pop("vendor")
+        data.setdefault("vendors", [vendor] if vendor else [])
+    return data
 
 
 class TimingProtocol(Model):
@@ -215,8 +230,11 @@ class Timeouts(Model):
 
 
 class EvalRequest(Model):
+    """``kernel`` None: no candidate, only the vendors checked and timed (the baseline of a run
+    without an initial kernel)."""
+
     signature: str
-    kernel: KernelSpec
+    kernel: KernelSpec | None
     cases: list[CaseSpec]
     reference: ReferenceSpec | None = None
     launch: LaunchSpec | None = None  # overrides each case's launch when given
@@ -224,8 +242,13 @@ class EvalRequest(Model):
     timeouts: Timeouts = Field(default_factory=Timeouts)
     time_roles: list[Role] = Field(default_factory=lambda: ["performance"])
     check: bool = True  # False: time only (used to time the trusted reference itself)
-    vendor: VendorSpec | None = None  # timed, interleaved with the candidate, on every timed case
+    vendors: list[VendorSpec] = Field(default_factory=list)  # timed, interleaved with the candidate, on every timed case
     limits: Limits = Field(default_factory=Limits)
     sanitize: bool = False  # run under compute-sanitizer: no guard bands, so the tool sees every overrun
     id: str = ""
     harness_version: str = HARNESS_VERSION
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_vendor(cls, data: Any) -> Any:
+        return vendor_as_list(data)

@@ -53,20 +53,9 @@ def call_python(
     except Exception as exc:
         raise ReferenceFailure(f"reference function raised {exc.__class__.__name__}: {exc}") from None
     names = [a.name for a in signature.outputs]
-    if isinstance(result, dict):
-        outputs = result
-    elif isinstance(result, (tuple, list)) and len(names) > 1:
-        if len(result) != len(names):
-            raise ReferenceFailure(f"reference returned {len(result)} values for outputs {names}")
-        outputs = dict(zip(names, result, strict=True))
-    elif len(names) == 1:
-        outputs = {names[0]: result}
-    else:
-        raise ReferenceFailure(f"reference must return a dict with keys {names}")
+    outputs = reference_outputs(result, names, sequences=False)
     checked = {}
     for name in names:
-        if name not in outputs:
-            raise ReferenceFailure(f"reference returned no output {name!r}")
         array = np.asarray(outputs[name])
         if tuple(array.shape) != output_shapes[name]:
             array = array.reshape(-1) if array.size == int(np.prod(output_shapes[name])) else array
@@ -78,6 +67,32 @@ def call_python(
             array = array.reshape(output_shapes[name])
         checked[name] = array
     return checked
+
+
+def named_outputs(result, names: list[str], sequences: bool = True) -> dict:
+    """A function's result as output name -> value: a dict by name, a sequence in signature order,
+    or the one output's value (``sequences`` False: a sequence is one value when there is one
+    output, as an array-like list is). ValueError says what does not fit."""
+    if isinstance(result, dict):
+        missing = [n for n in names if n not in result]
+        if missing:
+            raise ValueError(f"returned no output {missing[0]!r}")
+        return {n: result[n] for n in names}
+    if isinstance(result, (tuple, list)) and (sequences or len(names) > 1):
+        if len(result) != len(names):
+            raise ValueError(f"returned {len(result)} values for the outputs {names}")
+        return dict(zip(names, result, strict=True))
+    if len(names) != 1:
+        raise ValueError(f"returned one value for the outputs {names}: return a dict, or one value per output")
+    return {names[0]: result}
+
+
+def reference_outputs(result, names: list[str], sequences: bool = True) -> dict:
+    """:func:`named_outputs` for the reference, whose misfits are reference failures."""
+    try:
+        return named_outputs(result, names, sequences)
+    except ValueError as exc:
+        raise ReferenceFailure(f"reference {exc}") from None
 
 
 class CudaReference:

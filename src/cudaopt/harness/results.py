@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from .protocol import HARNESS_VERSION, Model, Role
+from .protocol import HARNESS_VERSION, Model, Role, vendor_as_list
 
 # Every way an evaluation can end. Only "ok" is a pass.
 STATUSES = (
@@ -190,8 +190,13 @@ class CaseResult(Model):
     clocks: dict[Literal["before", "after"], Clocks] = Field(default_factory=dict)
     roofline: Roofline | None = None
     phases: dict[str, float] = Field(default_factory=dict)  # wall seconds per step
-    vendor: VendorResult | None = None
+    vendors: list[VendorResult] = Field(default_factory=list)  # in the request's order
     audit: Audit | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_vendor(cls, data: Any) -> Any:
+        return vendor_as_list(data)
 
     @field_validator("launch", "occupancy", "roofline", "audit", mode="before")
     @classmethod
@@ -203,9 +208,9 @@ class CaseResult(Model):
         """The score's ingredient: the median of a passing, timed case."""
         return self.timing.median_us if self.status == "ok" and self.timing else None
 
-    @property
-    def vendor_median_us(self) -> float | None:
-        vendor = self.vendor
+    def vendor_median_us(self, index: int = 0) -> float | None:
+        """The median of the ``index``-th vendor of the request, when it passed and was timed."""
+        vendor = self.vendors[index] if index < len(self.vendors) else None
         return vendor.timing.median_us if vendor and vendor.status == "ok" and vendor.timing else None
 
 

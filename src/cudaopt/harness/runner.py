@@ -2,8 +2,8 @@
 
 Runs inside a worker process. The steps live in modules of their own — launching and CUDA
 errors (launcher.py), launch expressions and tunables (launch.py), case data (case_data.py),
-the answer key (answers.py), the reference (reference.py), the timed run (timing.py), the vendor
-(vendor.py) — and this module puts them in order. After a CUDA error that may have lost the
+the answer key (answers.py), the references (reference.py, torch_reference.py), the timed run
+(timing.py), the vendors (vendor.py) — and this module puts them in order. After a CUDA error that may have lost the
 context the runner is ``dead``: the worker reports and exits, and the supervisor starts a fresh one.
 """
 
@@ -24,15 +24,16 @@ from .compiler import CompileError, compile_kernel
 from .gpu import Gpu
 from .inputs import InputError
 from .launch import candidate_names, device_defines, resolve_launch, tunable_clashes
-from .launcher import CaseFailure, Launcher, is_cuda_error
+from .launcher import CaseFailure, Launcher, is_cuda_error, occupancy
 from .messages import CaseDone, Compiled, PhaseStarted
 from .peaks import judge_plausibility
-from .protocol import CaseSpec, EvalRequest, KernelSpec
+from .protocol import CaseSpec, EvalRequest, KernelSpec, VendorSpec
 from .reference import CudaReference, ReferenceFailure, call_python, load_python
-from .results import Audit, CaseResult, CompileInfo, EvalResult, Occupancy, ResolvedLaunch, VendorResult
+from .results import Audit, CaseResult, CompileInfo, EvalResult, ResolvedLaunch, VendorResult
 from .signature import DTYPES, Signature, entry_names, find_entry, parse_signature
 from .stats import summarize
 from .timing import CHECKED_INPUTS, TimedRun, draw_plan, method, new_seed
+from .torch_reference import TorchReference
 from .vendor import BoundVendor, Vendor, VendorError
 
 
@@ -59,6 +60,7 @@ class Runner:
         self.on_event = on_event
         self.launcher = Launcher(gpu)
         self.cuda_reference = CudaReference(self.launcher)
+        self.torch_reference = TorchReference(gpu)
         self._host_sets = HostSets()
         self._answers = Lru(on_evict=_close_answers)  # of the host input sets: locked on the device
         self._devices = DeviceCases(gpu)
@@ -104,6 +106,21 @@ class Runner:
 
     def _evaluate(self, req: EvalRequest, result: EvalResult, seed: int) -> None:
         signature = parse_signature(req.signature)
+        kernel = self._prepare(req, signature, result) if req.kernel else None
+        for case in req.cases:
+            if self.dead:
+                result.cases.append(CaseResult(name=case.name, role=case.role, status="crashed",
+                                               reason="not run: the GPU context was lost"))
+                continue
+            result.cases.append(self._case(req, signature, kernel, case, seed))
+            self.on_event(CaseDone(case=result.cases[-1]))
+        failed = next((c for c in result.cases if c.status != "ok"), None)
+        if failed:
+            result.status = failed.status
+            result.reason = f"case {failed.name}: {failed.reason}"
+
+    def _prepare(self, req: EvalRequest, signature: Signature, result: EvalResult):
+        """The candidate compiled and its entry, arguments and device-global state checked."""
         clashes = tunable_clashes(req.kernel.defines, signature, {n for c in req.cases for n in c.scalars})
         if clashes:
             raise CaseFailure("bad_launch_config", "tunables: " + "; ".join(clashes))
@@ -118,17 +135,7 @@ class Runner:
             raise CaseFailure("global_state", f"the kernel keeps {info.global_bytes} bytes of mutable __device__ "
                                               f"memory between launches; the limit is {req.limits.global_bytes} "
                                               f"(the experiment's limits.global_bytes)")
-        for case in req.cases:
-            if self.dead:
-                result.cases.append(CaseResult(name=case.name, role=case.role, status="crashed",
-                                               reason="not run: the GPU context was lost"))
-                continue
-            result.cases.append(self._case(req, signature, kernel, case, seed))
-            self.on_event(CaseDone(case=result.cases[-1]))
-        failed = next((c for c in result.cases if c.status != "ok"), None)
-        if failed:
-            result.status = failed.status
-            result.reason = f"case {failed.name}: {failed.reason}"
+        return kernel
 
     def _compile(self, spec: KernelSpec, signature: Signature):
         spec = device_defines(spec, self.facts)
@@ -174,15 +181,7 @@ class Runner:
         buffers = None
         self.on_event(PhaseStarted(phase="check", case=case.name))
         try:
-            spec = req.launch or case.launch
-            if spec is None:
-                raise CaseFailure("bad_launch_config", "no launch configuration for this case")
-            try:
-                launch = resolve_launch(spec, candidate_names(case.scalars, req.kernel.defines, self.facts))
-            except ValueError as exc:
-                raise CaseFailure("bad_launch_config", str(exc)) from None
-            out.launch = launch
-            out.occupancy = self._occupancy(kernel, launch)
+            launch = self._launch(req, kernel, case, out) if kernel is not None else None
             clock = _Stopwatch(out.phases)
             n_sets = max(1, req.protocol.input_sets)
             sets, shapes, data_key = self._host_sets.get(case, signature, n_sets)
@@ -191,7 +190,7 @@ class Runner:
             answers = self._set_answers(req, signature, case, buffers) if req.check else None
             clock.lap("reference_s")
             args = buffers.kernel_args(case.scalars)
-            if req.check:
+            if req.check and kernel is not None:
                 for s in check_order(n_sets):
                     buffers.stage(s)
                     self.launcher.launch(kernel, launch, args)
@@ -200,10 +199,12 @@ class Runner:
             clock.lap("check_s")
             if case.role in req.time_roles:
                 self.on_event(PhaseStarted(phase="timing", case=case.name))
-                vendor = self._vendor(out, req, signature, case, buffers, answers) if req.vendor and req.check else None
-                self._time(out, req, signature, kernel, launch, args, buffers, case, vendor, seed, clock)
-                judge_plausibility(out, case, signature, req.limits, req.protocol.flush_l2, self.gpu.peaks,
-                                   self.gpu.measured)
+                vendors = [self._vendor(out, spec, signature, case, buffers, answers)
+                           for spec in req.vendors] if req.check else []
+                self._time(out, req, signature, kernel, launch, args, buffers, case, vendors, seed, clock)
+                if kernel is not None:
+                    judge_plausibility(out, case, signature, req.limits, req.protocol.flush_l2, self.gpu.peaks,
+                                       self.gpu.measured)
         except CaseFailure as failure:
             out.status, out.reason = failure.status, failure.reason
         except (InputError, ReferenceFailure) as exc:
@@ -219,15 +220,17 @@ class Runner:
                 self._devices.give_back(buffers, keep=out.status == "ok")
         return out
 
-    def _occupancy(self, kernel, launch: ResolvedLaunch) -> Occupancy:
-        threads = launch.threads
+    def _launch(self, req: EvalRequest, kernel, case: CaseSpec, out: CaseResult) -> ResolvedLaunch:
+        spec = req.launch or case.launch
+        if spec is None:
+            raise CaseFailure("bad_launch_config", "no launch configuration for this case")
         try:
-            blocks = kernel.occupancy.max_active_blocks_per_multiprocessor(threads, launch.shared_bytes)
-        except Exception as exc:  # e.g. more threads than the kernel can take; the launch will say
-            return Occupancy(error=str(exc).splitlines()[0])
-        max_warps = int(self.gpu.props.max_threads_per_multiprocessor) // 32
-        warps = blocks * -(-threads // 32)
-        return Occupancy(blocks_per_sm=int(blocks), warps_per_sm=warps, occupancy=round(warps / max_warps, 3))
+            launch = resolve_launch(spec, candidate_names(case.scalars, req.kernel.defines, self.facts))
+        except ValueError as exc:
+            raise CaseFailure("bad_launch_config", str(exc)) from None
+        out.launch = launch
+        out.occupancy = occupancy(kernel, launch, int(self.gpu.props.max_threads_per_multiprocessor))
+        return launch
 
     # --- the answer key ------------------------------------------------------------------
 
@@ -239,7 +242,7 @@ class Runner:
         if ref is None:
             raise ReferenceFailure("the request has no reference")
         key = cache_key(ref.source, ref.entry, ref.kind, ref.launch.to_data() if ref.launch else None,
-                        buffers.key, self.gpu.arch)
+                        ref.kind == "torch" and req.limits.allow_tf32, buffers.key, self.gpu.arch)
         cached = self._answers.get(key)
         if cached is not None:
             return cached
@@ -250,10 +253,13 @@ class Runner:
                     values = self._python_answer(req, signature, case, buffers, host_set)
                     answers.append({name: LockedAnswer(self.gpu, v) for name, v in values.items()})
                     continue
-                buffers.stage(s)
-                device = self.cuda_reference.run(ref, signature, case, buffers)
+                if ref.kind == "torch":  # on copies of the pristine set, never the working buffers
+                    device = self.torch_reference.run(req, signature, case.scalars, buffers, s)
+                else:
+                    buffers.stage(s)
+                    device = self.cuda_reference.run(ref, signature, case, buffers)
                 try:
-                    if buffers.modified_inputs(s):
+                    if ref.kind == "cu" and buffers.modified_inputs(s):
                         raise ReferenceFailure("the reference kernel changed its inputs")
                     answers.append({name: LockedAnswer(self.gpu, v) for name, v in device.items()})
                 finally:
@@ -271,9 +277,11 @@ class Runner:
         return call_python(fn, signature, inputs, case.scalars, buffers.output_shapes)
 
     def _fresh_answer(self, req: EvalRequest, signature, case, buffers: CaseBuffers) -> dict:
-        """The reference on the fresh inputs staged in the working buffers right now."""
+        """The reference on the fresh inputs staged in the working buffers now (the candidate is done)."""
         if req.reference.kind == "py":
             return self._python_answer(req, signature, case, buffers, buffers.download_inputs())
+        if req.reference.kind == "torch":
+            return self.torch_reference.run(req, signature, case.scalars, buffers)
         return self.cuda_reference.run(req.reference, signature, case, buffers)
 
     def _verify(self, out: CaseResult, buffers: CaseBuffers, signature, case, answer: dict, s: int, phase: str) -> None:
@@ -297,83 +305,101 @@ class Runner:
 
     # --- the vendor baseline -------------------------------------------------------------
 
-    def _vendor(self, out: CaseResult, req: EvalRequest, signature: Signature, case: CaseSpec,
+    def _vendor(self, out: CaseResult, spec: VendorSpec, signature: Signature, case: CaseSpec,
                 buffers: CaseBuffers, answers) -> BoundVendor | None:
-        """The vendor over this case's buffers, checked once against the reference (input set 0).
+        """One vendor over this case's buffers, checked once against the reference (input set 0).
 
-        Returns None when it cannot be timed; ``out.vendor`` says why. Never fails the candidate,
-        unless the vendor destroys the GPU context, which ends the case for everyone.
+        Its result is appended to ``out.vendors``; None when it cannot be timed (the result says
+        why). Never fails the candidate, unless the vendor destroys the GPU context, which ends the
+        case for everyone.
         """
-        spec = req.vendor
-        out.vendor = VendorResult(label=spec.label or spec.entry, status="ok")
-        pointers = {a.name: (buffers.inputs[a.name].ptr, buffers.sets[0][a.name].data.shape) for a in signature.inputs}
-        pointers |= {a.name: (buffers.outputs[a.name].ptr, buffers.output_shapes[a.name]) for a in signature.outputs}
+        result = VendorResult(label=spec.label or spec.entry, status="ok")
+        out.vendors.append(result)
         try:
             key = cache_key(spec.to_data())
             if key not in self._vendors:
                 self._vendors[key] = Vendor(spec, int(self.gpu.stream.handle))
-            bound = self._vendors[key].bind(signature, pointers, case.scalars)
+            vendor = self._vendors[key]
+            bound = vendor.bind(signature, buffers.ranges(), case.scalars)
         except VendorError as exc:
-            out.vendor.status, out.vendor.reason = "error", str(exc)
+            result.status, result.reason = "error", str(exc)
             return None
         buffers.stage(0)
         bound()
+        bound.deliver()
         try:
             self.launcher.sync()
         except CaseFailure as failure:
             if self.dead:
-                raise CaseFailure("crashed", f"the vendor baseline {out.vendor.label} crashed the GPU context: "
+                raise CaseFailure("crashed", f"the vendor baseline {result.label} crashed the GPU context: "
                                              f"{failure.reason}") from None
             bound.error = bound.error or failure.reason
+        vendor.release()  # what it computed on input set 0 stays out of the candidates' reach
         if bound.error:
-            out.vendor.status, out.vendor.reason = "error", bound.error
+            result.status, result.reason = "error", bound.error
             return None
         try:
-            self._check_outputs(out.vendor.checks, buffers, signature, case, answers[0], 0, "check")
+            self._check_outputs(result.checks, buffers, signature, case, answers[0], 0, "check")
         except CaseFailure as failure:
-            out.vendor.status, out.vendor.reason = "mismatch", failure.reason
+            result.status, result.reason = "mismatch", failure.reason
             return None
         return bound
 
     # --- timing --------------------------------------------------------------------------
 
     def _time(self, out: CaseResult, req: EvalRequest, signature: Signature, kernel, launch, args,
-              buffers: CaseBuffers, case: CaseSpec, vendor: BoundVendor | None, seed: int, clock: _Stopwatch) -> None:
-        """Warm up and time on fresh inputs with the per-launch audit, then check the hidden few."""
+              buffers: CaseBuffers, case: CaseSpec, vendors: list[BoundVendor | None], seed: int,
+              clock: _Stopwatch) -> None:
+        """Warm up and time on fresh inputs with the per-launch audit, then check the hidden few.
+        Without a kernel, only the vendors are timed."""
         proto = req.protocol
         plan = draw_plan(seed, case.name, proto)
+        timed = [v for v in vendors if v is not None]
         run = TimedRun(self.gpu, self.launcher, buffers, proto, seed, plan)
         try:
             out.clocks["before"] = self.gpu.clocks()
-            timings = run.run(lambda: self.launcher.launch(kernel, launch, args), vendor)
+            candidate = (lambda: self.launcher.launch(kernel, launch, args)) if kernel is not None else None
+            timings = run.run(candidate, timed)
             out.clocks["after"] = self.gpu.clocks()
-            scanned = run.verify_audit()
+            scanned = run.verify_audit() if kernel is not None else 0
         finally:
             run.close()
-        out.audit = Audit(checked_launches=list(plan.checked), launches_scanned=scanned, seed=seed)
         clock.lap("timing_s")
-        if req.check:
-            violations = buffers.guard_violations()
-            if violations:
-                raise CaseFailure("guard_violation", "during timing: " + "; ".join(violations))
-            buffers.stage_fresh(seed, CHECKED_INPUTS)
-            answer = self._fresh_answer(req, signature, case, buffers)
-            try:
-                for slot, timed in enumerate(plan.checked):
-                    self._check_outputs(out.checks, buffers, signature, case, answer, -1, "timed", slot, timed)
-            finally:
-                for value in answer.values():
-                    if isinstance(value, DeviceAnswer):
-                        value.scrub()
-            clock.lap("timed_checks_s")
-        label = "the vendor baseline" if vendor else ""
-        out.timing = summarize(timings.candidate, method(proto, len(plan.checked), timings.gate_timeouts["candidate"],
-                                                         label))
-        if vendor and vendor.error:
-            out.vendor.status, out.vendor.reason = "error", vendor.error
-        elif vendor:
-            out.vendor.timing = summarize(timings.vendor, method(proto, 0, timings.gate_timeouts["vendor"],
-                                                                 "the candidate"))
+        if kernel is not None:
+            out.audit = Audit(checked_launches=list(plan.checked), launches_scanned=scanned, seed=seed)
+            self._timed_checks(out, req, signature, buffers, case, plan, seed, clock)
+            others = "the vendor baselines" if len(timed) > 1 else "the vendor baseline" if timed else ""
+            out.timing = summarize(timings.candidate, method(proto, len(plan.checked),
+                                                             timings.gate_timeouts["candidate"], others))
+        for result, bound in zip(out.vendors, vendors, strict=True):
+            if bound is None:
+                continue
+            if bound.error:
+                result.status, result.reason = "error", bound.error
+                continue
+            index = timed.index(bound)
+            names = ["the candidate"] * (kernel is not None) + [v.label for v in timed if v is not bound]
+            result.timing = summarize(timings.vendors[index], method(
+                proto, 0, timings.gate_timeouts[f"vendor {index}"], ", ".join(names)))
+
+    def _timed_checks(self, out: CaseResult, req: EvalRequest, signature: Signature, buffers: CaseBuffers,
+                      case: CaseSpec, plan, seed: int, clock: _Stopwatch) -> None:
+        """The guards after timing, then the hidden checked launches against a fresh reference."""
+        if not req.check:
+            return
+        violations = buffers.guard_violations()
+        if violations:
+            raise CaseFailure("guard_violation", "during timing: " + "; ".join(violations))
+        buffers.stage_fresh(seed, CHECKED_INPUTS)
+        answer = self._fresh_answer(req, signature, case, buffers)
+        try:
+            for slot, timed in enumerate(plan.checked):
+                self._check_outputs(out.checks, buffers, signature, case, answer, -1, "timed", slot, timed)
+        finally:
+            for value in answer.values():
+                if isinstance(value, DeviceAnswer):
+                    value.scrub()
+        clock.lap("timed_checks_s")
 
 
 def _close_answers(answers: list[dict[str, LockedAnswer]]) -> None:

@@ -11,8 +11,9 @@ kernel, and the set is new to it at the first of them, so a kernel that works on
 launches is caught, or timed at its honest cost.
 
 Samples are queued in chunks behind a gate (a kernel that spins on a host flag), so no host
-launch latency falls between a sample's events; with a vendor baseline its chunks alternate
-with the candidate's, so drift hits both alike.
+launch latency falls between a sample's events; with vendor baselines their chunks alternate
+with the candidate's (each vendor's chunk, then the candidate's, and again), so drift hits all
+alike. Without a candidate (a run's baseline when it has no initial kernel) only the vendors run.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from .gpu import Gpu
 from .launcher import CaseFailure, Launcher
 from .protocol import TimingProtocol
 
-VENDOR_LAUNCHES = 1 << 40  # the vendor's fresh inputs come from launch numbers of their own
+VENDOR_LAUNCHES = 1 << 40  # each vendor's fresh inputs come from launch numbers of their own (+ index << 32)
 CHECKED_INPUTS = 1 << 39  # the stream of the input set the checked launches share
 _AUDIT_WORDS = 2  # per launch: unwritten output elements, changed input elements
 
@@ -62,8 +63,8 @@ def draw_plan(seed: int, case_name: str, proto: TimingProtocol) -> LaunchPlan:
 @dataclass
 class Timings:
     candidate: list[float]
-    vendor: list[float]
-    gate_timeouts: dict[str, int]
+    vendors: list[list[float]]  # in the order given
+    gate_timeouts: dict[str, int]  # "candidate", "vendor 0", ...
 
 
 class TimedRun:
@@ -83,9 +84,11 @@ class TimedRun:
     def close(self) -> None:
         self.audit.close(self.gpu.stream)
 
-    def run(self, candidate: Callable[[], None], vendor: Callable[[], None] | None) -> Timings:
-        runs: dict[str, Callable[[], None]] = {"vendor": vendor} if vendor else {}
-        runs["candidate"] = candidate
+    def run(self, candidate: Callable[[], None] | None, vendors: list[Callable[[], None]]) -> Timings:
+        """Warm-ups of each, then the chunks interleaved; a vendor that fails stops being called."""
+        runs: dict[str, Callable[[], None]] = {f"vendor {i}": vendor for i, vendor in enumerate(vendors)}
+        if candidate is not None:
+            runs["candidate"] = candidate
         for name, run in runs.items():
             for i in range(self.plan.warmup):
                 self._sample(name, run, i, timed=None)
@@ -95,13 +98,14 @@ class TimedRun:
         chunk = max(1, self.proto.chunk)
         for first in range(0, self.plan.iterations, chunk):
             count = min(chunk, self.plan.iterations - first)
-            if vendor is not None and getattr(vendor, "error", ""):
-                runs.pop("vendor", None)
+            for name in [n for n, run in runs.items() if getattr(run, "error", "")]:
+                runs.pop(name)
             for name, run in runs.items():
                 times, timed_out = self._chunk(name, run, first, count)
                 samples[name].extend(times)
                 gate_timeouts[name] += timed_out
-        return Timings(samples["candidate"], samples.get("vendor", []), gate_timeouts)
+        return Timings(samples.get("candidate", []), [samples[f"vendor {i}"] for i in range(len(vendors))],
+                       gate_timeouts)
 
     def _chunk(self, name: str, run, first: int, count: int) -> tuple[list[float], bool]:
         if self.proto.gate:
@@ -122,7 +126,10 @@ class TimedRun:
         from cuda.core import EventOptions
 
         checked = name == "candidate" and timed is not None and timed in self.plan.checked
-        stream = CHECKED_INPUTS if checked else launch if name == "candidate" else VENDOR_LAUNCHES + launch
+        if name == "candidate":
+            stream = CHECKED_INPUTS if checked else launch
+        else:
+            stream = VENDOR_LAUNCHES + (int(name.split()[1]) << 32) + launch
         self.buffers.stage_fresh(self.seed, stream)
         if timed is None:
             run()

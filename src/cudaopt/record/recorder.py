@@ -11,7 +11,6 @@ model only.
 from __future__ import annotations
 
 import datetime as dt
-import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -23,10 +22,23 @@ from ..harness.messages import PhaseStarted, WorkerMessage
 from ..harness.protocol import LaunchSpec, Timeouts
 from ..harness.results import CaseResult, EvalResult
 from ..harness.stats import geomean
+from .bake import bake, bake_launch
 from .cache import ResultCache
 from .events import AttemptFinished, AttemptStarted, OnProgress, PhaseProgress, UsageProgress, ignore
 from .rundir import RunDir
-from .schema import Attempt, CaseBest, CaseSummary, Finalists, History, ModelCall, Summary, Totals
+from .schema import (
+    Attempt,
+    CaseBest,
+    CaseSummary,
+    CaseVendor,
+    Finalists,
+    History,
+    KernelBenchMetrics,
+    ModelCall,
+    Summary,
+    Totals,
+    VendorSummary,
+)
 
 ROLES = {"correctness", "performance"}  # holdout cases are never evaluated here
 REVIEW_SPEEDUP = 10.0  # a larger speed-up over the baseline is flagged for review
@@ -37,7 +49,7 @@ class Candidate:
     """A kernel to evaluate and where it came from: one attempt, once measured."""
 
     kind: str
-    source: str
+    source: str | None  # None: no kernel, the vendors alone (a run without an initial kernel)
     launch: LaunchSpec | None
     defines: dict = field(default_factory=dict)
     parent: int | None = None
@@ -62,24 +74,9 @@ def medians(attempt: Attempt | None) -> dict[str, float]:
     return attempt.medians() if attempt else {}
 
 
-def bake(source: str, defines: dict) -> str:
-    """The source with its tunable values written in as #defines (what best.cu holds)."""
-    if not defines:
-        return source
-    lines = [f"#define {k} {v}" for k, v in sorted(defines.items())]
-    return "// tuned values, baked in by cudaopt\n" + "\n".join(lines) + "\n" + source
-
-
-def bake_launch(launch: dict, defines: dict) -> dict:
-    """Launch expressions with tunable names replaced by their values."""
-    def sub(value):
-        if not isinstance(value, str):
-            return value
-        for name, val in defines.items():
-            value = re.sub(rf"\b{re.escape(name)}\b", str(val), value)
-        return value
-
-    return {key: ([sub(v) for v in val] if isinstance(val, list) else sub(val)) for key, val in launch.items()}
+def _geomean_of(values: list[float | None]) -> float | None:
+    """The geometric mean when every value is there, else None."""
+    return geomean(values) if values and all(values) else None
 
 
 class Recorder:
@@ -140,8 +137,12 @@ class Recorder:
         return model is None or attempt.gpu is None or attempt.gpu.name == model
 
     def timeouts(self) -> Timeouts:
-        """Fixed phase limits until the baseline passed, then scaled from its measured phases."""
+        """Fixed phase limits until the baseline passed, then scaled from its measured phases. A
+        baseline without a kernel (the vendors alone) says nothing about how long a kernel of the
+        model's may take: then the first kernel that passed is the measure."""
         baseline = self.baseline
+        if baseline is not None and baseline.source_file is None:
+            baseline = next((a for a in self.attempts if a.source_file and a.status == "ok"), None)
         if baseline is None or baseline.status != "ok":
             return self.exp.timeouts.fixed()
         return self.exp.timeouts.scaled(baseline.cases)
@@ -172,14 +173,24 @@ class Recorder:
 
     def ensure_baseline(self) -> Attempt:
         """Attempt 0, the bar every candidate is measured against: the initial kernel, evaluated
-        once per run (a resumed run keeps its own), with the vendor timed beside it."""
+        once per run (a resumed run keeps its own), with the vendors timed beside it; without an
+        initial kernel, the vendors alone (speed-ups are then over the first vendor)."""
         if self.baseline is None:
-            self.evaluate("baseline", self.exp.initial_kernel_path.read_text(), None)
+            path = self.exp.initial_kernel_path
+            self.evaluate("baseline", path.read_text() if path else None, None)
         return self.baseline
 
-    def evaluate(self, kind: str, source: str, launch: LaunchSpec | None, *, defines: dict | None = None,
+    @property
+    def baseline_label(self) -> str:
+        """What the speed-ups are over: the initial kernel, or the first vendor."""
+        if self.exp.initial_kernel_path is None and self.exp.primary_vendor is not None:
+            return f"vendor: {self.exp.primary_vendor.label}"
+        return "initial kernel"
+
+    def evaluate(self, kind: str, source: str | None, launch: LaunchSpec | None, *, defines: dict | None = None,
                  parent: int | None = None, rationale: str = "", calls: list[int] | None = None) -> Attempt:
-        """Evaluate a candidate on the correctness and performance cases and record the attempt."""
+        """Evaluate a candidate on the correctness and performance cases and record the attempt
+        (``source`` None: the vendors alone, as the baseline of a run without an initial kernel)."""
         (attempt,) = self.evaluate_many([Candidate(kind, source, launch, dict(defines or {}), parent, rationale,
                                                    list(calls or []), what=kind if kind == "baseline" else "evaluating")])
         return attempt
@@ -242,13 +253,14 @@ class Recorder:
 
     def _record(self, candidate: Candidate, result: EvalResult, gpu: GpuRef, cached: bool, started: str) -> Attempt:
         attempt_id = len(self.attempts)
-        source_file = f"candidates/{attempt_id:03d}.cu"
-        self.run.write_text(source_file, candidate.source)
+        source_file = f"candidates/{attempt_id:03d}.cu" if candidate.source is not None else None
+        if source_file:
+            self.run.write_text(source_file, candidate.source)
         attempt = Attempt(
             id=attempt_id, parent=candidate.parent, kind=candidate.kind, status=result.status, reason=result.reason,
             source_file=source_file, launch=candidate.launch, defines=dict(candidate.defines),
             rationale=candidate.rationale, compile=result.compile, cases=result.cases,
-            score_us=score(result.cases) if result.ok else None, model_calls=list(candidate.calls),
+            score_us=score(result.cases) if result.ok and source_file else None, model_calls=list(candidate.calls),
             eval_seconds=0.0 if cached else result.wall_s, cached=cached, gpu=gpu, started_at=started,
             finished_at=now(),
         )
@@ -309,20 +321,22 @@ class Recorder:
     def summary(self) -> Summary:
         baseline, best = self.baseline, self.best
         base_m, best_m = medians(baseline), medians(best)
-        vendor = {c.name: c for c in (baseline.cases if baseline else []) if c.vendor}
+        timed = {c.name: c for c in (baseline.cases if baseline else []) if c.vendors}
         cases = []
         for case in self.cases:
             b, n = base_m.get(case.name), best_m.get(case.name)
-            timed = vendor.get(case.name)
-            v_us = timed.vendor_median_us if timed else None
             cases.append(CaseSummary(name=case.name, role=case.role, baseline_median_us=b, best_median_us=n,
-                                     speedup=(b / n) if b and n else None, vendor_median_us=v_us,
-                                     vendor_status=timed.vendor.status if timed else None,
-                                     speedup_vs_vendor=(v_us / n) if v_us and n else None))
-        base_score = baseline.score_us if baseline else None
+                                     speedup=(b / n) if b and n else None,
+                                     vendors=self._case_vendors(timed.get(case.name), n)))
+        perf = [c for c in cases if c.role == "performance"]
+        base_score = baseline.score_us if baseline and baseline.source_file else _geomean_of(
+            [c.baseline_median_us for c in perf])
         best_score = best.score_us if best else None
-        vendor_perf = [c.vendor_median_us for c in cases if c.role == "performance"]
-        vendor_score = geomean(vendor_perf) if vendor_perf and all(vendor_perf) else None
+        vendors = []
+        for i, spec in enumerate(self.exp.vendors):
+            v_score = _geomean_of([c.vendors[i].median_us if i < len(c.vendors) else None for c in perf])
+            vendors.append(VendorSummary(label=spec.label, pytorch=spec.pytorch, score_us=v_score,
+                                         speedup=(v_score / best_score) if v_score and best_score else None))
         usage: Counter = Counter()
         for c in self.calls:
             usage.update(c.usage.model_dump())
@@ -331,10 +345,9 @@ class Recorder:
             signature=self.exp.signature_text, model=self.model, baseline_attempt=0,
             best_attempt=best.id if best else None, best_source_file="best.cu" if best else None,
             best_defines=best.defines if best else {},
-            cases=cases, baseline_score_us=base_score, best_score_us=best_score,
+            cases=cases, baseline=self.baseline_label, baseline_score_us=base_score, best_score_us=best_score,
             speedup=(base_score / best_score) if base_score and best_score else None,
-            vendor=self.exp.vendor.label if self.exp.vendor else None, vendor_score_us=vendor_score,
-            speedup_vs_vendor=(vendor_score / best_score) if vendor_score and best_score else None,
+            vendors=vendors, kernelbench=KernelBenchMetrics.of(vendors, best is not None),
             stop_reason=self.stop_reason or "running",
             attempts=len(self.attempts), valid=sum(1 for a in self.attempts if a.status == "ok"),
             rejected_by_reason=dict(Counter(a.status for a in self.attempts if a.status != "ok")),
@@ -368,6 +381,16 @@ class Recorder:
             out.append(CaseBest(case=case.name, attempt=attempt.id, defines=attempt.defines, best_us=best_us,
                                 winner_us=mine, gain=(mine / best_us) if mine else None))
         return out if len(out) == sum(c.role == "performance" for c in self.cases) else []
+
+    def _case_vendors(self, timed: CaseResult | None, best_us: float | None) -> list[CaseVendor]:
+        """Each of the experiment's vendors on one case, from the baseline evaluation."""
+        out = []
+        for i, spec in enumerate(self.exp.vendors):
+            result = timed.vendors[i] if timed and i < len(timed.vendors) else None
+            median = timed.vendor_median_us(i) if timed else None
+            out.append(CaseVendor(label=spec.label, median_us=median, status=result.status if result else None,
+                                  speedup=(median / best_us) if median and best_us else None))
+        return out
 
     def write_summary(self) -> Summary:
         summary = self.summary()

@@ -7,9 +7,13 @@ reader refuses a version newer than it knows. ``docs/schemas/`` holds their JSON
 
 - ``history.json`` 2: a case's ``launch``, ``occupancy``, ``roofline`` and ``audit`` are
   ``null`` when absent (version 1 wrote ``{}``; it is still read). 3: each attempt's ``gpu``,
-  the GPU that measured it (``null`` in older files).
-- ``summary.json`` 2: ``per_case_best`` and ``dispatch_score_us``; ``finalists``, the best attempts
-  measured again on one GPU when several GPUs measured them (absent before; read as empty).
+  the GPU that measured it (``null`` in older files), and a case's ``vendors`` is a list (version
+  2 had one ``vendor`` or none; it is still read).
+- ``summary.json`` 2: ``vendors`` per run and per case (version 1 had the flat ``vendor``,
+  ``vendor_score_us``, ``speedup_vs_vendor`` and per case ``vendor_median_us``, ``vendor_status``,
+  ``speedup_vs_vendor``; still read), ``baseline`` (what the speed-ups are over), ``kernelbench``
+  (the metrics with PyTorch baselines), ``per_case_best`` and ``dispatch_score_us``, and
+  ``finalists``, the best attempts measured again on one GPU when several GPUs measured them.
 - ``env.json`` 2: ``pool``, every GPU the run could use, and ``backend``.
 - ``verify.json`` 2: ``timed`` (timed holdout cases and shape sweeps), ``regressions``, ``repeats``,
   ``shapes_file``, and each case's ``gpu`` (version 1 had none of them; it is still read).
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..evaluation.dispatch import GpuRef
 from ..harness.protocol import LaunchSpec, Model
@@ -63,7 +67,10 @@ class Attempt(Model):
         return value
 
     def medians(self) -> dict[str, float]:
-        """Case name → median µs, for every passing timed case."""
+        """Case name → median µs, for every passing timed case; for a baseline without a kernel
+        (the vendors alone), the first vendor's."""
+        if self.kind == "baseline" and self.source_file is None:
+            return {c.name: c.vendor_median_us(0) for c in self.cases if c.vendor_median_us(0) is not None}
         return {c.name: c.median_us for c in self.cases if c.median_us is not None}
 
 
@@ -114,15 +121,49 @@ class Roi(Model):
     fits_window: bool
 
 
+class CaseVendor(Model):
+    """One vendor on one case, timed in the baseline evaluation."""
+
+    label: str
+    median_us: float | None = None
+    status: str | None = None  # "ok", "mismatch" or "error"; None when it was not timed
+    speedup: float | None = None  # vendor median / best median
+
+
 class CaseSummary(Model):
     name: str
     role: str
     baseline_median_us: float | None
     best_median_us: float | None
-    speedup: float | None  # vs the baseline (the initial kernel)
-    vendor_median_us: float | None = None  # the vendor baseline, timed beside the initial kernel
-    vendor_status: str | None = None  # "ok", "mismatch" or "error"; None when no vendor was timed
-    speedup_vs_vendor: float | None = None  # vendor median / best median
+    speedup: float | None  # vs the baseline (the initial kernel, or the first vendor without one)
+    vendors: list[CaseVendor] = Field(default_factory=list)
+
+
+class VendorSummary(Model):
+    """One vendor over the run: the geometric mean of its medians and the best attempt's speed-up over it."""
+
+    label: str
+    pytorch: str | None = None  # "eager" or "compile": a PyTorch baseline
+    score_us: float | None = None  # over every performance case, when each was timed
+    speedup: float | None = None  # vendor score / best score
+
+
+class KernelBenchMetrics(Model):
+    """The run as KernelBench reports a problem: correct or not, and the speed-ups over PyTorch."""
+
+    correct: bool  # some attempt passed every correctness and performance case
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None  # None when torch.compile could not run here
+
+    @classmethod
+    def of(cls, vendors: list[VendorSummary], correct: bool) -> KernelBenchMetrics | None:
+        """KernelBench's view of a run, when a vendor is the PyTorch eager baseline."""
+        by_kind = {v.pytorch: v for v in vendors if v.pytorch}
+        if "eager" not in by_kind:
+            return None
+        compiled = by_kind.get("compile")
+        return cls(correct=correct, speedup_vs_eager=by_kind["eager"].speedup if correct else None,
+                   speedup_vs_compile=compiled.speedup if compiled and correct else None)
 
 
 class CaseBest(Model):
@@ -169,7 +210,8 @@ class Finalists(Model):
 
 
 class Summary(Model):
-    """summary.json (version 2 added ``per_case_best``, ``dispatch_score_us`` and ``finalists``)."""
+    """summary.json (version 2: vendors as a list, ``baseline``, ``kernelbench``, ``per_case_best``,
+    ``dispatch_score_us`` and ``finalists``)."""
 
     schema_version: int = version_field(2)
     run: str
@@ -182,12 +224,12 @@ class Summary(Model):
     best_source_file: str | None
     best_defines: dict[str, int | float | str] = Field(default_factory=dict)
     cases: list[CaseSummary]
+    baseline: str = "initial kernel"  # what attempt 0 and the speed-ups are over: or "vendor: LABEL"
     baseline_score_us: float | None
     best_score_us: float | None
     speedup: float | None
-    vendor: str | None = None  # the vendor baseline's label, when the experiment declares one
-    vendor_score_us: float | None = None  # geometric mean of the vendor's medians (every performance case)
-    speedup_vs_vendor: float | None = None  # vendor score / best score
+    vendors: list[VendorSummary] = Field(default_factory=list)  # the experiment's, in order
+    kernelbench: KernelBenchMetrics | None = None  # with a PyTorch eager vendor
     stop_reason: str
     attempts: int
     valid: int
@@ -199,6 +241,27 @@ class Summary(Model):
     per_case_best: list[CaseBest] = Field(default_factory=list)
     dispatch_score_us: float | None = None  # geomean of the per-case bests: a perfect per-shape dispatch
     finalists: Finalists | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_vendor(cls, data: Any) -> Any:
+        """summary.json 1 had one vendor, in flat fields: read as a list of one (or none)."""
+        if not isinstance(data, dict) or not {"vendor", "vendor_score_us", "speedup_vs_vendor"} & set(data):
+            return data
+        data = dict(data)
+        label = data.pop("vendor", None)
+        score, speedup = data.pop("vendor_score_us", None), data.pop("speedup_vs_vendor", None)
+        data["vendors"] = [{"label": label, "score_us": score, "speedup": speedup}] if label else []
+        cases = []
+        for case in data.get("cases", []):
+            case = dict(case)
+            median, status = case.pop("vendor_median_us", None), case.pop("vendor_status", None)
+            case_speedup = case.pop("speedup_vs_vendor", None)
+            case["vendors"] = [{"label": label, "median_us": median, "status": status,
+                                "speedup": case_speedup}] if label else []
+            cases.append(case)
+        data["cases"] = cases
+        return data
 
 
 class Environment(Model):

@@ -34,7 +34,7 @@ def estimate(result: EvalResult, inputs: RoiInputs, roof_target: float) -> Headr
     if case is None:
         return None
     kernel = case.median_us
-    vendor = case.vendor_median_us
+    vendor = case.vendor_median_us(0)  # the experiment's first vendor
     roof = case.roofline if case.roofline is not None and not case.roofline.error else None
     shares = [(pct, name) for pct, name in ((roof.compute_pct, "compute"), (roof.memory_pct, "memory"))
               if pct is not None] if roof else []
@@ -45,7 +45,7 @@ def estimate(result: EvalResult, inputs: RoiInputs, roof_target: float) -> Headr
         attainable, basis = kernel * pct / (100 * roof_target), "roofline"
     else:
         attainable, basis = kernel, "none"
-    return Headroom(case=case.name, kernel_us=kernel, vendor_label=case.vendor.label if case.vendor else None,
+    return Headroom(case=case.name, kernel_us=kernel, vendor_label=case.vendors[0].label if case.vendors else None,
                     vendor_us=vendor, vendor_speedup=kernel / vendor if vendor else None, roofline_pct=pct,
                     bound=bound, attainable_us=attainable, basis=basis, headroom=kernel / attainable)
 

@@ -6,16 +6,22 @@ from ..agent.graph import Optimizer
 from ..agent.instruments import Instruments
 from ..agent.model import ModelClient, make_chat_model
 from ..agent.research import search_cuda_docs
+from ..errors import ExperimentError
 from ..insight.locate import find_tool
 from .base import Context, register
 
 
 class _Agent:
     needs_model = True
+    needs_initial_kernel = False  # the model writes the first kernel from the description and the reference
     tune = False
 
     def check(self, experiment, origin: str) -> None:
-        """Every experiment with an initial kernel can be run by the agent."""
+        """Without an initial kernel the speed-ups are over the first vendor, so one is needed."""
+        if experiment.initial_kernel_path is None and not experiment.vendors:
+            raise ExperimentError(origin, "initial_kernel", "missing, and no vendor to measure the model's kernels "
+                                                            "against: give --initial-kernel, or a 'vendor' section "
+                                                            "(PyTorch eager, say)")
 
     def run(self, ctx: Context) -> str:
         rec = ctx.recorder

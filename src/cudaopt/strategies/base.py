@@ -28,6 +28,7 @@ class Context:
 
 class Strategy(Protocol):
     needs_model: bool  # the CLI checks credentials before any GPU work when True
+    needs_initial_kernel: bool  # False: it can write the first kernel itself (a model from the description)
 
     def check(self, experiment, origin: str) -> None:
         """Raise ExperimentError (bad input) when the experiment cannot be run this way."""

@@ -129,6 +129,7 @@ class TuneStrategy:
     """Search the experiment's tunable kernel (its ``tune`` section); no model."""
 
     needs_model = False
+    needs_initial_kernel = True  # the baseline every configuration is measured against
 
     def check(self, experiment, origin: str) -> None:
         need_tuning(experiment, origin)

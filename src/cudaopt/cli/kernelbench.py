@@ -1,0 +1,78 @@
+"""``cudaopt import kernelbench`` and ``cudaopt fast-p``: KernelBench problems in, KernelBench metrics out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import ExperimentError
+from .app import app, check_output_path, command, console, say
+
+imports = typer.Typer(help="Turn a problem written for another benchmark into a cudaopt experiment.",
+                      no_args_is_help=True)
+app.add_typer(imports, name="import")
+
+
+@imports.command("kernelbench")
+@command()
+def kernelbench(
+    problem: Annotated[Path, typer.Argument(help="A KernelBench problem file (Model, get_inputs, get_init_inputs).")],
+    out: Annotated[Path, typer.Option("--out", help="The experiment directory to write.")],
+    name: Annotated[str | None, typer.Option(help="The kernel's name (default: from the file name).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the Model's construction (KernelBench's: 42).")] = 42,
+    rtol: Annotated[float | None, typer.Option(min=0, help="Relative tolerance of every output (default: the "
+                                                           "problem's TASK_CONFIG, else KernelBench's 1e-2).")] = None,
+    atol: Annotated[float | None, typer.Option(min=0, help="Absolute tolerance of every output (default: the "
+                                                           "problem's TASK_CONFIG, else KernelBench's 1e-2).")] = None,
+    force: Annotated[bool, typer.Option(help="Replace the experiment files already in --out.")] = False,
+) -> None:
+    """Write a complete experiment for a KernelBench problem: the PyTorch reference, PyTorch eager and
+    torch.compile as vendors, the problem's sizes as the performance case, smaller odd correctness
+    cases and a holdout; no initial kernel (a model writes the first one)."""
+    from ..kernelbench.importer import import_problem
+
+    if name is not None and not name.isidentifier():
+        raise ExperimentError("--name", "", f"{name!r} is not a C identifier")
+    imported = import_problem(problem, out, name=name, seed=seed, rtol=rtol, atol=atol, force=force)
+    exp = imported.experiment
+    shown = console()
+    say(shown, f"imported {problem.name} into {out}: {exp.signature}")
+    for case in exp.case_specs:
+        say(shown, f"  {case.role:<11} {case.name}: {case.scalars}")
+    for note in imported.notes:
+        say(shown, f"note: {note}")
+    say(shown, f"next: cudaopt check --config {out / 'experiment.json'}; then cudaopt optimize --config "
+               f"{out / 'experiment.json'} --strategy agent")
+
+
+@app.command("fast-p")
+@command()
+def fast_p(
+    runs: Annotated[list[Path], typer.Argument(help="Run directories, or results folders holding run-NNN directories "
+                                                    "(one run per problem).")],
+    threshold: Annotated[list[float] | None, typer.Option("--p", help="Speed-up thresholds (repeatable; default "
+                                                                      "0, 1, 1.5, 2).")] = None,
+    baseline: Annotated[str, typer.Option(help="eager | compile: the PyTorch baseline of the speed-ups.")] = "eager",
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the metrics here (- for standard output).")] = None,
+) -> None:
+    """KernelBench's fast_p over a set of runs: the fraction correct and faster than PyTorch by more than p."""
+    from ..kernelbench.metrics import THRESHOLDS, report
+    from ..record.rundir import write_atomic
+    from ..render import fast_p_tables
+
+    if baseline not in ("eager", "compile"):
+        raise ExperimentError("--baseline", "", f"{baseline!r} is not eager or compile")
+    to_stdout = json_out is not None and str(json_out) == "-"
+    if json_out is not None and not to_stdout:
+        check_output_path(json_out, "--json")
+    result = report(runs, list(threshold or THRESHOLDS), baseline)  # type: ignore[arg-type]
+    shown = console(stderr=to_stdout)
+    for table in fast_p_tables(result):
+        shown.print(table)
+    if to_stdout:
+        typer.echo(result.to_json(indent=2))
+    elif json_out:
+        write_atomic(json_out, result.to_json(indent=2) + "\n")
+        say(shown, f"metrics written to {json_out}")

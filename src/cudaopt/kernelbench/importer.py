@@ -1,0 +1,108 @@
+"""``cudaopt import kernelbench PROBLEM.py --out DIR``: a KernelBench problem as a complete experiment.
+
+Writes ``experiment.json`` (description, signature, the PyTorch reference, no initial kernel:
+a model writes the first one; PyTorch eager and ``torch.compile`` as vendors), ``input_cases.json``,
+``reference.py`` and ``vendor.py`` (glue.py), then loads the result as any experiment is loaded,
+so what was written is known to be valid. translate.py says how a problem maps to an experiment.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import CasesFile, ExperimentConfig, VendorSection
+from ..errors import ExperimentError
+from ..experiment import Experiment, load_experiment
+from ..harness.protocol import Limits
+from .glue import reference_source, vendor_source
+from .problem import Problem
+from .translate import Translation, translate
+
+KERNELBENCH_TOLERANCE = 1e-2  # KernelBench's atol and rtol
+FILES = ("experiment.json", "input_cases.json", "reference.py", "vendor.py")
+
+
+@dataclass
+class Imported:
+    experiment: Experiment
+    folder: Path
+    notes: list[str]
+
+
+def import_problem(path: Path, out: Path, *, name: str | None = None, seed: int = 42, rtol: float | None = None,
+                   atol: float | None = None, force: bool = False) -> Imported:
+    """Translate the problem at ``path`` and write its experiment into ``out``. Tolerances not
+    given come from the problem's ``TASK_CONFIG`` (``atol``, ``rtol``) where it has one, else
+    KernelBench's 1e-2."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise ExperimentError(path, "", f"importing a KernelBench problem needs PyTorch ({exc}): pip install torch") \
+            from None
+    if not path.is_file():
+        raise ExperimentError(path, "", "not found")
+    if out.exists() and not out.is_dir():
+        raise ExperimentError("--out", "", f"{out}: exists and is not a folder")
+    present = [f for f in FILES if (out / f).exists()]
+    if present and not force:
+        raise ExperimentError("--out", "", f"{out} already holds {', '.join(present)} (--force replaces them)")
+    problem = Problem(path, torch)
+    declared = problem.namespace.get("TASK_CONFIG")
+    declared = declared if isinstance(declared, dict) else {}
+    rtol, atol = (given if given is not None else float(declared.get(key, KERNELBENCH_TOLERANCE))
+                  for given, key in ((rtol, "rtol"), (atol, "atol")))
+    t = translate(problem, name=name or path.stem, seed=seed, rtol=rtol, atol=atol)
+    out.mkdir(parents=True, exist_ok=True)
+    cases = CasesFile(launch=t.launch, cases=t.cases)
+    vendors = [VendorSection(file="vendor.py", function="pytorch_eager", label="PyTorch eager", arrays="torch",
+                             returns=True, pytorch="eager"),
+               VendorSection(file="vendor.py", function="pytorch_compile", label="torch.compile", arrays="torch",
+                             returns=True, pytorch="compile")]
+    config = ExperimentConfig(description=describe(problem, t), signature=str(t.signature), reference="reference.py",
+                              reference_kind="torch", input_cases="input_cases.json", vendor=vendors,
+                              limits=Limits(allow_tf32=False))
+    problem.apply(problem.defaults)
+    (out / "reference.py").write_text(reference_source(problem, t, seed))
+    (out / "vendor.py").write_text(vendor_source(problem, t, seed))
+    (out / "input_cases.json").write_text(json.dumps(_cases_json(cases), indent=2) + "\n")
+    data = config.model_dump(mode="json", exclude_defaults=True)
+    (out / "experiment.json").write_text(json.dumps(data, indent=2) + "\n")
+    return Imported(experiment=load_experiment(out / "experiment.json"), folder=out, notes=t.notes)
+
+
+def _cases_json(cases: CasesFile) -> dict:
+    """The cases as a user would write them: defaults left out, except each input's distribution
+    and its parameters, spelled out."""
+    data = cases.model_dump(mode="json", exclude_defaults=True)
+    for case, spec in zip(data["cases"], cases.cases, strict=True):
+        for name, item in case["inputs"].items():
+            init = spec.inputs[name].init
+            keys = ("mean", "std") if init.dist == "normal" else ("low", "high")
+            item["init"] = {"dist": init.dist, **{k: getattr(init, k) for k in keys}}
+    return data
+
+
+def describe(problem: Problem, t: Translation) -> str:
+    """What the model reads: the problem's docstrings, the contract, and the Model's code."""
+    model_doc, forward_doc = problem.docstrings()
+    sig = t.signature
+    lines = [f"KernelBench problem {problem.path.name}." + (f" {model_doc}" if model_doc else "")]
+    if forward_doc:
+        lines.append(f"forward: {forward_doc.split(chr(10) + chr(10))[0]}")
+    lines.append(f"Compute Model.forward of the module below for the inputs {', '.join(t.inputs)}; every tensor is "
+                 "contiguous and row-major with the shapes of the input cases, its dimensions given as the int "
+                 "scalars. The model runs in its default (training) mode, as KernelBench runs it.")
+    if t.state:
+        pairs = ", ".join(f"{arg} = Model.{path}" for arg, path in t.state.items())
+        lines.append(f"The model's parameters are inputs of the kernel (their values are drawn like the inputs): "
+                     f"{pairs}.")
+    if t.bools:
+        lines.append(f"{', '.join(t.bools)}: bool tensors, passed as one byte per element (0 or 1).")
+    lines.append(f"Outputs: {', '.join(a.name for a in sig.outputs)}.")
+    constants = [s.scalar for s in t.sizes]
+    if constants:
+        lines.append(f"Scalars named after the module's size constants: {', '.join(constants)}.")
+    lines.append("```python\n" + problem.forward_source() + "\n```")
+    return "\n".join(lines)

@@ -1,0 +1,25 @@
+"""A winner's tunable values written into its files (best.cu, best-launch.json)."""
+
+from __future__ import annotations
+
+import re
+
+
+def bake(source: str, defines: dict) -> str:
+    """The source with its tunable values written in as #defines (what best.cu holds)."""
+    if not defines:
+        return source
+    lines = [f"#define {k} {v}" for k, v in sorted(defines.items())]
+    return "// tuned values, baked in by cudaopt\n" + "\n".join(lines) + "\n" + source
+
+
+def bake_launch(launch: dict, defines: dict) -> dict:
+    """Launch expressions with tunable names replaced by their values."""
+    def sub(value):
+        if not isinstance(value, str):
+            return value
+        for name, val in defines.items():
+            value = re.sub(rf"\b{re.escape(name)}\b", str(val), value)
+        return value
+
+    return {key: ([sub(v) for v in val] if isinstance(val, list) else sub(val)) for key, val in launch.items()}

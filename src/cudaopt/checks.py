@@ -43,6 +43,20 @@ def read_json_file(path: Path, what: str) -> Any:
         raise ExperimentError(path, "", f"cannot be read: {exc}") from None
 
 
+def read_model_file(path: Path, model, what: str):
+    """A JSON file validated as ``model``; missing, unreadable, broken or invalid is bad input
+    naming the file and the field."""
+    from pydantic import ValidationError
+
+    from .errors import validation_message
+
+    data = read_json_file(path, what)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ExperimentError(path, *validation_message(exc)) from None
+
+
 def read_text_file(path: Path, field: str) -> str:
     """A source file's text; a binary or non-UTF-8 file is bad input naming the file."""
     try:

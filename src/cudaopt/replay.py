@@ -28,9 +28,7 @@ import statistics
 from collections.abc import Iterator
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from .errors import ExperimentError, validation_message
+from .checks import read_model_file
 from .harness.protocol import EvalRequest
 from .harness.results import DeviceInfo, EvalResult, TimingStats
 from .harness.stats import geomean
@@ -172,13 +170,7 @@ def _compare(name: str, status: str, recorded: TimingStats | None, winner_us: li
 
 
 def _replay_request(path: Path, evaluator: Evaluator) -> ReplayOutcome:
-    try:
-        request = EvalRequest.model_validate_json(path.read_text())
-    except ValidationError as exc:
-        field, message = validation_message(exc)
-        raise ExperimentError(path, field, f"not an evaluation request: {message}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ExperimentError(path, "", f"cannot be read: {exc}") from None
+    request = read_model_file(path, EvalRequest, "evaluation request")
     result = evaluator.evaluate(request)
     return ReplayOutcome(
         passed=result.ok,

@@ -13,10 +13,9 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from ..checks import read_json_file
-from ..errors import ExperimentError, validation_message
+from ..checks import read_model_file
 from ..experiment import ExperimentLock
 from ..harness.protocol import LaunchSpec, Model, Role, TimingProtocol
 from ..harness.results import DeviceInfo, TimingStats
@@ -63,11 +62,7 @@ class GuardBaseline(Model):
 
 def read_guard(path: Path) -> GuardBaseline:
     """A guard file, validated; anything wrong is bad input naming the file and the field."""
-    data = read_json_file(path, "guard file")
-    try:
-        return GuardBaseline.model_validate(data)
-    except ValidationError as exc:
-        raise ExperimentError(path, *validation_message(exc)) from None
+    return read_model_file(path, GuardBaseline, "guard file")
 
 
 def relative_args(args: ExperimentArgs, folder: Path) -> ExperimentArgs:

@@ -26,6 +26,7 @@ from .bake import bake, bake_launch
 from .cache import ResultCache
 from .events import AttemptFinished, AttemptStarted, OnProgress, PhaseProgress, UsageProgress, ignore
 from .rundir import RunDir
+from .runs import model_calls, read_run_json
 from .schema import (
     Attempt,
     CaseBest,
@@ -102,11 +103,8 @@ class Recorder:
 
     def load(self) -> None:
         """Continue a run: attempts from history.json, model usage from model-NNN.json."""
-        self.attempts = History.model_validate(self.run.read_json("history.json")).attempts
-        self.calls = sorted(
-            (ModelCall.model_validate_json(p.read_text()) for p in self.run.path.glob("model-*.json")),
-            key=lambda c: c.id,
-        )
+        self.attempts = read_run_json(self.run, "history.json", History).attempts
+        self.calls = model_calls(self.run)
         if self.run.file("summary.json").is_file():
             summary = Summary.model_validate(self.run.read_json("summary.json"))
             self.previous_wall = summary.totals.wall_seconds
@@ -369,11 +367,11 @@ class Recorder:
     def per_case_best(self) -> list[CaseBest]:
         """Per performance case, the fastest attempt that passed every case (what a dispatch that
         picks a configuration per shape could reach), beside the winner's time on that case."""
-        passed = [a for a in self.attempts if a.score_us is not None and self.comparable(a)]
+        passed = [(a, a.medians()) for a in self.attempts if a.score_us is not None and self.comparable(a)]
         winner = medians(self.best)
         out = []
         for case in (c for c in self.cases if c.role == "performance"):
-            timed = [(a.medians()[case.name], a) for a in passed if case.name in a.medians()]
+            timed = [(m[case.name], a) for a, m in passed if case.name in m]
             if not timed:
                 continue
             best_us, attempt = min(timed, key=lambda t: (t[0], t[1].id))

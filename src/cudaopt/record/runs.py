@@ -6,18 +6,18 @@ experiment changed is bad input with one line naming the file, wherever it is op
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from ..errors import ExperimentError, validation_message
+from ..checks import read_json_file, read_model_file
+from ..errors import ExperimentError
 from ..experiment import Experiment, ExperimentLock, load_experiment
 from ..harness.protocol import LaunchSpec, Model
 from .rundir import RunDir
-from .schema import Attempt, History, Summary, version_field
+from .schema import Attempt, History, ModelCall, Summary, version_field
 
 
 class Budget(Model):
@@ -65,18 +65,14 @@ class RunSettings(Model):
 def read_run_json(run: RunDir, name: str, model: type[Model] | None = None) -> Any:
     """One of a run's JSON files (validated as ``model`` when given); unreadable or broken is bad
     input naming the file and the field."""
-    try:
-        data = run.read_json(name)
-    except OSError as exc:
-        raise ExperimentError(run.file(name), "", f"cannot be read: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ExperimentError(run.file(name), f"line {exc.lineno}", f"not valid JSON: {exc.msg}") from None
-    if model is None:
-        return data
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise ExperimentError(run.file(name), *validation_message(exc)) from None
+    path = run.file(name)
+    return read_model_file(path, model, name) if model is not None else read_json_file(path, name)
+
+
+def model_calls(run: RunDir) -> list[ModelCall]:
+    """The run's model-NNN.json files, in call order."""
+    calls = [read_run_json(run, p.name, ModelCall) for p in run.path.glob("model-*.json")]
+    return sorted(calls, key=lambda c: c.id)
 
 
 def open_run(path: Path) -> RunDir:

@@ -17,8 +17,8 @@ from ..config import RoiInputs
 from ..errors import ExperimentError
 from ..insight.card import ProfileRecord
 from ..record.rundir import RunDir, write_atomic
-from ..record.runs import load_run_experiment, read_run_json
-from ..record.schema import Environment, History, ModelCall, ReplayOutcome, Roi, Summary, VerifyOutcome
+from ..record.runs import load_run_experiment, model_calls, read_run_json
+from ..record.schema import Environment, History, ReplayOutcome, Roi, Summary, VerifyOutcome
 from . import charts
 from .roi import compute
 
@@ -102,8 +102,7 @@ def build(path: Path, roi_inputs: RoiInputs | None = None) -> Path:
     by_id = {a.id: a for a in attempts}
     env = _optional(run, "env.json", Environment)
     lock = run.read_json("lock.json") if run.file("lock.json").is_file() else {}
-    calls = sorted((ModelCall.model_validate_json(p.read_text()) for p in run.path.glob("model-*.json")),
-                   key=lambda c: c.id)
+    calls = model_calls(run)
     roi_inputs = roi_inputs or run_roi(run)
     roi = None
     timed = [c for c in summary.cases if c.baseline_median_us and c.best_median_us]

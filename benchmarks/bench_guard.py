@@ -1,8 +1,9 @@
 """The guard's error rates and speed on the GPU, on the example's cases (GPU).
 
 Run on the GPU machine: ``python3 benchmarks/bench_guard.py --out DIR``. The guarded kernel is
-``examples/sgemm/tunable.cu`` with the tuner's winner on the H200 baked in (BM=128 BN=128 BK=16
-TM=8 TN=8 MINB=1 ST=16 SK=64) and the experiment's launch for it.
+``examples/sgemm/tunable.cu`` with one configuration of its space baked in (the tuner's winner on
+the H200 when this was written: BM=128 BN=256 BK=8 TM=8 TN=16 MINB=1 ST=16 SK=64) and the
+experiment's launch for it.
 
 1. ``cudaopt guard record`` of that kernel (a fresh process; its wall time);
 2. one ``cudaopt guard check --against`` a copy of itself, and one with ``--quick``, each in a
@@ -43,7 +44,7 @@ from cudaopt.guard.load import load_guard  # noqa: E402
 from cudaopt.record.bake import bake, bake_launch  # noqa: E402
 
 CONFIG = ROOT / "examples" / "sgemm" / "experiment.json"
-TUNED = {"BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 8, "MINB": 1, "ST": 16, "SK": 64}
+TUNED = {"BM": 128, "BN": 256, "BK": 8, "TM": 8, "TN": 16, "MINB": 1, "ST": 16, "SK": 64}
 SLICES = "const int slices = (k + TBK - 1) / TBK;"  # the k loop every tier runs
 BIG = "square-4096"
 KINDS = ("self", "slow5", "slow10", "recorded")

@@ -54,3 +54,34 @@ def test_harness_utilities_compile():
     source = resources.files("cudaopt.harness").joinpath("utilities.cu").read_text()
     info = compile_kernel(KernelSpec(source=source, entry="cudaopt_compare")).info
     assert info.ok and info.spill_stores == 0
+
+
+_ADD = 'extern "C" __global__ void add(float* x) { x[threadIdx.x] += 1.0f; }'
+
+
+def test_compile_cache_hands_out_a_fresh_module_per_hit_with_the_first_compile_report():
+    """A cached kernel is its kept cubin loaded afresh (no shared __device__ globals), marked cached."""
+    from cudaopt.harness.compiler import CompileCache
+
+    spec = KernelSpec(source=_ADD, entry="add", defines={"N": 4})
+    compiled = compile_kernel(spec)
+    cache = CompileCache()
+    assert cache.get("k") is None and "k" not in cache
+    cache.put("k", compiled)
+    first, second = cache.get("k"), cache.get("k")
+    assert "k" in cache
+    assert first.cubin is not second.cubin and first.cubin is not compiled.cubin
+    assert bytes(first.cubin.code) == bytes(compiled.cubin.code)
+    assert first.info.cached and second.info.cached and not compiled.info.cached
+    assert first.info.registers == compiled.info.registers
+
+
+def test_compile_cache_drops_the_oldest_beyond_its_byte_limit():
+    from cudaopt.harness.compiler import CompileCache
+
+    compiled = compile_kernel(KernelSpec(source=_ADD, entry="add"))
+    size = len(bytes(compiled.cubin.code))
+    cache = CompileCache(limit_bytes=2 * size)
+    for key in "abc":
+        cache.put(key, compiled)
+    assert "a" not in cache and cache.get("b") is not None and cache.get("c") is not None

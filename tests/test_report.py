@@ -250,14 +250,14 @@ def test_the_tune_report_shows_the_best_configuration_per_case(tmp_path):
     from tests.scripted import ScriptedEvaluator
 
     class PerShape(ScriptedEvaluator):
-        """BN=64 is best on square-256, BN=128 on the other cases: no one configuration wins everywhere."""
+        """BN=256 is best on square-256, BN=128 on the other cases: no one configuration wins everywhere."""
 
         def evaluate(self, request, on_event=None):
             result = super().evaluate(request, on_event)
             bn = request.kernel.defines.get("BN")
             for case in result.cases:
                 if case.timing and bn:
-                    better = (bn == 64) == (case.name == "square-256")
+                    better = (bn == 256) == (case.name == "square-256")
                     case.timing.median_us *= 0.5 if better else 1.0
             return result
 

@@ -71,9 +71,12 @@ def test_the_example_space():
 
 
 @pytest.mark.parametrize("m, n, k, sms, tier", [
-    (4096, 4096, 4096, 132, "large"),  # 1024 tiles of 128 x 128: every SM busy
-    (1024, 1024, 1024, 132, "medium"),  # 64 large tiles would leave half the SMs idle; 256 of 64 x 64 do not
-    (384, 256, 320, 132, "small"),
+    (4096, 4096, 4096, 132, "large"),  # 512 tiles of 128 x 256: every SM busy
+    (1024, 1024, 1024, 132, "medium"),  # 32 large tiles would leave most SMs idle; 256 of 64 x 64 do not
+    (1536, 1536, 512, 132, "medium"),  # 72 large tiles: too few
+    (2048, 2048, 64, 132, "large"),  # 128 tiles of 128 x 256: at least 7/8 of the SMs busy
+    (515, 261, 1031, 132, "small"),  # 45 tiles of 64 x 64, 153 of 32 x 32
+    (384, 256, 320, 132, "tiny"),  # 96 tiles of 32 x 32: too few
     (1024, 1024, 1024, 16, "large"),  # a GPU with 16 SMs: the large tiles already fill it
 ])
 def test_the_example_dispatches_by_waves_of_the_gpus_sms(m, n, k, sms, tier):
@@ -82,10 +85,11 @@ def test_the_example_dispatches_by_waves_of_the_gpus_sms(m, n, k, sms, tier):
     from cudaopt.harness.launch import candidate_names, resolve_launch
 
     tuning = load_experiment(SGEMM / "experiment.json").tuning
-    config = {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "MINB": 2, "ST": 32, "SK": 32}
+    config = {"BM": 128, "BN": 256, "BK": 8, "TM": 8, "TN": 16, "MINB": 1, "ST": 16, "SK": 32}
     launch = resolve_launch(tuning.launch, candidate_names({"m": m, "n": n, "k": k}, config, {"num_sms": sms}))
-    tiles = {"large": (128, 256), "medium": (64, 256), "small": (32, 64)}[tier]
-    assert launch.grid == (-(-n // tiles[0]), -(-m // tiles[0]), 1) and launch.block == (tiles[1], 1, 1)
+    rows, cols, threads = {"large": (128, 256, 256), "medium": (64, 64, 256), "small": (32, 32, 64),
+                           "tiny": (16, 16, 64)}[tier]
+    assert launch.grid == (-(-n // cols), -(-m // rows), 1) and launch.block == (threads, 1, 1)
 
 
 def test_space_from_a_kernel_comment_block():

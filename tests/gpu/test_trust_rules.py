@@ -226,3 +226,13 @@ def test_launches_and_kernels_see_the_gpus_sm_count(supervisor):
     result = supervisor.evaluate(request)
     assert result.status == "ok", result.reason
     assert result.cases[0].launch.grid == (sms, 1, 1)
+
+
+def test_a_cached_compilation_is_a_fresh_module_so_no_state_survives_a_request(supervisor, small_request):
+    """The worker compiles a kernel once, but each request loads its own module: a kernel that
+    counts its launches in a __device__ global starts from zero every time."""
+    build = lambda: small_request(kernel_source("counts_launches.cu"), cases={"odd-31x37x29"})
+    assert build().protocol.input_sets == 3  # 3 launches per request; the kernel cheats from the 5th
+    results = [supervisor.evaluate(build()) for _ in range(3)]
+    assert [r.status for r in results] == ["ok", "ok", "ok"]
+    assert [r.compile.cached for r in results] == [False, True, True]

@@ -9,6 +9,7 @@ import functools
 import io
 import re
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from .cubin import inspect_cubin
@@ -29,6 +30,40 @@ class CompileError(Exception):
 class Compiled:
     cubin: object  # cuda.core ObjectCode
     info: CompileInfo
+
+
+class CompileCache:
+    """Compilations a worker has made, by source, defines and architecture, for requests that name
+    the same kernel again (a guard's or a replay's interleaved pairs, a resumed run).
+
+    What is kept is the cubin's bytes, never a loaded module: each hit loads a fresh one, so no
+    request sees the __device__ globals an earlier request's launches left behind.
+    """
+
+    def __init__(self, limit_bytes: int = 64 << 20):
+        self.limit, self.used, self.items = limit_bytes, 0, OrderedDict()
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.items
+
+    def get(self, key: str) -> Compiled | None:
+        if key not in self.items:
+            return None
+        self.items.move_to_end(key)
+        code, info = self.items[key]
+        from cuda.core import ObjectCode
+
+        return Compiled(cubin=ObjectCode.from_cubin(code), info=info.model_copy(update={"cached": True}))
+
+    def put(self, key: str, compiled: Compiled) -> None:
+        if key in self.items:
+            return
+        code = bytes(compiled.cubin.code)
+        self.items[key] = (code, compiled.info.model_copy())
+        self.used += len(code)
+        while self.used > self.limit and len(self.items) > 1:
+            _, (old, _) = self.items.popitem(last=False)
+            self.used -= len(old)
 
 
 @functools.lru_cache(maxsize=1)

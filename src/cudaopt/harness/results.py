@@ -71,6 +71,7 @@ class CompileInfo(Model):
     max_threads_per_block: int | None = None
     global_bytes: int | None = None  # mutable device-global memory in the cubin
     device_malloc: bool = False
+    cached: bool = False  # this worker compiled the same kernel before: its cubin, loaded afresh
 
 
 class CheckInfo(Model):

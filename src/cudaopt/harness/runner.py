@@ -20,7 +20,7 @@ from .answers import DeviceAnswer, LockedAnswer, check_output
 from .buffers import CaseBuffers
 from .case_data import DeviceCases, HostSets, Lru, cache_key
 from .check import describe
-from .compiler import CompileError, compile_kernel
+from .compiler import CompileCache, CompileError, compile_kernel
 from .gpu import Gpu
 from .inputs import InputError
 from .launch import candidate_names, device_defines, resolve_launch, tunable_clashes
@@ -65,6 +65,7 @@ class Runner:
         self._answers = Lru(on_evict=_close_answers)  # of the host input sets: locked on the device
         self._devices = DeviceCases(gpu)
         self._prefetched: dict[str, Future] = {}
+        self._compiled = CompileCache()
         self._compilers: ThreadPoolExecutor | None = None
         self._vendors: dict[str, Vendor] = {}
         self.facts = gpu.facts()  # what launch expressions and kernels may know of this GPU
@@ -85,7 +86,7 @@ class Runner:
             self._compilers = ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 2))
         for spec in (device_defines(s, self.facts) for s in specs):
             key = _compile_key(spec, self.gpu.arch)
-            if key not in self._prefetched:
+            if key not in self._prefetched and key not in self._compiled:
                 self._prefetched[key] = self._compilers.submit(compile_kernel, spec, self.gpu.arch)
 
     def evaluate(self, req: EvalRequest) -> EvalResult:
@@ -144,11 +145,15 @@ class Runner:
             raise CaseFailure(
                 "bad_signature", f"{spec.entry} is declared as '{declared}', the experiment needs '{signature}'"
             )
-        try:
-            pending = self._prefetched.pop(_compile_key(spec, self.gpu.arch), None)
-            compiled = pending.result() if pending else compile_kernel(spec, self.gpu.arch)
-        except CompileError as exc:
-            raise CaseFailure("compile_error", exc.log) from None
+        key = _compile_key(spec, self.gpu.arch)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            try:
+                pending = self._prefetched.pop(key, None)
+                compiled = pending.result() if pending else compile_kernel(spec, self.gpu.arch)
+            except CompileError as exc:
+                raise CaseFailure("compile_error", exc.log) from None
+            self._compiled.put(key, compiled)
         try:
             kernel = compiled.cubin.get_kernel(spec.entry)
         except Exception:

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from cli_run import cudaopt
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -57,18 +57,6 @@ def slowed(source: str, percent: int) -> str:
     extra = (f"const int slices = (k + TBK - 1) / TBK + ({large} ? ((k + TBK - 1) / TBK * {percent} + 99) / 100 "
              ": 0);")
     return f"// {percent}% more k-slices in the large tier, of zeros\n" + source.replace(SLICES, extra)
-
-
-def cudaopt(*args: str, log: Path) -> tuple[int, float]:
-    env = dict(os.environ, COLUMNS="160", PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"),
-                                                                                   os.environ.get("PYTHONPATH")])))
-    env.pop("OPENAI_API_KEY", None)
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "cudaopt", *args], capture_output=True, text=True, env=env)
-    wall = round(time.perf_counter() - start, 2)
-    log.write_text(proc.stdout + proc.stderr)
-    print(f"$ cudaopt {' '.join(args)}  -> exit {proc.returncode} in {wall:.1f} s (log {log.name})", flush=True)
-    return proc.returncode, wall
 
 
 def setup(work: Path) -> dict[str, Path]:

@@ -17,27 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
+
+from cli_run import cudaopt
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "sgemm" / "experiment.json"
-
-
-def cudaopt(*args: str, log: Path) -> tuple[int, float]:
-    env = dict(os.environ, COLUMNS="120")
-    env.pop("OPENAI_API_KEY", None)
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "cudaopt", *args], capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - start
-    log.write_text(proc.stdout + proc.stderr)
-    print(f"$ cudaopt {' '.join(args)}  -> exit {proc.returncode} in {wall:.1f} s (log {log.name})")
-    return proc.returncode, wall
 
 
 def main() -> None:

@@ -10,35 +10,13 @@ from collections import OrderedDict
 from .buffers import CaseBuffers
 from .gpu import Gpu, call
 from .inputs import InputError, generate, shape_of
+from .lru import Lru
 from .protocol import CaseSpec
 from .signature import Signature
-
-CACHE_BYTES = 4 << 30
 
 
 def cache_key(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
-
-
-class Lru:
-    """A byte-bounded LRU cache; ``on_evict`` releases what an entry holds."""
-
-    def __init__(self, limit: int = CACHE_BYTES, on_evict=lambda value: None):
-        self.limit, self.used, self.items, self.on_evict = limit, 0, OrderedDict(), on_evict
-
-    def get(self, key):
-        if key in self.items:
-            self.items.move_to_end(key)
-            return self.items[key][0]
-        return None
-
-    def put(self, key, value, nbytes: int) -> None:
-        self.items[key] = (value, nbytes)
-        self.used += nbytes
-        while self.used > self.limit and len(self.items) > 1:
-            _, (old, size) = self.items.popitem(last=False)
-            self.used -= size
-            self.on_evict(old)
 
 
 def output_shapes(case: CaseSpec, signature: Signature) -> dict[str, tuple[int, ...]]:

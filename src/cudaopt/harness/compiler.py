@@ -9,10 +9,10 @@ import functools
 import io
 import re
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from .cubin import inspect_cubin
+from .lru import Lru
 from .protocol import KernelSpec
 from .results import CompileInfo
 from .sandbox import PROGRAM_NAME, IncludeError, check_includes, filter_log
@@ -41,29 +41,24 @@ class CompileCache:
     """
 
     def __init__(self, limit_bytes: int = 64 << 20):
-        self.limit, self.used, self.items = limit_bytes, 0, OrderedDict()
+        self._kept = Lru(limit_bytes)  # key -> (cubin bytes, the first compile's report)
 
     def __contains__(self, key: str) -> bool:
-        return key in self.items
+        return key in self._kept.items
 
     def get(self, key: str) -> Compiled | None:
-        if key not in self.items:
+        kept = self._kept.get(key)
+        if kept is None:
             return None
-        self.items.move_to_end(key)
-        code, info = self.items[key]
+        code, info = kept
         from cuda.core import ObjectCode
 
         return Compiled(cubin=ObjectCode.from_cubin(code), info=info.model_copy(update={"cached": True}))
 
     def put(self, key: str, compiled: Compiled) -> None:
-        if key in self.items:
-            return
-        code = bytes(compiled.cubin.code)
-        self.items[key] = (code, compiled.info.model_copy())
-        self.used += len(code)
-        while self.used > self.limit and len(self.items) > 1:
-            _, (old, _) = self.items.popitem(last=False)
-            self.used -= len(old)
+        if key not in self:
+            code = bytes(compiled.cubin.code)
+            self._kept.put(key, (code, compiled.info.model_copy()), len(code))
 
 
 @functools.lru_cache(maxsize=1)

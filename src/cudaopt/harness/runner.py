@@ -18,13 +18,14 @@ import numpy as np
 
 from .answers import DeviceAnswer, LockedAnswer, check_output
 from .buffers import CaseBuffers
-from .case_data import DeviceCases, HostSets, Lru, cache_key
+from .case_data import DeviceCases, HostSets, cache_key
 from .check import describe
 from .compiler import CompileCache, CompileError, compile_kernel
 from .gpu import Gpu
 from .inputs import InputError
 from .launch import candidate_names, device_defines, resolve_launch, tunable_clashes
 from .launcher import CaseFailure, Launcher, is_cuda_error, occupancy
+from .lru import Lru
 from .messages import CaseDone, Compiled, PhaseStarted
 from .peaks import judge_plausibility
 from .protocol import CaseSpec, EvalRequest, KernelSpec, VendorSpec

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import shutil
@@ -78,18 +79,59 @@ def test_the_example_space():
     (515, 261, 1031, 132, "small"),  # 45 tiles of 64 x 64, 153 of 32 x 32
     (384, 256, 320, 132, "tiny"),  # 96 tiles of 32 x 32: too few
     (1024, 1024, 1024, 16, "large"),  # a GPU with 16 SMs: the large tiles already fill it
+    (32768, 8, 4096, 132, "tiny"),  # enough tiles of every size, but 8 columns fill no half of one
+    (16384, 64, 1024, 132, "medium"),  # a 256-column tile would be 75% padding; 64 x 64 fits
+    (8, 32768, 4096, 132, "tiny"),
 ])
 def test_the_example_dispatches_by_waves_of_the_gpus_sms(m, n, k, sms, tier):
     """The tunable kernel's launch picks its tier from num_sms, as the kernel does from CUDAOPT_NUM_SMS."""
-    from cudaopt.experiment import load_experiment
-    from cudaopt.harness.launch import candidate_names, resolve_launch
-
-    tuning = load_experiment(SGEMM / "experiment.json").tuning
-    config = {"BM": 128, "BN": 256, "BK": 8, "TM": 8, "TN": 16, "MINB": 1, "ST": 16, "SK": 32}
-    launch = resolve_launch(tuning.launch, candidate_names({"m": m, "n": n, "k": k}, config, {"num_sms": sms}))
+    launch = _example_launch(m, n, k, sms, {"BM": 128, "BN": 256, "TM": 8, "TN": 16, "ST": 16})
     rows, cols, threads = {"large": (128, 256, 256), "medium": (64, 64, 256), "small": (32, 32, 64),
                            "tiny": (16, 16, 64)}[tier]
     assert launch.grid == (-(-n // cols), -(-m // rows), 1) and launch.block == (threads, 1, 1)
+
+
+@functools.cache
+def _example_tuning():
+    from cudaopt.experiment import load_experiment
+
+    return load_experiment(SGEMM / "experiment.json").tuning
+
+
+def _example_launch(m, n, k, sms, config):
+    from cudaopt.harness.launch import candidate_names, resolve_launch
+
+    config = {"BK": 8, "MINB": 1, "SK": 32, **config}
+    return resolve_launch(_example_tuning().launch, candidate_names({"m": m, "n": n, "k": k}, config,
+                                                                    {"num_sms": sms}))
+
+
+def test_the_example_kernel_and_its_launch_take_the_same_decision():
+    """tunable.cu picks its tier on the GPU and experiment.json sizes the grid for it: the two must
+    agree on every shape, or the grid would not cover C. The kernel's own rule is read from its
+    source and evaluated here beside the launch expressions."""
+    import random
+    import re
+
+    from cudaopt.harness.expr import evaluate
+
+    source = (SGEMM / "tunable.cu").read_text()
+    rule = re.search(r"bool fills\(int m, int n, int rows, int cols\)\s*\{\s*return (.*?);", source).group(1)
+    rule = rule.replace("2LL", "2").replace("/", "//").replace("CUDAOPT_NUM_SMS", "sms")
+    body = source[source.index("matmul_f32(const float* a"):]
+    order = re.findall(r"fills\(m, n, (\w+), (\w+)\)", body)
+    assert len(order) == 3 and order[0] == ("BM", "BN")
+    rng = random.Random(7)
+    shapes = [(rng.choice([1, 8, 31, 64, 100, 512, 777, 2048, 5000, 32768]), rng.randint(1, 9000)) for _ in range(300)]
+    for config in ({"BM": 128, "BN": 256, "TM": 8, "TN": 16, "ST": 16}, {"BM": 128, "BN": 128, "TM": 8, "TN": 8, "ST": 32}):
+        for sms in (16, 108, 132):
+            for m, n in shapes + [(n, m) for m, n in shapes]:
+                names = {**config, "m": m, "n": n, "sms": sms}
+                tiles = [(names.get(r, 0) or int(r), names.get(c, 0) or int(c)) for r, c in order]
+                tier = next((t for t in tiles if evaluate(rule, {**names, "rows": t[0], "cols": t[1]})),
+                            (config["ST"], config["ST"]))
+                launch = _example_launch(m, n, 64, sms, config)
+                assert launch.grid[:2] == (-(-n // tier[1]), -(-m // tier[0])), (m, n, sms, config)
 
 
 def test_space_from_a_kernel_comment_block():

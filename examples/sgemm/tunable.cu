@@ -1,14 +1,16 @@
 // SGEMM in four tiers of one register-tiled algorithm, chosen by waves: each tier is the largest
 // tile whose tiles still give at least 7/8 of the SMs a block (CUDAOPT_NUM_SMS, set by cudaopt for
-// the GPU at hand):
+// the GPU at hand), counting only what is at least half a tile along each dimension (fills()):
 //
 // - L: BM x BN tiles, TM x TN outputs per thread, BK-deep slices (all tunable; 128 x 256 with 8 x 16
 //   per thread is 256 threads, one block per SM), for problems with enough L tiles;
 // - M: 64 x 64 tiles, 4 x 4 per thread, 256 threads, 32-deep slices, when L tiles would leave SMs
 //   idle;
-// - S: 32 x 32 tiles, 4 x 4 per thread, 64 threads, SK-deep slices, for mid-sized and skinny
+// - S: 32 x 32 tiles, 4 x 4 per thread, 64 threads, 32-deep slices, for mid-sized and skinny
 //   problems: more work per warp than XS where there are enough tiles, which matters because the
-//   large tier's registers leave room for few warps per SM;
+//   large tier's registers leave room for few warps per SM. None of the example's performance
+//   cases takes this tier, so its depth is not tuned: 32 was the fastest on the H200 (64 was
+//   11-25% slower on every S shape measured, and its registers slowed the large tier by 2%);
 // - XS: ST x ST tiles, (ST/8) x (ST/8) per thread, 64 threads, SK-deep slices (ST and SK tunable),
 //   for the rest: small problems, where parallelism matters more than reuse and deep slices keep
 //   more global loads in flight per synchronisation.
@@ -203,7 +205,7 @@ __device__ __forceinline__ void gemm(const float* __restrict__ a, const float* _
 
 using Large = Tier<BM, BN, BK, TM, TN>;
 using Medium = Tier<64, 64, 32, 4, 4>;
-using Small = Tier<32, 32, SK, 4, 4>;
+using Small = Tier<32, 32, 32, 4, 4>;
 using Tiny = Tier<ST, ST, SK, ST / 8, ST / 8>;
 static_assert(Large::threads <= 256 && Medium::threads == 256 && Small::threads == 64 && Tiny::threads == 64,
               "at most 256 threads");
@@ -212,20 +214,25 @@ __host__ __device__ constexpr int max2(int x, int y) { return x > y ? x : y; }
 constexpr int SMEM_FLOATS = max2(max2(Large::smem_floats, Medium::smem_floats), max2(Small::smem_floats, Tiny::smem_floats));
 static_assert(SMEM_FLOATS * 4 <= 48 * 1024, "static shared memory is at most 48 KiB: fewer or shallower slices");
 
+// Whether rows x cols tiles give at least 7/8 of the SMs a block. Tiles are counted in quarters
+// (half a tile along each dimension, rounded down), so a dimension under half a tile counts for
+// nothing: 128-row tiles for an 8-row problem would be 94% padding, work the smaller tiers skip.
+__device__ __forceinline__ bool fills(int m, int n, int rows, int cols)
+{
+    return (2LL * m / rows) * (2LL * n / cols) * 2 >= CUDAOPT_NUM_SMS * 7;
+}
+
 extern "C" __global__ void __launch_bounds__(256, MINB)
 matmul_f32(const float* a, const float* b, float* c, int m, int n, int k)
 {
     // One shared buffer, carved by the tier that runs.
     __shared__ __align__(16) float smem[SMEM_FLOATS];
-    const long long large = (long long)((m + BM - 1) / BM) * ((n + BN - 1) / BN);
-    const long long medium = (long long)((m + 63) / 64) * ((n + 63) / 64);
-    const long long small = (long long)((m + 31) / 32) * ((n + 31) / 32);
-    if (large * 8 >= CUDAOPT_NUM_SMS * 7) {
+    if (fills(m, n, BM, BN)) {
         gemm<BM, BN, BK, TM, TN>(a, b, c, m, n, k, smem);
-    } else if (medium * 8 >= CUDAOPT_NUM_SMS * 7) {
+    } else if (fills(m, n, 64, 64)) {
         gemm<64, 64, 32, 4, 4>(a, b, c, m, n, k, smem);
-    } else if (small * 8 >= CUDAOPT_NUM_SMS * 7) {
-        gemm<32, 32, SK, 4, 4>(a, b, c, m, n, k, smem);
+    } else if (fills(m, n, 32, 32)) {
+        gemm<32, 32, 32, 4, 4>(a, b, c, m, n, k, smem);
     } else {
         gemm<ST, ST, SK, ST / 8, ST / 8>(a, b, c, m, n, k, smem);
     }

@@ -85,3 +85,18 @@ def test_compile_cache_drops_the_oldest_beyond_its_byte_limit():
     for key in "abc":
         cache.put(key, compiled)
     assert "a" not in cache and cache.get("b") is not None and cache.get("c") is not None
+
+
+def test_every_configuration_of_the_example_space_compiles_without_spills():
+    """The tuner spends a GPU evaluation on each configuration: none may fail to compile, spill (the
+    large tier's 8 x 16 thread tile sits near the 255-register limit) or outgrow static shared
+    memory (the ST x ST tier drops to 2 stages where 3 would not fit)."""
+    from cudaopt.experiment import load_experiment
+
+    space = load_experiment(SGEMM / "experiment.json").tuning.space
+    source = (SGEMM / "tunable.cu").read_text()
+    for config in space.configurations():
+        spec = KernelSpec(source=source, entry="matmul_f32", defines={**config, "CUDAOPT_NUM_SMS": 132})
+        info = compile_kernel(spec).info
+        assert info.ok and info.spill_stores == 0 and info.spill_loads == 0, config
+        assert info.static_shared_bytes <= 48 * 1024, config

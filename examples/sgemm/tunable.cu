@@ -9,23 +9,29 @@
 // - S: 32 x 32 tiles, 4 x 4 per thread, 64 threads, 32-deep slices, for mid-sized and skinny
 //   problems: more work per warp than XS where there are enough tiles, which matters because the
 //   large tier's registers leave room for few warps per SM. None of the example's performance
-//   cases takes this tier, so its depth is not tuned: 32 was the fastest on the H200 (64 was
-//   11-25% slower on every S shape measured, and its registers slowed the large tier by 2%);
+//   cases takes this tier, so its depth is not tuned: 32 was the fastest on the H200;
 // - XS: ST x ST tiles, (ST/8) x (ST/8) per thread, 64 threads, SK-deep slices (ST and SK tunable),
-//   for the rest: small problems, where parallelism matters more than reuse and deep slices keep
-//   more global loads in flight per synchronisation.
+//   for the rest: small problems, where parallelism matters more than reuse.
 //
 // MINB blocks of 256 threads must fit on an SM (__launch_bounds__): 2 caps registers at 128 per
 // thread, 1 lets the large tier keep bigger thread tiles and deeper slices in registers.
 //
 // The launch expressions in experiment.json take the same decision with num_sms, so grid and
-// block always match the tier. In every tier, BK-deep slices of A (stored transposed) and B go
-// through double-buffered shared memory; the next slice's global loads are in flight while the
-// current one is multiplied; each thread reads its operands from shared memory as float4 (float2
-// for 2-wide fragments) in groups spread across the tile, and accumulates in registers.
+// block always match the tier. Each thread accumulates its outputs in registers from operands it
+// reads from shared memory as float4 (float2 for 2-wide fragments). Slices reach shared memory in
+// one of two ways, each where it measured faster on the H200:
+//
+// - L (staged_gemm): the next slice's global loads go to registers while the current slice is
+//   multiplied, then to the other of two shared buffers, A transposed. Asynchronous copies into
+//   2-4 stages, with A row-major or transposed, were 5-16% slower at 4096^3.
+// - M, S, XS (async_gemm): cp.async copies global memory straight into a ring of shared buffers
+//   (2 stages for M, 3 for S and XS; 2 for XS when 3 would not fit), several slices in flight:
+//   up to 30% faster than staging on small, skinny and deep-k shapes, whose few warps per SM
+//   cannot hide global latency alone (256^3 11.4 -> 9.2 us, 512x512x16384 463 -> 327 us).
 //
 // Global loads and stores are vectorised when k and n are multiples of 4 and the pointers are
-// 16-byte aligned; otherwise element-wise, with every access guarded.
+// 16-byte aligned; otherwise element-wise, with every access guarded (out-of-range elements are
+// zero-filled).
 #ifndef BM
 #define BM 128
 #endif
@@ -71,8 +77,9 @@ __device__ __forceinline__ void fragment(float* out, const float* p)
     }
 }
 
+// Two shared buffers of one BK-deep slice each (A transposed), filled through registers.
 template <int TBM, int TBN, int TBK, int TTM, int TTN>
-struct Tier {
+struct StagedTier {
     static constexpr int threads = (TBM / TTM) * (TBN / TTN);
     static constexpr int vm = TTM < 4 ? TTM : 4;  // fragment width along m
     static constexpr int vn = TTN < 4 ? TTN : 4;
@@ -87,10 +94,10 @@ struct Tier {
 };
 
 template <int TBM, int TBN, int TBK, int TTM, int TTN>
-__device__ __forceinline__ void gemm(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
+__device__ __forceinline__ void staged_gemm(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
                                      int m, int n, int k, float* smem)
 {
-    using T = Tier<TBM, TBN, TBK, TTM, TTN>;
+    using T = StagedTier<TBM, TBN, TBK, TTM, TTN>;
     constexpr int THREADS = T::threads, VM = T::vm, VN = T::vn;
     constexpr int ROW_STRIDE = VM * TBM / TTM;  // distance between a thread's groups of VM rows
     constexpr int COL_STRIDE = VN * TBN / TTN;
@@ -203,10 +210,167 @@ __device__ __forceinline__ void gemm(const float* __restrict__ a, const float* _
     }
 }
 
-using Large = Tier<BM, BN, BK, TM, TN>;
-using Medium = Tier<64, 64, 32, 4, 4>;
-using Small = Tier<32, 32, 32, 4, 4>;
-using Tiny = Tier<ST, ST, SK, ST / 8, ST / 8>;
+// Copies 16 (or 4) bytes from global to shared memory without passing through registers; when
+// !ok nothing is read (src may be any valid address) and the destination is zero-filled.
+__device__ __forceinline__ void copy16(float* dst, const float* src, bool ok)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(ok ? 16 : 0));
+}
+__device__ __forceinline__ void copy4(float* dst, const float* src, bool ok)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(ok ? 4 : 0));
+}
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void wait_copies() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// A ring of STAGES shared buffers, each a BK-deep slice of A (row-major: cp.async cannot
+// transpose) and of B; each thread owns rows ty + i * (TBM / TTM) of the tile.
+template <int TBM, int TBN, int TBK, int TTM, int TTN, int STAGES>
+struct AsyncTier {
+    static constexpr int threads = (TBM / TTM) * (TBN / TTN);
+    static constexpr int vn = TTN < 4 ? TTN : 4;
+    // The 2-4 rows a warp reads at once fall in different banks: pad rows of 16 or more floats.
+    static constexpr int a_row = TBK + (TBK % 16 == 0 ? 4 : 0);
+    static constexpr int a_floats = TBM * a_row;
+    static constexpr int stage_floats = a_floats + TBK * TBN;
+    static constexpr int smem_floats = STAGES * stage_floats;
+    static constexpr int a_loads = TBM * TBK / 4 / threads;
+    static constexpr int b_loads = TBK * TBN / 4 / threads;
+    static_assert(STAGES >= 2 && TBK % 4 == 0 && a_loads * threads * 4 == TBM * TBK && b_loads * threads * 4 == TBK * TBN,
+                  "each thread copies whole float4s of both tiles");
+};
+
+template <int TBM, int TBN, int TBK, int TTM, int TTN, int STAGES, bool VEC>
+__device__ __forceinline__ void async_gemm_v(const float* __restrict__ a, const float* __restrict__ b,
+                                             float* __restrict__ c, int m, int n, int k, float* smem)
+{
+    using T = AsyncTier<TBM, TBN, TBK, TTM, TTN, STAGES>;
+    constexpr int THREADS = T::threads, VN = T::vn, ROWS = TBM / TTM, COL_STRIDE = VN * TBN / TTN;
+    const int tid = threadIdx.x;
+    const int tx = tid % (TBN / TTN);
+    const int ty = tid / (TBN / TTN);
+    const int row0 = blockIdx.y * TBM;
+    const int col0 = blockIdx.x * TBN;
+
+    auto load = [&](int stage, int k0) {
+        float* As = smem + stage * T::stage_floats;
+        float* Bs = As + T::a_floats;
+#pragma unroll
+        for (int l = 0; l < T::a_loads; ++l) {
+            const int e = tid + l * THREADS;
+            const int r = e / (TBK / 4), kq = (e % (TBK / 4)) * 4;
+            const int gr = row0 + r, gk = k0 + kq;
+            float* dst = As + r * T::a_row + kq;
+            if constexpr (VEC) {  // k % 4 == 0 and gk % 4 == 0: gk < k implies gk + 3 < k
+                const bool ok = gr < m && gk < k;
+                copy16(dst, ok ? a + (size_t)gr * k + gk : a, ok);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const bool ok = gr < m && gk + j < k;
+                    copy4(dst + j, ok ? a + (size_t)gr * k + gk + j : a, ok);
+                }
+            }
+        }
+#pragma unroll
+        for (int l = 0; l < T::b_loads; ++l) {
+            const int e = tid + l * THREADS;
+            const int r = e / (TBN / 4), cq = (e % (TBN / 4)) * 4;
+            const int gk = k0 + r, gc = col0 + cq;
+            float* dst = Bs + r * TBN + cq;
+            if constexpr (VEC) {
+                const bool ok = gk < k && gc < n;
+                copy16(dst, ok ? b + (size_t)gk * n + gc : b, ok);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const bool ok = gk < k && gc + j < n;
+                    copy4(dst + j, ok ? b + (size_t)gk * n + gc + j : b, ok);
+                }
+            }
+        }
+    };
+
+    float acc[TTM][TTN];
+#pragma unroll
+    for (int i = 0; i < TTM; ++i)
+#pragma unroll
+        for (int j = 0; j < TTN; ++j) acc[i][j] = 0.0f;
+
+    const int slices = (k + TBK - 1) / TBK;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < slices) load(s, s * TBK);
+        commit_copies();  // one group per slice, empty past the end, so that the count below holds
+    }
+    int read = 0, write = STAGES - 1;
+    for (int t = 0; t < slices; ++t) {
+        wait_copies<STAGES - 2>();  // this thread's copies of slice t have landed...
+        __syncthreads();            // ...and everyone's; everyone is also done reading slice t - 1
+        if (t + STAGES - 1 < slices) load(write, (t + STAGES - 1) * TBK);  // into slice t - 1's buffer
+        commit_copies();
+        const float* As = smem + read * T::stage_floats;
+        const float* Bs = As + T::a_floats;
+#pragma unroll
+        for (int kq = 0; kq < TBK; kq += 4) {
+            float av[TTM][4];
+#pragma unroll
+            for (int i = 0; i < TTM; ++i) fragment<4>(av[i], As + (ty + i * ROWS) * T::a_row + kq);
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+                float bv[TTN];
+#pragma unroll
+                for (int h = 0; h < TTN / VN; ++h)
+                    fragment<VN>(bv + h * VN, Bs + (kq + kk) * TBN + h * COL_STRIDE + tx * VN);
+#pragma unroll
+                for (int i = 0; i < TTM; ++i)
+#pragma unroll
+                    for (int j = 0; j < TTN; ++j) acc[i][j] = fmaf(av[i][kk], bv[j], acc[i][j]);
+            }
+        }
+        read = read + 1 == STAGES ? 0 : read + 1;
+        write = write + 1 == STAGES ? 0 : write + 1;
+    }
+
+    const bool vecC = (n % 4 == 0) && aligned16(c);
+#pragma unroll
+    for (int i = 0; i < TTM; ++i) {
+        const int r = row0 + ty + i * ROWS;
+        if (r >= m) continue;
+        float* row = c + (size_t)r * n;
+#pragma unroll
+        for (int h = 0; h < TTN / VN; ++h) {
+            const int col = col0 + h * COL_STRIDE + tx * VN;
+            const float* v = &acc[i][h * VN];
+            if (VN == 4 && vecC && col < n) {
+                *reinterpret_cast<float4*>(row + col) = make_float4(v[0], v[1], v[2], v[3]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < VN; ++j)
+                    if (col + j < n) row[col + j] = v[j];
+            }
+        }
+    }
+}
+
+template <int TBM, int TBN, int TBK, int TTM, int TTN, int STAGES>
+__device__ __forceinline__ void async_gemm(const float* a, const float* b, float* c, int m, int n, int k, float* smem)
+{
+    if (k % 4 == 0 && n % 4 == 0 && aligned16(a) && aligned16(b))
+        async_gemm_v<TBM, TBN, TBK, TTM, TTN, STAGES, true>(a, b, c, m, n, k, smem);
+    else
+        async_gemm_v<TBM, TBN, TBK, TTM, TTN, STAGES, false>(a, b, c, m, n, k, smem);
+}
+
+using Large = StagedTier<BM, BN, BK, TM, TN>;
+using Medium = AsyncTier<64, 64, 32, 4, 4, 2>;
+using Small = AsyncTier<32, 32, 32, 4, 4, 3>;
+// As many stages as fit beside the others (3, or 2 for ST = 32 with SK = 64).
+constexpr int TINY_STAGES = AsyncTier<ST, ST, SK, ST / 8, ST / 8, 3>::smem_floats * 4 <= 48 * 1024 ? 3 : 2;
+using Tiny = AsyncTier<ST, ST, SK, ST / 8, ST / 8, TINY_STAGES>;
 static_assert(Large::threads <= 256 && Medium::threads == 256 && Small::threads == 64 && Tiny::threads == 64,
               "at most 256 threads");
 
@@ -228,12 +392,12 @@ matmul_f32(const float* a, const float* b, float* c, int m, int n, int k)
     // One shared buffer, carved by the tier that runs.
     __shared__ __align__(16) float smem[SMEM_FLOATS];
     if (fills(m, n, BM, BN)) {
-        gemm<BM, BN, BK, TM, TN>(a, b, c, m, n, k, smem);
+        staged_gemm<BM, BN, BK, TM, TN>(a, b, c, m, n, k, smem);
     } else if (fills(m, n, 64, 64)) {
-        gemm<64, 64, 32, 4, 4>(a, b, c, m, n, k, smem);
+        async_gemm<64, 64, 32, 4, 4, 2>(a, b, c, m, n, k, smem);
     } else if (fills(m, n, 32, 32)) {
-        gemm<32, 32, 32, 4, 4>(a, b, c, m, n, k, smem);
+        async_gemm<32, 32, 32, 4, 4, 3>(a, b, c, m, n, k, smem);
     } else {
-        gemm<ST, ST, SK, ST / 8, ST / 8>(a, b, c, m, n, k, smem);
+        async_gemm<ST, ST, SK, ST / 8, ST / 8, TINY_STAGES>(a, b, c, m, n, k, smem);
     }
 }

@@ -215,3 +215,27 @@ def test_the_sanitizer_summary_of_each_tool_is_parsed():
     assert error_count("========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)\n") == 1
     assert error_count("========= ERROR SUMMARY: 0 errors\n") == 0
     assert error_count("the tool died before its summary") is None  # never read as a pass
+
+
+def test_a_vendor_that_fails_on_a_shape_says_why_and_never_fails_the_winner(tmp_path):
+    from cudaopt.render import timed_table, verify_lines
+    from cudaopt.report.build import build
+
+    folder = tmp_path / "exp"
+    shutil.copytree(SGEMM, folder)
+    config = json.loads((folder / "experiment.json").read_text())
+    config["vendor"]["label"] = "cuBLAS (broken)"  # the scripted vendor errors on every case
+    (folder / "experiment.json").write_text(json.dumps(config))
+    with FakeOpenAI([answer("ok 0.5", "register blocking")]) as server:
+        run, _ = start_or_resume(ExperimentArgs(config=str(folder / "experiment.json")),
+                                 ModelSettings(base_url=server.url), Budget(max_iterations=1), tmp_path / "results",
+                                 ScriptedEvaluator())
+    outcome = verify(run.path, ScriptedEvaluator(), seed=3)
+    assert outcome.passed and [c.name for c in outcome.timed] == HOLDOUTS
+    for case in outcome.timed:
+        assert case.vendor_us is None and case.speedup_vs_baseline == pytest.approx(2.0)
+        assert case.vendor_status == "error" and "no compiler" in case.vendor_reason
+    assert "holdout-515x261x1031: vendor error: cuBLAS (broken): RuntimeError: no compiler" in verify_lines(outcome, run.path)
+    assert "(error)" in list(timed_table(outcome).columns[4].cells)
+    build(run.path)
+    assert "<td>(error)</td>" in (run.path / "report.html").read_text()

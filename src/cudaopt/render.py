@@ -239,7 +239,8 @@ def timed_table(outcome: VerifyOutcome) -> Table:
     for c in outcome.timed:
         verdict = c.status if c.status != "ok" else (
             f"[red]regression[/] (> {c.margin:.0%} slower every repeat)" if c.regression else "ok")
-        table.add_row(c.name, c.origin, _num(c.winner_us), _num(c.baseline_us), _num(c.vendor_us),
+        vendor = _num(c.vendor_us) if c.vendor_us or not c.vendor_status else f"({c.vendor_status})"
+        table.add_row(c.name, c.origin, _num(c.winner_us), _num(c.baseline_us), vendor,
                       f"{c.speedup_vs_baseline:.2f}×" if c.speedup_vs_baseline else "-",
                       f"{c.speedup_vs_vendor:.2f}×" if c.speedup_vs_vendor else "-", verdict)
     return table
@@ -248,6 +249,8 @@ def timed_table(outcome: VerifyOutcome) -> Table:
 def verify_lines(outcome: VerifyOutcome, run_dir: Path) -> list[str]:
     lines = [f"{c.name}: {' '.join(c.reason.split())}" for c in outcome.cases if c.status != "ok"]
     lines += [f"{c.name}: {c.status}: {' '.join(c.reason.split())}" for c in outcome.timed if c.status != "ok"]
+    lines += [f"{c.name}: vendor {c.vendor_status}: {' '.join(c.vendor_reason.split())}"
+              for c in outcome.timed if c.vendor_status]
     if outcome.regressions:
         lines.append(f"regressions (slower than the baseline beyond noise): {', '.join(outcome.regressions)}")
     worst = outcome.worst()

@@ -155,6 +155,9 @@ def judge(case: CaseSpec, origin: str, results: list[tuple[CaseResult | None, Ca
     timed.winner_medians_us = [m.median_us for m, _ in results]
     timed.baseline_medians_us = [t.median_us if t else None for _, t in results]
     timed.vendor_medians_us = [m.vendor_median_us(0) for m, _ in results]
+    vendor_failed = next((m.vendors[0] for m, _ in results if m.vendors and m.vendors[0].status != "ok"), None)
+    if vendor_failed is not None:  # say why a vendor figure is missing (it never fails the winner)
+        timed.vendor_status, timed.vendor_reason = vendor_failed.status, vendor_failed.reason
     timed.winner_us = statistics.median(timed.winner_medians_us)
     pairs = [(m, t) for m, t in results if t is not None and t.median_us]
     vendor = [v for v in timed.vendor_medians_us if v]

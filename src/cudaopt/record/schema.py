@@ -320,6 +320,8 @@ class TimedCase(Model):
     vendor_us: float | None = None
     speedup_vs_baseline: float | None = None  # median of the paired ratios baseline / winner
     speedup_vs_vendor: float | None = None
+    vendor_status: str = ""  # where the vendor did not pass and time in some repeat: its outcome
+    vendor_reason: str = ""
     margin: float = 0.02
     regression: bool = False
 

@@ -78,8 +78,23 @@ __device__ __forceinline__ void fragment(float* out, const float* p)
 }
 
 // Two shared buffers of one BK-deep slice each (A transposed), filled through registers.
+// W (4 or 2) outputs from column col of one row of C: one float4 store when W == 4 and vec (n % 4
+// == 0 and col % 4 == 0, so col < n implies col + 3 < n), else each one guarded.
+template <int W>
+__device__ __forceinline__ void store_outputs(float* row, int col, int n, const float* v, bool vec)
+{
+    if (W == 4 && vec && col < n) {
+        *reinterpret_cast<float4*>(row + col) = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+#pragma unroll
+        for (int j = 0; j < W; ++j)
+            if (col + j < n) row[col + j] = v[j];
+    }
+}
+
 template <int TBM, int TBN, int TBK, int TTM, int TTN>
 struct StagedTier {
+    static constexpr int bm = TBM, bn = TBN, bk = TBK, tm = TTM, tn = TTN;
     static constexpr int threads = (TBM / TTM) * (TBN / TTN);
     static constexpr int vm = TTM < 4 ? TTM : 4;  // fragment width along m
     static constexpr int vn = TTN < 4 ? TTN : 4;
@@ -93,11 +108,11 @@ struct StagedTier {
                   b_loads * threads * 4 == TBK * TBN, "each thread loads whole float4s of both tiles");
 };
 
-template <int TBM, int TBN, int TBK, int TTM, int TTN>
+template <class T>
 __device__ __forceinline__ void staged_gemm(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
                                      int m, int n, int k, float* smem)
 {
-    using T = StagedTier<TBM, TBN, TBK, TTM, TTN>;
+    constexpr int TBM = T::bm, TBN = T::bn, TBK = T::bk, TTM = T::tm, TTN = T::tn;
     constexpr int THREADS = T::threads, VM = T::vm, VN = T::vn;
     constexpr int ROW_STRIDE = VM * TBM / TTM;  // distance between a thread's groups of VM rows
     constexpr int COL_STRIDE = VN * TBN / TTN;
@@ -196,17 +211,7 @@ __device__ __forceinline__ void staged_gemm(const float* __restrict__ a, const f
         if (r >= m) continue;
         float* row = c + (size_t)r * n;
 #pragma unroll
-        for (int h = 0; h < TTN / VN; ++h) {
-            const int col = col0 + h * COL_STRIDE + tx * VN;
-            const float* v = &acc[i][h * VN];
-            if (VN == 4 && vecC && col < n) {  // n % 4 == 0 and col % 4 == 0: col < n implies col + 3 < n
-                *reinterpret_cast<float4*>(row + col) = make_float4(v[0], v[1], v[2], v[3]);
-            } else {
-#pragma unroll
-                for (int j = 0; j < VN; ++j)
-                    if (col + j < n) row[col + j] = v[j];
-            }
-        }
+        for (int h = 0; h < TTN / VN; ++h) store_outputs<VN>(row, col0 + h * COL_STRIDE + tx * VN, n, &acc[i][h * VN], vecC);
     }
 }
 
@@ -226,10 +231,29 @@ __device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_
 template <int N>
 __device__ __forceinline__ void wait_copies() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
+// Elements col .. col + 3 of row `row` of a row-major matrix with `cols` columns into shared
+// memory: one 16-byte copy when VEC (cols % 4 == 0 and col % 4 == 0, so col < cols covers all
+// four), else four 4-byte copies; elements outside the matrix are zero-filled.
+template <bool VEC>
+__device__ __forceinline__ void copy_quad(float* dst, const float* base, int row, bool row_ok, int col, int cols)
+{
+    if constexpr (VEC) {
+        const bool ok = row_ok && col < cols;
+        copy16(dst, ok ? base + (size_t)row * cols + col : base, ok);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const bool ok = row_ok && col + j < cols;
+            copy4(dst + j, ok ? base + (size_t)row * cols + col + j : base, ok);
+        }
+    }
+}
+
 // A ring of STAGES shared buffers, each a BK-deep slice of A (row-major: cp.async cannot
 // transpose) and of B; each thread owns rows ty + i * (TBM / TTM) of the tile.
 template <int TBM, int TBN, int TBK, int TTM, int TTN, int STAGES>
 struct AsyncTier {
+    static constexpr int bm = TBM, bn = TBN, bk = TBK, tm = TTM, tn = TTN, stages = STAGES;
     static constexpr int threads = (TBM / TTM) * (TBN / TTN);
     static constexpr int vn = TTN < 4 ? TTN : 4;
     // The 2-4 rows a warp reads at once fall in different banks: pad rows of 16 or more floats.
@@ -243,11 +267,11 @@ struct AsyncTier {
                   "each thread copies whole float4s of both tiles");
 };
 
-template <int TBM, int TBN, int TBK, int TTM, int TTN, int STAGES, bool VEC>
+template <class T, bool VEC>
 __device__ __forceinline__ void async_gemm_v(const float* __restrict__ a, const float* __restrict__ b,
                                              float* __restrict__ c, int m, int n, int k, float* smem)
 {
-    using T = AsyncTier<TBM, TBN, TBK, TTM, TTN, STAGES>;
+    constexpr int TBM = T::bm, TBN = T::bn, TBK = T::bk, TTM = T::tm, TTN = T::tn, STAGES = T::stages;
     constexpr int THREADS = T::threads, VN = T::vn, ROWS = TBM / TTM, COL_STRIDE = VN * TBN / TTN;
     const int tid = threadIdx.x;
     const int tx = tid % (TBN / TTN);
@@ -262,35 +286,13 @@ __device__ __forceinline__ void async_gemm_v(const float* __restrict__ a, const 
         for (int l = 0; l < T::a_loads; ++l) {
             const int e = tid + l * THREADS;
             const int r = e / (TBK / 4), kq = (e % (TBK / 4)) * 4;
-            const int gr = row0 + r, gk = k0 + kq;
-            float* dst = As + r * T::a_row + kq;
-            if constexpr (VEC) {  // k % 4 == 0 and gk % 4 == 0: gk < k implies gk + 3 < k
-                const bool ok = gr < m && gk < k;
-                copy16(dst, ok ? a + (size_t)gr * k + gk : a, ok);
-            } else {
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const bool ok = gr < m && gk + j < k;
-                    copy4(dst + j, ok ? a + (size_t)gr * k + gk + j : a, ok);
-                }
-            }
+            copy_quad<VEC>(As + r * T::a_row + kq, a, row0 + r, row0 + r < m, k0 + kq, k);
         }
 #pragma unroll
         for (int l = 0; l < T::b_loads; ++l) {
             const int e = tid + l * THREADS;
             const int r = e / (TBN / 4), cq = (e % (TBN / 4)) * 4;
-            const int gk = k0 + r, gc = col0 + cq;
-            float* dst = Bs + r * TBN + cq;
-            if constexpr (VEC) {
-                const bool ok = gk < k && gc < n;
-                copy16(dst, ok ? b + (size_t)gk * n + gc : b, ok);
-            } else {
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const bool ok = gk < k && gc + j < n;
-                    copy4(dst + j, ok ? b + (size_t)gk * n + gc + j : b, ok);
-                }
-            }
+            copy_quad<VEC>(Bs + r * TBN + cq, b, k0 + r, k0 + r < k, col0 + cq, n);
         }
     };
 
@@ -342,27 +344,17 @@ __device__ __forceinline__ void async_gemm_v(const float* __restrict__ a, const 
         if (r >= m) continue;
         float* row = c + (size_t)r * n;
 #pragma unroll
-        for (int h = 0; h < TTN / VN; ++h) {
-            const int col = col0 + h * COL_STRIDE + tx * VN;
-            const float* v = &acc[i][h * VN];
-            if (VN == 4 && vecC && col < n) {
-                *reinterpret_cast<float4*>(row + col) = make_float4(v[0], v[1], v[2], v[3]);
-            } else {
-#pragma unroll
-                for (int j = 0; j < VN; ++j)
-                    if (col + j < n) row[col + j] = v[j];
-            }
-        }
+        for (int h = 0; h < TTN / VN; ++h) store_outputs<VN>(row, col0 + h * COL_STRIDE + tx * VN, n, &acc[i][h * VN], vecC);
     }
 }
 
-template <int TBM, int TBN, int TBK, int TTM, int TTN, int STAGES>
+template <class T>
 __device__ __forceinline__ void async_gemm(const float* a, const float* b, float* c, int m, int n, int k, float* smem)
 {
     if (k % 4 == 0 && n % 4 == 0 && aligned16(a) && aligned16(b))
-        async_gemm_v<TBM, TBN, TBK, TTM, TTN, STAGES, true>(a, b, c, m, n, k, smem);
+        async_gemm_v<T, true>(a, b, c, m, n, k, smem);
     else
-        async_gemm_v<TBM, TBN, TBK, TTM, TTN, STAGES, false>(a, b, c, m, n, k, smem);
+        async_gemm_v<T, false>(a, b, c, m, n, k, smem);
 }
 
 using Large = StagedTier<BM, BN, BK, TM, TN>;
@@ -392,12 +384,12 @@ matmul_f32(const float* a, const float* b, float* c, int m, int n, int k)
     // One shared buffer, carved by the tier that runs.
     __shared__ __align__(16) float smem[SMEM_FLOATS];
     if (fills(m, n, BM, BN)) {
-        staged_gemm<BM, BN, BK, TM, TN>(a, b, c, m, n, k, smem);
+        staged_gemm<Large>(a, b, c, m, n, k, smem);
     } else if (fills(m, n, 64, 64)) {
-        async_gemm<64, 64, 32, 4, 4, 2>(a, b, c, m, n, k, smem);
+        async_gemm<Medium>(a, b, c, m, n, k, smem);
     } else if (fills(m, n, 32, 32)) {
-        async_gemm<32, 32, 32, 4, 4, 3>(a, b, c, m, n, k, smem);
+        async_gemm<Small>(a, b, c, m, n, k, smem);
     } else {
-        async_gemm<ST, ST, SK, ST / 8, ST / 8, TINY_STAGES>(a, b, c, m, n, k, smem);
+        async_gemm<Tiny>(a, b, c, m, n, k, smem);
     }
 }

@@ -7,9 +7,10 @@ Runs, as a user would (each a fresh process, no model key):
    every shape of the set (squares 64 to 8192, odd sizes, tall, wide, deep-k), the winner with
    cuBLAS beside it and the initial kernel in turn, interleaved, 3 repeats.
 
-Prints per shape the three medians and the winner's speed-ups, then the targets: no shape slower
-than initial.cu beyond noise, at least 0.9x cuBLAS at 4096^3, faster than cuBLAS on the
-example's two small shapes, the main job under 2 minutes. Run: ``python
+Prints the run's finalists (the configurations measured again side by side before the winner
+was declared), per shape the three medians and the winner's speed-ups, then the targets: no
+shape slower than initial.cu beyond noise, at least 0.9x cuBLAS at 4096^3, faster than cuBLAS
+on the example's two small shapes, the main job under 2 minutes. Run: ``python
 benchmarks/bench_shapes.py --out DIR`` (writes bench_shapes.json and copies the run to DIR).
 """
 
@@ -47,6 +48,13 @@ def main() -> None:
     outcome = json.loads((run / "verify.json").read_text())
     summary = json.loads((run / "summary.json").read_text())
     rows = {c["name"]: c for c in outcome["timed"]}
+    history = json.loads((run / "history.json").read_text())["attempts"]
+    finalists = summary.get("finalists") or {"finalists": []}
+    for f in finalists["finalists"]:
+        f["defines"] = history[f["attempt"]]["defines"]
+        print(f"finalist #{f['attempt']} {f['defines']}: recorded {f['recorded_score_us']:.2f} us, again "
+              f"{f['score_us'] if f['score_us'] is None else round(f['score_us'], 2)} us"
+              f"{' (winner)' if f['attempt'] == finalists.get('winner') else ''}")
     print(f"\nmain job: {main_wall:.1f} s, best tunables {summary['best_defines']}; verify {verify_wall:.1f} s, "
           f"exit {verify_code}")
     print(f"{'shape':26} {'from':8} {'initial us':>11} {'winner us':>11} {'cuBLAS us':>11} {'vs initial':>10} "
@@ -70,7 +78,8 @@ def main() -> None:
         print(f"{'met ' if met else 'MISS'} {target}")
     (args.out / "bench_shapes.json").write_text(json.dumps(
         {"main_job_s": round(main_wall, 1), "verify_s": round(verify_wall, 1), "best": summary["best_defines"],
-         "per_case_best": summary.get("per_case_best"), "targets": targets, "verify": outcome}, indent=2))
+         "per_case_best": summary.get("per_case_best"),
+         "finalists": finalists["finalists"], "targets": targets, "verify": outcome}, indent=2))
     shutil.copytree(run, args.out / "shapes-run", dirs_exist_ok=True)
 
 

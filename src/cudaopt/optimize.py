@@ -140,7 +140,7 @@ def start_or_resume(args: ExperimentArgs, settings, budget: Budget, results: Pat
 
 
 def _run(strategy, context: strategies.Context) -> Summary:
-    """The baseline, the strategy, then the finalists measured on one GPU when several measured them;
+    """The baseline, the strategy, then the finalists measured again side by side on one GPU;
     an interrupt is recorded as the stop reason and re-raised."""
     recorder = context.recorder
     try:

@@ -18,8 +18,10 @@ one GPU (the cases are shared out among them), so every pair compares like with 
 
 The result goes to ``replay.json`` in the run directory, where the report's verdict reads it.
 
-:func:`replay_finalists` is the same idea inside a run: when several GPUs measured a run's best
-attempts, they are measured again on one GPU, interleaved, before a winner is declared.
+:func:`replay_finalists` is the same idea inside a run: the attempts recorded close to the best
+(or measured on different GPUs) are measured again on one GPU, interleaved, before a winner is
+declared: attempts measured at different moments, even of one kernel on one GPU, differ by a few
+percent, so a ranking inside that spread is decided side by side.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ from .record.runs import load_run_experiment, open_run, read_run_json, winner
 from .record.schema import Environment, Finalist, Finalists, ReplayedCase, ReplayOutcome
 
 MATTERS = ("name", "arch", "driver_cuda_version")  # environment differences that invalidate a replay
-FINALISTS = 3  # the best attempts measured again when several GPUs measured them
+FINALISTS = 3  # the best attempts measured again, at least, when several GPUs measured them
+FINALIST_WINDOW = 0.05  # attempts recorded this close to the best are measured again beside it
+FINALISTS_MAX = 6
 FINALIST_REPEATS = 3
 
 
@@ -182,29 +186,38 @@ def _replay_request(path: Path, evaluator: Evaluator) -> ReplayOutcome:
 
 
 def replay_finalists(recorder: Recorder, count: int = FINALISTS, repeats: int = FINALIST_REPEATS) -> Finalists | None:
-    """The run's ``count`` best attempts measured again on one GPU, interleaved, ``repeats`` times,
-    when more than one GPU measured them (None otherwise: their figures already compare). The
-    winner is the fastest median score there; a finalist that fails now cannot win."""
+    """The run's best attempts measured again on one GPU, interleaved, ``repeats`` times (the order
+    reversed on odd repeats), before a winner is declared; None when no other attempt is close
+    enough to the best for its figures to be in doubt. The finalists are every attempt whose
+    recorded score is within ``FINALIST_WINDOW`` of the best (one kernel measured at two moments on
+    one GPU differs by that much), and at least the ``count`` best when several GPUs measured
+    those; at most ``FINALISTS_MAX``. The winner is the fastest median score there; a finalist
+    that fails now cannot win."""
     rec = recorder
     scored = sorted((a for a in rec.attempts if a.score_us is not None and a.id not in rec.disqualified
                      and rec.comparable(a)), key=lambda a: (a.score_us, a.id))
-    finalists = scored[:count]
-    places = {(a.gpu.host, a.gpu.pci_bus_id or a.gpu.index) if a.gpu else None for a in finalists}  # cached: no index
-    if len(finalists) < 2 or len(places) < 2:
+    if not scored:
+        return None
+    close = [a for a in scored if a.score_us <= scored[0].score_us * (1 + FINALIST_WINDOW)]
+    places = {(a.gpu.host, a.gpu.pci_bus_id or a.gpu.index) if a.gpu else None for a in scored[:count]}  # cached: no index
+    finalists = scored[:min(FINALISTS_MAX, max(len(close), count if len(places) > 1 else 0))]
+    if len(finalists) < 2:
         return None
     timeouts = rec.timeouts()
-    requests = [rec.exp.request(rec.source(a), launch=a.launch, defines=a.defines, roles={"performance"},
-                                request_id=f"finalist-{a.id}-{r}", timeouts=timeouts)
-                for r in range(repeats) for a in finalists]
+    plan = [n for r in range(repeats) for n in (range(len(finalists)) if r % 2 == 0 else reversed(range(len(finalists))))]
+    requests = [rec.exp.request(rec.source(finalists[n]), launch=finalists[n].launch, defines=finalists[n].defines,
+                                roles={"performance"}, request_id=f"finalist-{finalists[n].id}-{i // len(finalists)}",
+                                timeouts=timeouts)
+                for i, n in enumerate(plan)]
 
     def on_start(i: int, gpu) -> None:
-        attempt = finalists[i % len(finalists)]
+        attempt = finalists[plan[i]]
         rec.on_progress(AttemptStarted(id=attempt.id, what=f"finalist #{attempt.id} again on {gpu.label}"))
 
     measured = rec.evaluator.evaluate_all(requests, pins=[0] * len(requests), on_start=on_start)
     entries = []
     for n, attempt in enumerate(finalists):
-        results = [measured[r * len(finalists) + n].result for r in range(repeats)]
+        results = [measured[i].result for i, which in enumerate(plan) if which == n]  # in repeat order
         failed = next((x for x in results if not x.ok), None)
         scores = [score(x.cases) if x.ok else None for x in results]
         entries.append(Finalist(attempt=attempt.id, recorded_score_us=attempt.score_us, recorded_gpu=attempt.gpu,

@@ -200,8 +200,9 @@ class Finalist(Model):
 
 
 class Finalists(Model):
-    """When several GPUs measured a run's best attempts, they are measured again, interleaved, on one
-    GPU, and the winner is the fastest there: no GPU's own speed decides between them."""
+    """The attempts recorded within a few percent of the best (and, when several GPUs measured them,
+    the three best) measured again, interleaved, on one GPU; the winner is the fastest there, so
+    neither the moment an attempt was measured nor a GPU's own speed decides between them."""
 
     gpu: GpuRef
     repeats: int

@@ -51,15 +51,19 @@ def environment_differences(recorded: DeviceInfo, now: DeviceInfo, keys: tuple[s
             for key in keys if getattr(recorded, key) != getattr(now, key)]
 
 
+def turn_order(count: int, repeat: int) -> list[int]:
+    """Positions 0 .. count - 1, reversed on odd repeats, so that none always goes first."""
+    order = list(range(count))
+    return order[::-1] if repeat % 2 else order
+
+
 def interleaved(evaluator: Evaluator, requests: list[EvalRequest], repeats: int,
                 alternate: bool = False) -> Iterator[list[EvalResult]]:
     """Each repeat evaluates every request in turn in the same worker, so all see the same clocks
     and temperature; with ``alternate`` the order is reversed on odd repeats (A B, B A, A B, ...),
     so neither side always goes first. Results come in the requests' order."""
     for repeat in range(repeats):
-        order = list(range(len(requests)))
-        if alternate and repeat % 2:
-            order.reverse()
+        order = turn_order(len(requests), repeat) if alternate else range(len(requests))
         results = {i: evaluator.evaluate(requests[i]) for i in order}
         yield [results[i] for i in range(len(requests))]
 
@@ -199,25 +203,27 @@ def replay_finalists(recorder: Recorder, count: int = FINALISTS, repeats: int = 
     if not scored:
         return None
     close = [a for a in scored if a.score_us <= scored[0].score_us * (1 + FINALIST_WINDOW)]
+    wanted = len(close)
     places = {(a.gpu.host, a.gpu.pci_bus_id or a.gpu.index) if a.gpu else None for a in scored[:count]}  # cached: no index
-    finalists = scored[:min(FINALISTS_MAX, max(len(close), count if len(places) > 1 else 0))]
+    if len(places) > 1:  # several GPUs measured the best: each GPU's own speed is in doubt too
+        wanted = max(wanted, count)
+    finalists = scored[:min(wanted, FINALISTS_MAX)]
     if len(finalists) < 2:
         return None
     timeouts = rec.timeouts()
-    plan = [n for r in range(repeats) for n in (range(len(finalists)) if r % 2 == 0 else reversed(range(len(finalists))))]
+    plan = [(r, n) for r in range(repeats) for n in turn_order(len(finalists), r)]  # (repeat, finalist)
     requests = [rec.exp.request(rec.source(finalists[n]), launch=finalists[n].launch, defines=finalists[n].defines,
-                                roles={"performance"}, request_id=f"finalist-{finalists[n].id}-{i // len(finalists)}",
-                                timeouts=timeouts)
-                for i, n in enumerate(plan)]
+                                roles={"performance"}, request_id=f"finalist-{finalists[n].id}-{r}", timeouts=timeouts)
+                for r, n in plan]
 
     def on_start(i: int, gpu) -> None:
-        attempt = finalists[plan[i]]
+        attempt = finalists[plan[i][1]]
         rec.on_progress(AttemptStarted(id=attempt.id, what=f"finalist #{attempt.id} again on {gpu.label}"))
 
     measured = rec.evaluator.evaluate_all(requests, pins=[0] * len(requests), on_start=on_start)
     entries = []
     for n, attempt in enumerate(finalists):
-        results = [measured[i].result for i, which in enumerate(plan) if which == n]  # in repeat order
+        results = [measured[i].result for i, (_, which) in enumerate(plan) if which == n]  # in repeat order
         failed = next((x for x in results if not x.ok), None)
         scores = [score(x.cases) if x.ok else None for x in results]
         entries.append(Finalist(attempt=attempt.id, recorded_score_us=attempt.score_us, recorded_gpu=attempt.gpu,

@@ -56,3 +56,33 @@ def test_evaluate_int_accepts_integral_floats_only():
     assert expr.evaluate_int("n / 2", {"n": 8}) == 4
     with pytest.raises(expr.ExprError, match="not an integer"):
         expr.evaluate_int("n / 3", {"n": 8})
+
+
+@pytest.mark.parametrize("text, names, expected", [
+    ("gemm_large", {}, "gemm_large"),  # a plain name is itself
+    (" gemm_large ", {}, "gemm_large"),
+    ("'small' if m < 256 else 'large'", {"m": 100}, "small"),
+    ("'small' if m < 256 else 'large'", {"m": 4096}, "large"),
+    ("'a' if m < 8 else ('b' if m < 64 else 'c')", {"m": 10}, "b"),
+])
+def test_a_kernel_name_is_a_name_or_quoted_names_chosen_by_conditionals(text, names, expected):
+    assert expr.evaluate_name(text, names) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "'a' + 'b'",  # strings only in result position
+    "('a' if m else 'b') * 3",
+    "1 if 'x' else 'b'",  # not in a test
+    "'two words' if m else 'b'",  # not a kernel name
+    "3",  # a number
+    "'a' if m else 2",
+    "f(m)",
+])
+def test_anything_else_is_not_a_kernel_name(text):
+    with pytest.raises(expr.ExprError):
+        expr.evaluate_name(text, {"m": 1})
+
+
+def test_numeric_expressions_still_refuse_strings():
+    with pytest.raises(expr.ExprError, match="only numeric constants"):
+        expr.evaluate("'small' if m else 2", {"m": 1})

@@ -211,6 +211,25 @@ def test_the_evaluate_table_shows_the_vendor_and_its_failures():
     assert "vendor" not in _text(evaluation_table(Evaluation(candidate=plain)))
 
 
+def test_the_evaluate_table_says_which_kernel_each_case_ran_with_its_registers():
+    from cudaopt.evaluate import Evaluation
+    from cudaopt.experiment import load_experiment
+    from cudaopt.harness.results import EntryInfo, ResolvedLaunch
+    from cudaopt.render import evaluation_table
+
+    experiment = load_experiment(SGEMM / "experiment.json")
+    result = ScriptedEvaluator().evaluate(experiment.request("// RESULT: ok 0.5"))
+    assert "kernel" not in _text(evaluation_table(Evaluation(candidate=result)))  # one kernel: no column
+    result.compile.registers = 241
+    result.compile.entries = {"matmul_f32_tiny": EntryInfo(registers=64, spill_stores=0, spill_loads=0, local_bytes=0,
+                                                           static_shared_bytes=12288, max_threads_per_block=64)}
+    result.case("square-256").launch = ResolvedLaunch(grid=(16, 16, 1), block=(64, 1, 1), entry="matmul_f32_tiny")
+    rows = {line.split("│")[1].strip(): line for line in _text(evaluation_table(Evaluation(candidate=result))).splitlines()
+            if line.count("│") > 3}
+    assert "matmul_f32_tiny" in rows["square-256"] and " 64 " in rows["square-256"]
+    assert "(the entry)" in rows["square-4096"] and " 241 " in rows["square-4096"]
+
+
 def test_the_progress_chart_of_a_run_where_nothing_passed_draws_without_a_warning():
     import warnings
 

@@ -189,3 +189,59 @@ def test_kernels_compiled_before_the_gpu_see_the_nominal_sm_count(tmp_path, sgem
     source = ('#if CUDAOPT_NUM_SMS != 132\n#error "no SM count"\n#endif\n'
               'extern "C" __global__ void k(float* c) { c[0] = CUDAOPT_NUM_SMS; }')
     assert _compile(tmp_path / "k.cu", source, "k", {}, "sm_90").registers is not None
+
+
+def test_a_tune_launch_may_only_name_kernels_declared_with_the_signatures_parameters(tmp_path):
+    """Caught when the experiment loads: a kernel missing from the source or with other parameters."""
+    from cudaopt.errors import ExperimentError
+    from cudaopt.experiment import load_experiment
+
+    config = json.loads((SGEMM / "experiment.json").read_text())
+    for key in ("reference", "input_cases", "initial_kernel"):
+        config[key] = str((SGEMM / config[key]).resolve())
+    config["vendor"]["file"] = str((SGEMM / config["vendor"]["file"]).resolve())
+    kernel = tmp_path / "two.cu"
+    kernel.write_text(kernel_source("entry_other_params.cu"))
+    config["tune"] = {"kernel": str(kernel), "tunables": {"B": [16]},
+                      "launch": {"grid": ["cdiv(n, B)", "cdiv(m, B)"], "block": ["B", "B"]}}
+    path = tmp_path / "experiment.json"
+    for entry, words in (("'matmul_f32_nope' if m > 64 else 'matmul_f32'", "does not declare"),
+                         ("matmul_f32_short", "takes the signature's parameters")):
+        config["tune"]["launch"]["entry"] = entry
+        path.write_text(json.dumps(config))
+        with pytest.raises(ExperimentError, match=rf"tune\.launch\.entry.*{words}"):
+            load_experiment(path)
+    config["tune"]["launch"]["entry"] = "'matmul_f32' if m > 64 else matmul_f32"  # a bare name in a branch
+    path.write_text(json.dumps(config))
+    with pytest.raises(ExperimentError, match=r"tune\.launch"):
+        load_experiment(path)
+
+
+def test_a_proposal_may_only_launch_kernels_it_declares_with_the_signatures_parameters(sgemm):
+    from cudaopt.agent.proposal import ProposalError, parse
+
+    def answer(entry):
+        launch = {"grid": ["cdiv(n, 16)", "cdiv(m, 16)"], "block": [16, 16], "entry": entry}
+        return "```cuda\n" + kernel_source("entry_other_params.cu") + "```\n```json\n" + json.dumps({"launch": launch}) + "\n```"
+
+    with pytest.raises(ProposalError, match="for case 'square-256'.*matmul_f32_short is declared as"):
+        parse(answer("'matmul_f32_short' if m > 64 else 'matmul_f32'"), sgemm.signature, sgemm.cases())
+    with pytest.raises(ProposalError, match="does not declare"):
+        parse(answer("matmul_f32_hidden"), sgemm.signature, sgemm.cases())
+    with pytest.raises(ProposalError, match="bad field .launch.*not a quoted kernel name"):
+        parse(answer("'two words'"), sgemm.signature, sgemm.cases())
+    two = "```cuda\n" + kernel_source("entry_by_shape.cu") + "```\n```json\n" + json.dumps(
+        {"launch": {"grid": ["m"], "block": [128], "entry": "matmul_f32_rows"}}) + "\n```"
+    assert parse(two, sgemm.signature, sgemm.cases()).launch.entry == "matmul_f32_rows"
+
+
+def test_a_launch_without_an_entry_is_written_as_before():
+    """Files written before launches could name a kernel read and write the same: no "entry": null."""
+    from cudaopt.harness.protocol import LaunchSpec
+    from cudaopt.harness.results import ResolvedLaunch
+
+    plain = LaunchSpec(grid=["cdiv(n, 16)"], block=[16])
+    assert "entry" not in plain.to_data() and "entry" not in plain.to_json()
+    assert "entry" not in ResolvedLaunch(grid=(1, 1, 1), block=(16, 1, 1)).to_json()
+    named = LaunchSpec(grid=[1], block=[16], entry="'a' if n > 1 else 'b'")
+    assert LaunchSpec.model_validate_json(named.to_json()) == named

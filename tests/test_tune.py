@@ -82,12 +82,17 @@ def test_the_example_space():
     (32768, 8, 4096, 132, "tiny"),  # enough tiles of every size, but 8 columns fill no half of one
     (16384, 64, 1024, 132, "medium"),  # a 256-column tile would be 75% padding; 64 x 64 fits
     (8, 32768, 4096, 132, "tiny"),
+    (16, 16, 16, 132, "direct"),  # at most 65536 multiply-adds: a launch costs more than the work
+    (33, 65, 17, 132, "direct"),
+    (64, 64, 64, 132, "tiny"),
+    (1, 1, 65537, 132, "tiny"),
 ])
 def test_the_example_dispatches_by_waves_of_the_gpus_sms(m, n, k, sms, tier):
-    """The tunable kernel's launch picks its tier from num_sms, as the kernel does from CUDAOPT_NUM_SMS."""
+    """The tunable kernel's launch picks its tier, the kernel of that tier, from num_sms."""
     launch = _example_launch(m, n, k, sms, {"BM": 128, "BN": 256, "TM": 8, "TN": 16, "ST": 16})
     rows, cols, threads = {"large": (128, 256, 256), "medium": (64, 64, 256), "small": (32, 32, 64),
-                           "tiny": (16, 16, 64)}[tier]
+                           "tiny": (16, 16, 64), "direct": (16, 16, 256)}[tier]
+    assert launch.entry == {"large": "matmul_f32"}.get(tier, f"matmul_f32_{tier}")
     assert launch.grid == (-(-n // cols), -(-m // rows), 1) and launch.block == (threads, 1, 1)
 
 
@@ -106,32 +111,48 @@ def _example_launch(m, n, k, sms, config):
                                                                     {"num_sms": sms}))
 
 
-def test_the_example_kernel_and_its_launch_take_the_same_decision():
-    """tunable.cu picks its tier on the GPU and experiment.json sizes the grid for it: the two must
-    agree on every shape, or the grid would not cover C. The kernel's own rule is read from its
-    source and evaluated here beside the launch expressions."""
+def test_each_kernel_the_example_launches_gets_the_grid_and_block_of_its_tier():
+    """experiment.json picks one of tunable.cu's kernels per shape and sizes grid and block for
+    it: on every shape and configuration the grid must cover C with that kernel's tile and the
+    block must be its thread count, within its launch bounds. The tiles, thread counts and bounds
+    are read from the source, so a change to either file that breaks the pairing fails here."""
     import random
     import re
 
     from cudaopt.harness.expr import evaluate
 
     source = (SGEMM / "tunable.cu").read_text()
-    rule = re.search(r"bool fills\(int m, int n, int rows, int cols\)\s*\{\s*return (.*?);", source).group(1)
-    rule = rule.replace("2LL", "2").replace("/", "//").replace("CUDAOPT_NUM_SMS", "sms")
-    body = source[source.index("matmul_f32(const float* a"):]
-    order = re.findall(r"fills\(m, n, (\w+), (\w+)\)", body)
-    assert len(order) == 3 and order[0] == ("BM", "BN")
+    tiers = {name: (kind, re.findall(r"[^,<>]+", args)) for name, kind, args in
+             re.findall(r"using (\w+) = (\w+)Tier<([^;]*)>;", source)}
+    kernels = {name: (bound, tier) for bound, name, tier in re.findall(
+        r'extern "C" __global__ void __launch_bounds__\((\d+)[^)]*\)\s*(\w+)\(.*?(?:staged|async|direct)_gemm<(\w+)>',
+        source, re.DOTALL)}
+    assert sorted(kernels) == ["matmul_f32", "matmul_f32_direct", "matmul_f32_medium", "matmul_f32_small",
+                               "matmul_f32_tiny"]
+
+    def tile(tier, config):  # rows, cols and threads of a tier: TM x TN outputs per thread, or one
+        kind, args = tiers[tier]
+        if kind == "Direct":
+            rows, cols = (int(evaluate(a.strip(), config)) for a in args)
+            return rows, cols, rows * cols
+        rows, cols, _, tm, tn = (int(evaluate(a.strip(), config)) for a in args[:5])
+        return rows, cols, (rows // tm) * (cols // tn)
+
     rng = random.Random(7)
-    shapes = [(rng.choice([1, 8, 31, 64, 100, 512, 777, 2048, 5000, 32768]), rng.randint(1, 9000)) for _ in range(300)]
-    for config in ({"BM": 128, "BN": 256, "TM": 8, "TN": 16, "ST": 16}, {"BM": 128, "BN": 128, "TM": 8, "TN": 8, "ST": 32}):
+    shapes = [(rng.choice([1, 8, 31, 64, 100, 512, 777, 2048, 5000, 32768]), rng.randint(1, 9000),
+               rng.choice([1, 7, 64, 1000])) for _ in range(300)]
+    configs = _example_tuning().space.configurations()
+    seen = set()
+    for config in (configs[0], configs[-1]):
         for sms in (16, 108, 132):
-            for m, n in shapes + [(n, m) for m, n in shapes]:
-                names = {**config, "m": m, "n": n, "sms": sms}
-                tiles = [(names.get(r, 0) or int(r), names.get(c, 0) or int(c)) for r, c in order]
-                tier = next((t for t in tiles if evaluate(rule, {**names, "rows": t[0], "cols": t[1]})),
-                            (config["ST"], config["ST"]))
-                launch = _example_launch(m, n, 64, sms, config)
-                assert launch.grid[:2] == (-(-n // tier[1]), -(-m // tier[0])), (m, n, sms, config)
+            for m, n, k in shapes + [(n, m, k) for m, n, k in shapes]:
+                launch = _example_launch(m, n, k, sms, config)
+                bound, tier = kernels[launch.entry]
+                rows, cols, threads = tile(tier, config)
+                assert launch.grid[:2] == (-(-n // cols), -(-m // rows)), (m, n, sms, config)
+                assert launch.block == (threads, 1, 1) and threads <= int(bound), (m, n, sms, config)
+                seen.add(launch.entry)
+    assert seen == set(kernels)
 
 
 def test_space_from_a_kernel_comment_block():
@@ -247,3 +268,20 @@ def test_ablation_reports_what_the_agent_added_beyond_tuning(tmp_path, experimen
     assert ablation["agent_gain_over_tuning"] == pytest.approx(ablation["tune_only_best_score_us"]
                                                                / ablation["final_best_score_us"])
     assert ablation["agent_gain_over_tuning"] > 1
+
+
+def test_a_baked_launch_takes_the_same_decisions_with_the_tunables_written_in():
+    """best-launch.json is the tune launch with the winner's values written in: it must pick the
+    same kernel, grid and block on every shape, and leave quoted kernel names alone."""
+    from cudaopt.harness.launch import resolve_launch
+    from cudaopt.harness.protocol import LaunchSpec
+    from cudaopt.record.bake import bake_launch
+
+    assert bake_launch({"entry": "'B' if B > 1 else 'small_B'", "grid": ["cdiv(n, B)"], "block": [16]}, {"B": 64}) == {
+        "entry": "'B' if 64 > 1 else 'small_B'", "grid": ["cdiv(n, 64)"], "block": [16]}
+    tuning = _example_tuning()
+    config = tuning.space.configurations()[-1]
+    baked = LaunchSpec(**bake_launch(tuning.launch.to_data(), config))
+    for m, n in [(4096, 4096), (1024, 1024), (515, 261), (256, 256), (8, 32768)]:
+        names = {"m": m, "n": n, "k": 64, "num_sms": 132}
+        assert resolve_launch(baked, names) == _example_launch(m, n, 64, 132, config)

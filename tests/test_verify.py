@@ -239,3 +239,16 @@ def test_a_vendor_that_fails_on_a_shape_says_why_and_never_fails_the_winner(tmp_
     assert "(error)" in list(timed_table(outcome).columns[4].cells)
     build(run.path)
     assert "<td>(error)</td>" in (run.path / "report.html").read_text()
+
+
+@pytest.mark.parametrize("name", ["sgemm_shapes.json", "sgemm_shapes_extra.json"])
+def test_the_benchmark_shape_sets_load_against_the_example(name):
+    """benchmarks/bench_shapes.py and the documented `verify --shapes` runs read these files."""
+    from pathlib import Path
+
+    from cudaopt.experiment import load_experiment
+    from cudaopt.shapes import load_shapes
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / name
+    cases = load_shapes(path, load_experiment(SGEMM / "experiment.json"))
+    assert len(cases) == len(json.loads(path.read_text())["shapes"]) and all(c.scalars["k"] >= 1 for c in cases)

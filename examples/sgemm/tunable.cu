@@ -1,25 +1,31 @@
-// SGEMM in four tiers of one register-tiled algorithm, chosen by waves: each tier is the largest
-// tile whose tiles still give at least 7/8 of the SMs a block (CUDAOPT_NUM_SMS, set by cudaopt for
-// the GPU at hand), counting only what is at least half a tile along each dimension (fills()):
+// SGEMM in five tiers, one kernel each, picked by the launch expressions of experiment.json
+// ("entry"). Four are one register-tiled algorithm, chosen by waves (num_sms: the GPU's SM
+// count): each is the largest tile whose tiles still give at least 7/8 of the SMs a block,
+// counting only what is at least half a tile along each dimension (a dimension under half a tile
+// counts for nothing: 128-row tiles for an 8-row problem would be 94% padding):
 //
-// - L: BM x BN tiles, TM x TN outputs per thread, BK-deep slices (all tunable; 128 x 256 with 8 x 16
-//   per thread is 256 threads, one block per SM), for problems with enough L tiles;
-// - M: 64 x 64 tiles, 4 x 4 per thread, 256 threads, 32-deep slices, when L tiles would leave SMs
-//   idle;
-// - S: 32 x 32 tiles, 4 x 4 per thread, 64 threads, 32-deep slices, for mid-sized and skinny
-//   problems: more work per warp than XS where there are enough tiles, which matters because the
-//   large tier's registers leave room for few warps per SM. None of the example's performance
-//   cases takes this tier, so its depth is not tuned: 32 was the fastest on the H200;
-// - XS: ST x ST tiles, (ST/8) x (ST/8) per thread, 64 threads, SK-deep slices (ST and SK tunable),
-//   for the rest: small problems, where parallelism matters more than reuse.
+// - L, matmul_f32: BM x BN tiles, TM x TN outputs per thread, BK-deep slices (all tunable; 128 x 256
+//   with 8 x 16 per thread is 256 threads, one block per SM), for problems with enough L tiles;
+// - M, matmul_f32_medium: 64 x 64 tiles, 4 x 4 per thread, 256 threads, 32-deep slices, when L tiles
+//   would leave SMs idle;
+// - S, matmul_f32_small: 32 x 32 tiles, 4 x 4 per thread, 64 threads, 32-deep slices, for mid-sized
+//   and skinny problems. None of the example's performance cases takes this tier, so its depth is
+//   not tuned: 32 was the fastest on the H200;
+// - XS, matmul_f32_tiny: ST x ST tiles, (ST/8) x (ST/8) per thread, 64 threads, SK-deep slices (ST
+//   and SK tunable), for the rest: small problems, where parallelism matters more than reuse;
+// - XXS, matmul_f32_direct: 16 x 16 tiles, one output per thread, 16-deep slices through shared
+//   memory and nothing more, before all the others for problems of at most 65536 multiply-adds
+//   (m * n * k), where a launch costs more than the work and XS's ring only adds to it (16^3 on
+//   the H200: 5.3 us through XS, 4.0-4.3 us for initial.cu, which works this way).
 //
-// MINB blocks of 256 threads must fit on an SM (__launch_bounds__): 2 caps registers at 128 per
-// thread, 1 lets the large tier keep bigger thread tiles and deeper slices in registers.
+// Every kernel computes C for any shape; the tiers differ only in speed.
 //
-// The launch expressions in experiment.json take the same decision with num_sms, so grid and
-// block always match the tier. Each thread accumulates its outputs in registers from operands it
-// reads from shared memory as float4 (float2 for 2-wide fragments). Slices reach shared memory in
-// one of two ways, each where it measured faster on the H200:
+// MINB blocks of 256 threads must fit on an SM (__launch_bounds__ of matmul_f32): 2 caps registers
+// at 128 per thread, 1 lets the large tier keep bigger thread tiles and deeper slices in registers.
+//
+// Each thread accumulates its outputs in registers from operands it reads from shared memory as
+// float4 (float2 for 2-wide fragments). Slices reach shared memory in one of two ways, each where
+// it measured faster on the H200:
 //
 // - L (staged_gemm): the next slice's global loads go to registers while the current slice is
 //   multiplied, then to the other of two shared buffers, A transposed; the first k-step's
@@ -57,9 +63,6 @@
 #endif
 #ifndef MINB
 #define MINB 2
-#endif
-#ifndef CUDAOPT_NUM_SMS
-#define CUDAOPT_NUM_SMS 132
 #endif
 
 #define APAD 4  // pads transposed-A rows: spreads the transposing stores over the banks
@@ -366,11 +369,8 @@ __device__ __forceinline__ void async_gemm_v(const float* __restrict__ a, const 
     }
 }
 
-// Not inlined: each smaller tier compiles as a function of its own, scheduled apart from the
-// large tier; on the H200 this made 256^3 5-29% faster depending on the build (11.4 -> 10.8 us
-// with 128 x 256 large tiles) and left 512^3 unchanged.
 template <class T>
-__device__ __noinline__ void async_gemm(const float* a, const float* b, float* c, int m, int n, int k, float* smem)
+__device__ __forceinline__ void async_gemm(const float* a, const float* b, float* c, int m, int n, int k, float* smem)
 {
     if (k % 4 == 0 && n % 4 == 0 && aligned16(a) && aligned16(b))
         async_gemm_v<T, true>(a, b, c, m, n, k, smem);
@@ -378,39 +378,87 @@ __device__ __noinline__ void async_gemm(const float* a, const float* b, float* c
         async_gemm_v<T, false>(a, b, c, m, n, k, smem);
 }
 
+// The smallest problems: TBM x TBN tiles, one output per thread, TBM x TBN threads, slices as deep
+// as the tile is wide, each element loaded by one thread into shared memory: one global round
+// trip per slice and nothing else (no ring, no vectors), where a launch costs more than the work.
+template <int TBM, int TBN>
+struct DirectTier {
+    static constexpr int bm = TBM, bn = TBN;
+    static constexpr int threads = TBM * TBN;
+    static constexpr int smem_floats = 2 * TBM * TBN;
+};
+
+template <class T>
+__device__ __forceinline__ void direct_gemm(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
+                                            int m, int n, int k, float* smem)
+{
+    static_assert(T::bm == T::bn, "square tiles: each thread loads one element of A and one of B per slice");
+    constexpr int W = T::bn;
+    float* as = smem;           // as[r * W + i]: A, row r of the tile, column t + i
+    float* bs = smem + W * W;   // bs[i * W + cc]: B, row t + i, column cc of the tile
+    const int tr = threadIdx.x / W, tc = threadIdx.x % W;
+    const int row = blockIdx.y * W + tr, col = blockIdx.x * W + tc;
+    float acc = 0.0f;
+    for (int t = 0; t < k; t += W) {
+        as[tr * W + tc] = (row < m && t + tc < k) ? a[(size_t)row * k + t + tc] : 0.0f;
+        bs[tr * W + tc] = (t + tr < k && col < n) ? b[(size_t)(t + tr) * n + col] : 0.0f;
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < W; ++i)
+            acc = fmaf(as[tr * W + i], bs[i * W + tc], acc);
+        __syncthreads();
+    }
+    if (row < m && col < n)
+        c[(size_t)row * n + col] = acc;
+}
+
 using Large = StagedTier<BM, BN, BK, TM, TN>;
 using Medium = AsyncTier<64, 64, 32, 4, 4, 2>;
 using Small = AsyncTier<32, 32, 32, 4, 4, 3>;
-// As many stages as fit beside the others (3, or 2 for ST = 32 with SK = 64).
+// As many stages as fit in 48 KiB of static shared memory (3, or 2 for ST = 32 with SK = 64).
 constexpr int TINY_STAGES = AsyncTier<ST, ST, SK, ST / 8, ST / 8, 3>::smem_floats * 4 <= 48 * 1024 ? 3 : 2;
 using Tiny = AsyncTier<ST, ST, SK, ST / 8, ST / 8, TINY_STAGES>;
+using Direct = DirectTier<16, 16>;
 static_assert(Large::threads <= 256 && Medium::threads == 256 && Small::threads == 64 && Tiny::threads == 64,
-              "at most 256 threads");
+              "the launch bounds below");
+static_assert(Large::smem_floats * 4 <= 48 * 1024 && Medium::smem_floats * 4 <= 48 * 1024,
+              "static shared memory is at most 48 KiB: fewer or shallower slices");
 
-__host__ __device__ constexpr int max2(int x, int y) { return x > y ? x : y; }
-constexpr int SMEM_FLOATS = max2(max2(Large::smem_floats, Medium::smem_floats), max2(Small::smem_floats, Tiny::smem_floats));
-static_assert(SMEM_FLOATS * 4 <= 48 * 1024, "static shared memory is at most 48 KiB: fewer or shallower slices");
-
-// Whether rows x cols tiles give at least 7/8 of the SMs a block. Tiles are counted in quarters
-// (half a tile along each dimension, rounded down), so a dimension under half a tile counts for
-// nothing: 128-row tiles for an 8-row problem would be 94% padding, work the smaller tiers skip.
-__device__ __forceinline__ bool fills(int m, int n, int rows, int cols)
-{
-    return (2LL * m / rows) * (2LL * n / cols) * 2 >= CUDAOPT_NUM_SMS * 7;
-}
-
+// One kernel per tier, each with the registers its own code needs (a tier sharing a kernel with
+// the large one would get its 250 registers, and run slower for it: 256^3 7.8 -> 10.7 us, 512^3
+// 15.3 -> 23.9 us on the H200). The launch expressions in experiment.json pick the kernel, the
+// grid and the block for each shape.
 extern "C" __global__ void __launch_bounds__(256, MINB)
 matmul_f32(const float* a, const float* b, float* c, int m, int n, int k)
 {
-    // One shared buffer, carved by the tier that runs.
-    __shared__ __align__(16) float smem[SMEM_FLOATS];
-    if (fills(m, n, BM, BN)) {
-        staged_gemm<Large>(a, b, c, m, n, k, smem);
-    } else if (fills(m, n, 64, 64)) {
-        async_gemm<Medium>(a, b, c, m, n, k, smem);
-    } else if (fills(m, n, 32, 32)) {
-        async_gemm<Small>(a, b, c, m, n, k, smem);
-    } else {
-        async_gemm<Tiny>(a, b, c, m, n, k, smem);
-    }
+    __shared__ __align__(16) float smem[Large::smem_floats];
+    staged_gemm<Large>(a, b, c, m, n, k, smem);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+matmul_f32_medium(const float* a, const float* b, float* c, int m, int n, int k)
+{
+    __shared__ __align__(16) float smem[Medium::smem_floats];
+    async_gemm<Medium>(a, b, c, m, n, k, smem);
+}
+
+extern "C" __global__ void __launch_bounds__(64)
+matmul_f32_small(const float* a, const float* b, float* c, int m, int n, int k)
+{
+    __shared__ __align__(16) float smem[Small::smem_floats];
+    async_gemm<Small>(a, b, c, m, n, k, smem);
+}
+
+extern "C" __global__ void __launch_bounds__(64)
+matmul_f32_tiny(const float* a, const float* b, float* c, int m, int n, int k)
+{
+    __shared__ __align__(16) float smem[Tiny::smem_floats];
+    async_gemm<Tiny>(a, b, c, m, n, k, smem);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+matmul_f32_direct(const float* a, const float* b, float* c, int m, int n, int k)
+{
+    __shared__ float smem[Direct::smem_floats];
+    direct_gemm<Direct>(a, b, c, m, n, k, smem);
 }

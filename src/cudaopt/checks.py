@@ -19,7 +19,7 @@ from .errors import ExperimentError
 from .harness import expr
 from .harness.launch import DEVICE_NAMES, NOMINAL_DEVICE, resolve_launch
 from .harness.protocol import CaseSpec, LaunchSpec
-from .harness.signature import Signature, SignatureError, find_entry
+from .harness.signature import Signature, SignatureError, find_entry, other_entry_problem
 
 # Limits every CUDA GPU of compute capability 5.0 or later shares.
 MAX_THREADS_PER_BLOCK = 1024
@@ -122,13 +122,19 @@ def check_case(path: Path, where: str, case: CaseSpec, default_launch: LaunchSpe
     check_launch(path, f"{where}.launch" if case.launch else "launch", launch, case)
 
 
-def check_launch(path: Path, field: str, launch: LaunchSpec, case: CaseSpec, names: dict | None = None) -> None:
+def check_launch(path: Path, field: str, launch: LaunchSpec, case: CaseSpec, names: dict | None = None,
+                 kernel: tuple[str, Signature] | None = None) -> None:
     """The launch resolves on the case's scalars (and ``names``: tunables) and fits what any CUDA
-    GPU launches; the GPU's facts (``num_sms``) take their nominal values here."""
+    GPU launches; the GPU's facts (``num_sms``) take their nominal values here. With ``kernel``
+    (its source and the signature), a kernel the launch names is declared there."""
     try:
         resolved = resolve_launch(launch, {**(names or {}), **NOMINAL_DEVICE, **case.scalars})
     except ValueError as exc:
         raise ExperimentError(path, field, f"case {case.name!r}: {exc}") from None
+    if kernel is not None and resolved.entry not in (None, kernel[1].name):
+        problem = other_entry_problem(kernel[0], resolved.entry, kernel[1])
+        if problem:
+            raise ExperimentError(path, f"{field}.entry", f"case {case.name!r}: {problem}")
     block, grid = resolved.block, resolved.grid
     if resolved.threads > MAX_THREADS_PER_BLOCK or any(b > m for b, m in zip(block, MAX_BLOCK, strict=True)):
         raise ExperimentError(path, f"{field}.block", f"case {case.name!r}: block {list(block)} ({resolved.threads} "

@@ -348,7 +348,7 @@ def _load_tuning(tune: TuneSection, base: Path, origin: str, sig: Signature, cas
         raise ExperimentError(origin, "tune.restrictions", "no configuration satisfies them")
     for case in cases:
         if case.role != "holdout":
-            check_launch(origin, "tune.launch", launch, case, names=configs[0])
+            check_launch(origin, "tune.launch", launch, case, names=configs[0], kernel=(source, sig))
     return Tuning(path=path, source=source, space=space, launch=launch)
 
 

@@ -27,13 +27,13 @@ def evaluation_table(evaluation: Evaluation) -> Table:
     columns = ["case", "role", "outcome", "median µs", "p10–p90 µs", "vs reference"]
     for label in labels:
         columns += [f"{_short(label, labels)} µs", f"vs {_short(label, labels)}"]
-    for column in (*columns, "regs", "spills"):
+    kernels = any(c.launch and c.launch.entry for c in result.cases)  # a case launched another entry
+    for column in (*columns, "regs", "spills", *(["kernel"] if kernels else [])):
         table.add_column(column, justify="right" if column not in ("case", "role", "outcome") else "left")
-    regs = str(comp.registers) if comp and comp.registers is not None else "-"
-    spills = (
-        f"{comp.spill_stores}/{comp.spill_loads}" if comp and comp.spill_stores is not None else "-"
-    )
     for case in result.cases:
+        registers, stores, loads = comp.resources(case.launch.entry if case.launch else None) if comp else (None,) * 3
+        regs = str(registers) if registers is not None else "-"
+        spills = f"{stores}/{loads}" if stores is not None else "-"
         outcome = case.status
         timing = case.timing
         speedup = evaluation.speedup(case.name)
@@ -47,7 +47,8 @@ def evaluation_table(evaluation: Evaluation) -> Table:
         ]
         for i in range(len(labels)):
             cells += _vendor_cells(case, i)
-        table.add_row(*cells, regs, spills)
+        kernel = [(case.launch.entry if case.launch else None) or "(the entry)"] if kernels else []
+        table.add_row(*cells, regs, spills, *kernel)
     if labels:
         notes = [f"{c.name}: {v.label + ': ' if len(labels) > 1 else ''}{v.status}: {' '.join(v.reason.split())}"
                  for c in result.cases for v in c.vendors if v.status != "ok"]

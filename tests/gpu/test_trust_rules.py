@@ -236,3 +236,53 @@ def test_a_cached_compilation_is_a_fresh_module_so_no_state_survives_a_request(s
     results = [supervisor.evaluate(build()) for _ in range(3)]
     assert [r.status for r in results] == ["ok", "ok", "ok"]
     assert [r.compile.cached for r in results] == [False, True, True]
+
+
+ROWS_FOR_BIG = "'matmul_f32_rows' if m * n > 40000 else 'matmul_f32'"
+
+
+def test_each_case_launches_the_kernel_its_launch_names(supervisor, small_request):
+    """A source with two kernels of the signature's parameters: each case runs (and is checked
+    with) the one its launch picks, and the result says which, with that kernel's registers."""
+    big = "m * n > 40000"
+    launch = LaunchSpec(entry=ROWS_FOR_BIG, grid=[f"m if {big} else cdiv(n, 16)", f"1 if {big} else cdiv(m, 16)"],
+                        block=[f"128 if {big} else 16", f"1 if {big} else 16"])
+    result = supervisor.evaluate(small_request(kernel_source("entry_by_shape.cu"), launch=launch))
+    assert result.status == "ok", result.reason
+    entries = {c.name: c.launch.entry for c in result.cases}
+    assert entries == {"odd-31x37x29": "matmul_f32", "square-256": "matmul_f32_rows",
+                       "rect-384x256x320": "matmul_f32_rows"}
+    assert list(result.compile.entries) == ["matmul_f32_rows"]
+    assert result.compile.entries["matmul_f32_rows"].registers > 0
+    assert result.compile.resources("matmul_f32_rows")[0] == result.compile.entries["matmul_f32_rows"].registers
+    # 128-thread blocks of the row kernel: its own occupancy, not the entry's 256-thread one
+    rows = next(c for c in result.cases if c.name == "square-256")
+    assert rows.occupancy.blocks_per_sm is not None and rows.launch.block == (128, 1, 1)
+
+
+def test_a_kernel_is_launched_within_its_own_limits_and_checked_on_what_it_wrote(supervisor, small_request):
+    """The row kernel's 128-thread launch bounds hold for it alone (the entry takes 256), and a
+    grid that covers half the rows leaves C unwritten: each caught as it would be for the entry."""
+    def run(grid, block):
+        launch = LaunchSpec(entry="matmul_f32_rows", grid=grid, block=block)
+        return supervisor.evaluate(small_request(kernel_source("entry_by_shape.cu"), launch=launch,
+                                                 cases={"rect-384x256x320"}))
+
+    assert run(["cdiv(n, 16)", "cdiv(m, 16)"], [16, 16]).status == "launch_error"  # 256 threads > its bound
+    half = run(["cdiv(m, 2)"], [128])
+    assert half.status == "mismatch" and "unwritten" in half.reason, half.reason
+    assert run(["m"], [128]).status == "ok"
+
+
+@pytest.mark.parametrize("entry, status, words", [
+    ("matmul_f32_short", "bad_signature", "matmul_f32_short is declared as"),  # takes no k
+    ("matmul_f32_hidden", "missing_entry", "does not declare"),  # declared through a macro
+    ("cudaopt_gate", "missing_entry", "does not declare"),  # the harness's own kernels are not in the module
+    ("'matmul_f32_short' if m > 64 else 'matmul_f32'", "bad_signature", "matmul_f32_short"),
+])
+def test_a_launch_may_only_name_kernels_declared_with_the_signatures_parameters(supervisor, small_request, entry,
+                                                                                status, words):
+    launch = LaunchSpec(entry=entry, grid=["cdiv(n, 16)", "cdiv(m, 16)"], block=[16, 16])
+    result = supervisor.evaluate(small_request(kernel_source("entry_other_params.cu"), launch=launch))
+    assert result.status == status and words in result.reason, result.reason
+    assert all(c.timing is None for c in result.cases if c.launch and c.launch.entry not in (None, "matmul_f32"))

@@ -11,6 +11,7 @@ import json
 from ..harness.check import shown
 from ..harness.protocol import CaseSpec
 from ..harness.results import CaseResult
+from ..harness.signature import parse_signature
 from ..record.recorder import medians
 from ..record.schema import Attempt
 
@@ -27,6 +28,10 @@ then times it (L2 flushed before each launch).
 over the case scalars ({scalars}), shared_bytes is the dynamic shared memory in bytes. \
 Expressions may use + - * / // % ** and cdiv, round_up, min, max. The same expressions must \
 work for every shape, including shapes you have not seen.
+- The source may define more kernels with the same parameters (registers are allocated per \
+kernel, so a path that needs few registers can run at a higher occupancy in a kernel of its own). \
+"entry" in the launch configuration names the one a case launches: a name, or quoted names \
+chosen by conditionals, e.g. "'small_tiles' if m * n < 1048576 else '{entry}'"; by default {entry}.
 - You may call the gpu_info tool to read the GPU's properties.
 
 Answer with exactly two fenced blocks and nothing else required:
@@ -71,7 +76,7 @@ def system_prompt(signature: str, cases: list[CaseSpec], tunables: bool = False,
     """``from_scratch``: there is no initial kernel; the model writes the first one."""
     scalars = sorted({name for case in cases for name in case.scalars})
     text = SYSTEM.format(task=WRITE if from_scratch else IMPROVE, signature=signature,
-                         scalars=", ".join(scalars) or "none")
+                         scalars=", ".join(scalars) or "none", entry=parse_signature(signature).name)
     text += (TUNABLES if tunables else "") + (RESEARCH if research else "")
     if instruments:
         text += ("\n\nInstruments: find out what limits a kernel before you change it (attempt ids as in the "
@@ -101,6 +106,8 @@ def _case_line(case: CaseResult, baseline: dict[str, float], best: dict[str, flo
         text += f", {baseline[name] / median:.2f}x vs baseline"
     if name in best:
         text += f", {best[name] / median:.2f}x vs best so far"
+    if case.launch and case.launch.entry:
+        text += f", kernel {case.launch.entry}"
     if case.occupancy and case.occupancy.occupancy is not None:
         text += f", occupancy {case.occupancy.occupancy:.0%}"
     if case.roofline and case.roofline.achieved_tflops is not None:
@@ -141,6 +148,9 @@ def attempt_text(attempt: Attempt, baseline: Attempt | None, best: Attempt | Non
             f"  registers {comp.registers}, spill stores/loads {comp.spill_stores}/{comp.spill_loads}, "
             f"static shared {comp.static_shared_bytes} B, local {comp.local_bytes} B"
         )
+        for name, other in comp.entries.items():
+            lines.append(f"  kernel {name}: registers {other.registers}, spill stores/loads {other.spill_stores}/"
+                         f"{other.spill_loads}, static shared {other.static_shared_bytes} B, local {other.local_bytes} B")
     if attempt.status == "compile_error":
         lines.append("  compiler output:\n" + _clip(attempt.reason, 2500))
     elif not attempt.cases and attempt.reason:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..harness import expr
 from ..harness.launch import NOMINAL_DEVICE, candidate_names, resolve_launch, tunable_clashes
 from ..harness.protocol import CaseSpec, LaunchSpec
-from ..harness.signature import Signature, SignatureError, entry_names, find_entry
+from ..harness.signature import Signature, SignatureError, entry_names, find_entry, other_entry_problem
 
 
 class ProposalError(ValueError):
@@ -90,11 +90,15 @@ def parse(text: str, signature: Signature, cases: list[CaseSpec], allow_tunables
     launch = answer.launch
     for config in configurations or [{}]:
         for case in cases:  # the launch must resolve on every case the model may see
+            where = f" with {config}" if config else ""
             try:
-                resolve_launch(launch, candidate_names(case.scalars, config, device))
+                resolved = resolve_launch(launch, candidate_names(case.scalars, config, device))
             except (ValueError, expr.ExprError) as exc:
-                where = f" with {config}" if config else ""
                 raise ProposalError(f"launch configuration does not work for case {case.name!r}{where}: {exc}") from None
+            problem = (other_entry_problem(source, resolved.entry, signature)
+                       if resolved.entry not in (None, signature.name) else None)
+            if problem:
+                raise ProposalError(f"launch configuration for case {case.name!r}{where}: {problem}")
     return Proposal(source=source, launch=launch, rationale=answer.rationale.strip(), configurations=configurations)
 
 

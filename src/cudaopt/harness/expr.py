@@ -3,7 +3,9 @@
 Launch configurations are written as expressions over the case scalars and the kernel's
 tunables (``cdiv(n, 16)``) so a kernel also runs on shapes the model never saw. The text may
 come from a model, so it is parsed with :mod:`ast` and only arithmetic, comparisons, names and
-a fixed set of functions are allowed; nothing is ever passed to ``eval``.
+a fixed set of functions are allowed; nothing is ever passed to ``eval``. A kernel name
+(:func:`evaluate_name`) is a plain identifier or a conditional whose branches are quoted names,
+``'gemm_small' if m < 256 else 'gemm_large'``; strings go nowhere else.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import re
 from collections.abc import Mapping
 
 Number = int | float
@@ -63,10 +66,12 @@ _COMPARE = {
 }
 _LIMIT = 2**63
 _MAX_LENGTH = 500
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 
-def parse(text: str) -> ast.Expression:
-    """Parse and validate an expression; raise :class:`ExprError` on anything not allowed."""
+def parse(text: str, names: bool = False) -> ast.Expression:
+    """Parse and validate an expression; raise :class:`ExprError` on anything not allowed.
+    With ``names``, the result may be a quoted kernel name, chosen by conditionals."""
     if not isinstance(text, str):
         raise ExprError(f"expected an expression string, got {type(text).__name__}")
     if len(text) > _MAX_LENGTH:
@@ -75,9 +80,25 @@ def parse(text: str) -> ast.Expression:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
         raise ExprError(f"syntax error in {text!r}: {exc.msg}") from None
+    leaves = list(_name_leaves(tree.body)) if names else []
+    for leaf in leaves:
+        if not (isinstance(leaf, ast.Constant) and isinstance(leaf.value, str) and _IDENTIFIER.fullmatch(leaf.value)):
+            raise ExprError(f"{ast.unparse(leaf)} in {text!r} is not a quoted kernel name")
+    named = {id(leaf) for leaf in leaves}
     for node in ast.walk(tree):
-        _validate(node, text)
+        if id(node) not in named:
+            _validate(node, text)
     return tree
+
+
+def _name_leaves(node: ast.AST):
+    """What stands in result position: the whole expression or, through conditionals, each of
+    its branches. Each must be a quoted name, and only there may a string stand."""
+    if isinstance(node, ast.IfExp):
+        yield from _name_leaves(node.body)
+        yield from _name_leaves(node.orelse)
+    else:
+        yield node
 
 
 def _validate(node: ast.AST, text: str) -> None:
@@ -118,6 +139,25 @@ def evaluate_int(text: str | Number, names: Mapping[str, Number]) -> int:
             raise ExprError(f"{text!r} evaluates to {value}, not an integer")
         value = int(value)
     return int(value)
+
+
+def check_name(text: str) -> None:
+    """Raise :class:`ExprError` unless ``text`` is a kernel name or a choice among quoted ones."""
+    if not (isinstance(text, str) and _IDENTIFIER.fullmatch(text.strip())):
+        parse(text, names=True)
+
+
+def evaluate_name(text: str, names: Mapping[str, Number]) -> str:
+    """A kernel name: ``text`` itself when it is an identifier, else the quoted name its
+    conditionals choose (``'small' if m < 256 else 'large'``) with ``names`` bound."""
+    if not isinstance(text, str):
+        raise ExprError(f"expected a kernel name, got {type(text).__name__}")
+    if _IDENTIFIER.fullmatch(text.strip()):
+        return text.strip()
+    value = _eval(parse(text, names=True).body, names, text)
+    if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
+        raise ExprError(f"{text!r} gives {value!r}, not a kernel name")
+    return value
 
 
 def _eval(node: ast.AST, names: Mapping[str, Number], text: str):

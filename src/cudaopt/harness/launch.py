@@ -44,11 +44,12 @@ def device_defines(spec: KernelSpec, device: Mapping) -> KernelSpec:
 
 
 def resolve_launch(spec: LaunchSpec, names: Mapping) -> ResolvedLaunch:
-    """Evaluate grid, block and shared bytes; raise ValueError on anything unusable."""
+    """Evaluate grid, block, shared bytes and the entry; raise ValueError on anything unusable."""
     try:
         grid = [expr.evaluate_int(v, names) for v in spec.grid]
         block = [expr.evaluate_int(v, names) for v in spec.block]
         shared = expr.evaluate_int(spec.shared_bytes, names)
+        entry = expr.evaluate_name(spec.entry, names) if spec.entry is not None else None
     except expr.ExprError as exc:
         raise ValueError(str(exc)) from None
     for label, dims in (("grid", grid), ("block", block)):
@@ -62,7 +63,7 @@ def resolve_launch(spec: LaunchSpec, names: Mapping) -> ResolvedLaunch:
     def pad(dims: list[int]) -> tuple[int, ...]:
         return tuple(dims) + (1,) * (3 - len(dims))
 
-    return ResolvedLaunch(grid=pad(grid), block=pad(block), shared_bytes=shared)
+    return ResolvedLaunch(grid=pad(grid), block=pad(block), shared_bytes=shared, entry=entry)
 
 
 def tunable_clashes(names: Iterable[str], signature: Signature, scalar_names: Iterable[str]) -> list[str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from . import expr
 
@@ -34,6 +34,13 @@ class Model(BaseModel):
     def to_data(self) -> dict[str, Any]:
         """Plain JSON data (lists, not tuples)."""
         return self.model_dump(mode="json")
+
+
+def drop_unset_entry(data: Any) -> Any:
+    """A launch without ``entry`` is written as before it existed: no ``"entry": null``."""
+    if isinstance(data, dict) and data.get("entry", "") is None:
+        data.pop("entry")
+    return data
 
 
 def check_exprs(values: list[Expr]) -> list[Expr]:
@@ -85,11 +92,21 @@ class OutputSpec(Model):
 
 
 class LaunchSpec(Model):
-    """Grid, block and dynamic shared bytes as integers or expressions (resolved by launch.py)."""
+    """Grid, block and dynamic shared bytes as integers or expressions (resolved by launch.py).
+
+    ``entry`` picks the kernel a case launches when the source has several with the
+    signature's parameters (each with registers and limits of its own): a name, or quoted names
+    chosen by conditionals (``'gemm_small' if m * n < 2**20 else 'gemm_large'``). By default,
+    the signature's own entry."""
 
     grid: list[Expr] = Field(min_length=1, max_length=3)
     block: list[Expr] = Field(min_length=1, max_length=3)
     shared_bytes: Expr = 0
+    entry: str | None = Field(None, min_length=1)
+
+    @model_serializer(mode="wrap")
+    def _without_unset_entry(self, handler):
+        return drop_unset_entry(handler(self))
 
     @field_validator("grid", "block", mode="before")
     @classmethod
@@ -99,6 +116,8 @@ class LaunchSpec(Model):
     @model_validator(mode="after")
     def _check(self) -> LaunchSpec:
         check_exprs([*self.grid, *self.block, self.shared_bytes])
+        if self.entry is not None:
+            expr.check_name(self.entry)
         return self
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 
-from .protocol import HARNESS_VERSION, Model, Role, vendor_as_list
+from .protocol import HARNESS_VERSION, Model, Role, drop_unset_entry, vendor_as_list
 
 # Every way an evaluation can end. Only "ok" is a pass.
 STATUSES = (
@@ -57,6 +57,18 @@ class DeviceInfo(Model):
     measured_peaks: MeasuredPeaksInfo | None = None
 
 
+class EntryInfo(Model):
+    """What the driver reports of a kernel other than the signature's entry that a case launched:
+    each kernel has registers of its own, so each its own occupancy."""
+
+    registers: int
+    spill_stores: int | None = None
+    spill_loads: int | None = None
+    local_bytes: int
+    static_shared_bytes: int
+    max_threads_per_block: int
+
+
 class CompileInfo(Model):
     ok: bool
     log: str
@@ -72,6 +84,14 @@ class CompileInfo(Model):
     global_bytes: int | None = None  # mutable device-global memory in the cubin
     device_malloc: bool = False
     cached: bool = False  # this worker compiled the same kernel before: its cubin, loaded afresh
+    entries: dict[str, EntryInfo] = Field(default_factory=dict)  # other kernels the cases launched
+
+    def resources(self, entry: str | None) -> tuple[int | None, int | None, int | None]:
+        """Registers and spill stores/loads of the kernel a case launched (``ResolvedLaunch.entry``)."""
+        other = self.entries.get(entry) if entry else None
+        if other is not None:
+            return other.registers, other.spill_stores, other.spill_loads
+        return self.registers, self.spill_stores, self.spill_loads
 
 
 class CheckInfo(Model):
@@ -131,6 +151,11 @@ class ResolvedLaunch(Model):
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int = 0
+    entry: str | None = None  # the kernel, when the launch names one (else the signature's)
+
+    @model_serializer(mode="wrap")
+    def _without_unset_entry(self, handler):
+        return drop_unset_entry(handler(self))
 
     @property
     def threads(self) -> int:

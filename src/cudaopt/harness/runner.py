@@ -21,6 +21,7 @@ from .buffers import CaseBuffers
 from .case_data import DeviceCases, HostSets, cache_key
 from .check import describe
 from .compiler import CompileCache, CompileError, compile_kernel
+from .entries import Entries
 from .gpu import Gpu
 from .inputs import InputError
 from .launch import candidate_names, device_defines, resolve_launch, tunable_clashes
@@ -30,8 +31,8 @@ from .messages import CaseDone, Compiled, PhaseStarted
 from .peaks import judge_plausibility
 from .protocol import CaseSpec, EvalRequest, KernelSpec, VendorSpec
 from .reference import CudaReference, ReferenceFailure, call_python, load_python
-from .results import Audit, CaseResult, CompileInfo, EvalResult, ResolvedLaunch, VendorResult
-from .signature import DTYPES, Signature, entry_names, find_entry, parse_signature
+from .results import Audit, CaseResult, CompileInfo, EvalResult, VendorResult
+from .signature import Signature, parse_signature
 from .stats import summarize
 from .timing import CHECKED_INPUTS, TimedRun, draw_plan, method, new_seed
 from .torch_reference import TorchReference
@@ -108,13 +109,13 @@ class Runner:
 
     def _evaluate(self, req: EvalRequest, result: EvalResult, seed: int) -> None:
         signature = parse_signature(req.signature)
-        kernel = self._prepare(req, signature, result) if req.kernel else None
+        entries = self._prepare(req, signature, result) if req.kernel else None
         for case in req.cases:
             if self.dead:
                 result.cases.append(CaseResult(name=case.name, role=case.role, status="crashed",
                                                reason="not run: the GPU context was lost"))
                 continue
-            result.cases.append(self._case(req, signature, kernel, case, seed))
+            result.cases.append(self._case(req, signature, entries, case, seed))
             self.on_event(CaseDone(case=result.cases[-1]))
         failed = next((c for c in result.cases if c.status != "ok"), None)
         if failed:
@@ -127,7 +128,7 @@ class Runner:
         if clashes:
             raise CaseFailure("bad_launch_config", "tunables: " + "; ".join(clashes))
         self.on_event(PhaseStarted(phase="compile"))
-        kernel, info = self._compile(req.kernel, signature)
+        entries, info = self._compile(req.kernel, signature)
         result.compile = info
         self.on_event(Compiled(compile=info))
         if info.device_malloc:
@@ -137,15 +138,10 @@ class Runner:
             raise CaseFailure("global_state", f"the kernel keeps {info.global_bytes} bytes of mutable __device__ "
                                               f"memory between launches; the limit is {req.limits.global_bytes} "
                                               f"(the experiment's limits.global_bytes)")
-        return kernel
+        return entries
 
     def _compile(self, spec: KernelSpec, signature: Signature):
         spec = device_defines(spec, self.facts)
-        declared = find_entry(spec.source, spec.entry)
-        if declared is not None and not declared.same_types(signature):
-            raise CaseFailure(
-                "bad_signature", f"{spec.entry} is declared as '{declared}', the experiment needs '{signature}'"
-            )
         key = _compile_key(spec, self.gpu.arch)
         compiled = self._compiled.get(key)
         if compiled is None:
@@ -155,39 +151,19 @@ class Runner:
             except CompileError as exc:
                 raise CaseFailure("compile_error", exc.log) from None
             self._compiled.put(key, compiled)
-        try:
-            kernel = compiled.cubin.get_kernel(spec.entry)
-        except Exception:
-            found = entry_names(spec.source)
-            hint = f"; the source defines {', '.join(found)}" if found else ""
-            raise CaseFailure("missing_entry", f"no kernel named {spec.entry!r} in the module{hint}") from None
-        if kernel.num_arguments != len(signature.args):
-            raise CaseFailure(
-                "bad_signature",
-                f"{spec.entry} takes {kernel.num_arguments} arguments, the experiment's signature has {len(signature.args)}",
-            )
-        sizes = [8 if a.pointer else DTYPES[a.dtype].itemsize for a in signature.args]
-        actual = [int(p.size) for p in kernel.arguments_info]
-        if actual != sizes:
-            raise CaseFailure("bad_signature", f"{spec.entry} argument sizes {actual} != expected {sizes}")
-        info: CompileInfo = compiled.info
-        attrs = kernel.attributes
-        if info.registers is None:  # no ptxas report in the log: read the loaded kernel instead
-            info.registers = int(attrs.num_regs)
-        if info.static_shared_bytes is None:
-            info.static_shared_bytes = int(attrs.shared_size_bytes)
-        info.local_bytes = int(attrs.local_size_bytes)
-        info.max_threads_per_block = int(attrs.max_threads_per_block)
-        return kernel, info
+        # a copy: the kernels other than the entry that this request's cases launch are its own
+        info: CompileInfo = compiled.info.model_copy(update={"entries": {}})
+        return Entries(compiled.cubin, spec.source, spec.entry, signature, info), info
 
     # --- one case ------------------------------------------------------------------------
 
-    def _case(self, req: EvalRequest, signature: Signature, kernel, case: CaseSpec, seed: int) -> CaseResult:
+    def _case(self, req: EvalRequest, signature: Signature, entries: Entries | None, case: CaseSpec,
+              seed: int) -> CaseResult:
         out = CaseResult(name=case.name, role=case.role, status="ok")
         buffers = None
         self.on_event(PhaseStarted(phase="check", case=case.name))
         try:
-            launch = self._launch(req, kernel, case, out) if kernel is not None else None
+            kernel, launch = self._launch(req, entries, case, out) if entries is not None else (None, None)
             clock = _Stopwatch(out.phases)
             n_sets = max(1, req.protocol.input_sets)
             sets, shapes, data_key = self._host_sets.get(case, signature, n_sets)
@@ -226,7 +202,8 @@ class Runner:
                 self._devices.give_back(buffers, keep=out.status == "ok")
         return out
 
-    def _launch(self, req: EvalRequest, kernel, case: CaseSpec, out: CaseResult) -> ResolvedLaunch:
+    def _launch(self, req: EvalRequest, entries: Entries, case: CaseSpec, out: CaseResult):
+        """The kernel this case launches and how."""
         spec = req.launch or case.launch
         if spec is None:
             raise CaseFailure("bad_launch_config", "no launch configuration for this case")
@@ -235,8 +212,9 @@ class Runner:
         except ValueError as exc:
             raise CaseFailure("bad_launch_config", str(exc)) from None
         out.launch = launch
+        kernel = entries.get(launch.entry)
         out.occupancy = occupancy(kernel, launch, int(self.gpu.props.max_threads_per_multiprocessor))
-        return launch
+        return kernel, launch
 
     # --- the answer key ------------------------------------------------------------------
 

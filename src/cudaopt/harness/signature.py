@@ -154,6 +154,23 @@ def find_entry(source: str, entry: str) -> Signature | None:
     return None
 
 
+def other_entry_problem(source: str, name: str, signature: Signature) -> str | None:
+    """Why a launch may not name ``name`` (None when it may): a kernel other than the signature's
+    must be declared plainly in the source, ``extern "C" __global__`` with the signature's parameters."""
+    try:
+        declared = find_entry(source, name)
+    except SignatureError as exc:
+        return f"the declaration of {name} cannot be parsed: {exc}"
+    if declared is None:
+        found = entry_names(source)
+        return (f"the launch names {name!r}, which the source does not declare as "
+                f"'extern \"C\" __global__ void {name}(...)'" + (f"; it declares {', '.join(found)}" if found else ""))
+    if not declared.same_types(signature):
+        return (f"{name} is declared as '{declared}', but every kernel a case launches takes the signature's "
+                f"parameters: '{signature}'")
+    return None
+
+
 def entry_names(source: str) -> list[str]:
     """Every kernel entry a source declares plainly (for "did you mean" hints)."""
     return [match.group(1) for match in _HEAD.finditer(_strip_comments(source))]

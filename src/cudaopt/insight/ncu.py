@@ -23,6 +23,7 @@ from ..harness.inputs import shape_of
 from ..harness.messages import Done, Fatal, read_message
 from ..harness.protocol import CaseSpec, EvalRequest, TimingProtocol
 from ..harness.results import EvalResult
+from ..harness.signature import entry_names
 from .parse import KernelMetrics, parse_raw_csv
 
 # What every profile collects (Hopper sm_90 names). Change the list here and nowhere else.
@@ -113,12 +114,13 @@ def command(ncu: str, request: EvalRequest, log_file: Path, python: str = sys.ex
     A ``.cu`` reference with the entry's own name launches first, once per input set; ``--launch-skip``
     passes over those launches, so the profiled launch is the candidate's checked one.
     """
-    entry = request.kernel.entry
+    # the case may launch another kernel of the module than the entry (LaunchSpec.entry): any of them
+    names = sorted({request.kernel.entry, *entry_names(request.kernel.source)})
     ref = request.reference
-    skip = request.protocol.input_sets if ref is not None and ref.kind == "cu" and ref.entry == entry else 0
+    skip = request.protocol.input_sets if ref is not None and ref.kind == "cu" and ref.entry in names else 0
     return [
         ncu, "--target-processes", "all", "--clock-control", "none",
-        "--kernel-name", f"regex:^{entry}$", "--launch-skip", str(skip), "--launch-count", "1",
+        "--kernel-name", f"regex:^({'|'.join(names)})$", "--launch-skip", str(skip), "--launch-count", "1",
         "--csv", "--page", "raw", "--print-units", "base", "--log-file", str(log_file),
         "--metrics", ",".join(METRICS),
         python, "-m", "cudaopt.harness.worker",

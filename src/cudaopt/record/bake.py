@@ -18,8 +18,10 @@ def bake_launch(launch: dict, defines: dict) -> dict:
     def sub(value):
         if not isinstance(value, str):
             return value
-        for name, val in defines.items():
-            value = re.sub(rf"\b{re.escape(name)}\b", str(val), value)
-        return value
+        parts = re.split(r"('[^']*'|\"[^\"]*\")", value)  # quoted kernel names (entry) stay as they are
+        for i in range(0, len(parts), 2):
+            for name, val in defines.items():
+                parts[i] = re.sub(rf"\b{re.escape(name)}\b", str(val), parts[i])
+        return "".join(parts)
 
     return {key: ([sub(v) for v in val] if isinstance(val, list) else sub(val)) for key, val in launch.items()}

@@ -1,0 +1,70 @@
+"""The kernels of one compiled candidate that its cases may launch.
+
+The signature names the entry; a case's launch may name another kernel of the same module
+(``LaunchSpec.entry``), for a kernel whose paths want different register budgets: registers
+are allocated per kernel, so a path that needs few registers runs at the occupancy of the
+hungriest path it shares a kernel with. Every kernel a case launches is held to the signature:
+declared ``extern "C" __global__`` with its parameters in the source (the signature's own entry
+may also come from a macro, as before), and taking arguments of its sizes in the cubin. The
+cases' outputs are checked whichever kernel wrote them.
+"""
+
+from __future__ import annotations
+
+from .compiler import parse_ptxas
+from .launcher import CaseFailure
+from .results import CompileInfo, EntryInfo
+from .signature import DTYPES, Signature, SignatureError, entry_names, find_entry, other_entry_problem
+
+
+class Entries:
+    def __init__(self, cubin, source: str, entry: str, signature: Signature, info: CompileInfo):
+        self.cubin, self.source, self.entry, self.signature, self.info = cubin, source, entry, signature, info
+        self._kernels: dict[str, object] = {}
+        self.get(None)  # the request's own entry must be there, whatever the cases launch
+
+    def get(self, name: str | None):
+        """The kernel called ``name`` (the request's entry when None), checked once."""
+        own = name is None or name == self.entry
+        name = self.entry if own else name
+        if name in self._kernels:
+            return self._kernels[name]
+        try:
+            declared = find_entry(self.source, name)
+        except SignatureError as exc:
+            raise CaseFailure("bad_signature", f"the declaration of {name} cannot be parsed: {exc}") from None
+        if declared is None and not own:  # the signature's entry may come from a macro; no other may
+            raise CaseFailure("missing_entry", other_entry_problem(self.source, name, self.signature))
+        if declared is not None and not declared.same_types(self.signature):
+            raise CaseFailure("bad_signature", f"{name} is declared as '{declared}', the experiment needs "
+                                               f"'{self.signature}' (every kernel a case launches takes its parameters)")
+        try:
+            kernel = self.cubin.get_kernel(name)
+        except Exception:
+            found = entry_names(self.source)
+            hint = f"; the source defines {', '.join(found)}" if found else ""
+            raise CaseFailure("missing_entry", f"no kernel named {name!r} in the module{hint}") from None
+        args = self.signature.args
+        if kernel.num_arguments != len(args):
+            raise CaseFailure("bad_signature", f"{name} takes {kernel.num_arguments} arguments, the experiment's "
+                                               f"signature has {len(args)}")
+        sizes = [8 if a.pointer else DTYPES[a.dtype].itemsize for a in args]
+        actual = [int(p.size) for p in kernel.arguments_info]
+        if actual != sizes:
+            raise CaseFailure("bad_signature", f"{name} argument sizes {actual} != expected {sizes}")
+        attrs = kernel.attributes
+        if own:
+            if self.info.registers is None:  # no ptxas report in the log: read the loaded kernel instead
+                self.info.registers = int(attrs.num_regs)
+            if self.info.static_shared_bytes is None:
+                self.info.static_shared_bytes = int(attrs.shared_size_bytes)
+            self.info.local_bytes = int(attrs.local_size_bytes)
+            self.info.max_threads_per_block = int(attrs.max_threads_per_block)
+        else:
+            ptxas = parse_ptxas(self.info.log).get(name, {})
+            self.info.entries[name] = EntryInfo(
+                registers=int(attrs.num_regs), spill_stores=ptxas.get("spill_stores"),
+                spill_loads=ptxas.get("spill_loads"), local_bytes=int(attrs.local_size_bytes),
+                static_shared_bytes=int(attrs.shared_size_bytes), max_threads_per_block=int(attrs.max_threads_per_block))
+        self._kernels[name] = kernel
+        return kernel

@@ -131,7 +131,7 @@ def check_launch(path: Path, field: str, launch: LaunchSpec, case: CaseSpec, nam
         resolved = resolve_launch(launch, {**(names or {}), **NOMINAL_DEVICE, **case.scalars})
     except ValueError as exc:
         raise ExperimentError(path, field, f"case {case.name!r}: {exc}") from None
-    if kernel is not None and resolved.entry not in (None, kernel[1].name):
+    if kernel is not None:
         problem = other_entry_problem(kernel[0], resolved.entry, kernel[1])
         if problem:
             raise ExperimentError(path, f"{field}.entry", f"case {case.name!r}: {problem}")

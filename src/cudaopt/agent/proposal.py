@@ -95,8 +95,7 @@ def parse(text: str, signature: Signature, cases: list[CaseSpec], allow_tunables
                 resolved = resolve_launch(launch, candidate_names(case.scalars, config, device))
             except (ValueError, expr.ExprError) as exc:
                 raise ProposalError(f"launch configuration does not work for case {case.name!r}{where}: {exc}") from None
-            problem = (other_entry_problem(source, resolved.entry, signature)
-                       if resolved.entry not in (None, signature.name) else None)
+            problem = other_entry_problem(source, resolved.entry, signature)
             if problem:
                 raise ProposalError(f"launch configuration for case {case.name!r}{where}: {problem}")
     return Proposal(source=source, launch=launch, rationale=answer.rationale.strip(), configurations=configurations)

@@ -154,9 +154,12 @@ def find_entry(source: str, entry: str) -> Signature | None:
     return None
 
 
-def other_entry_problem(source: str, name: str, signature: Signature) -> str | None:
-    """Why a launch may not name ``name`` (None when it may): a kernel other than the signature's
-    must be declared plainly in the source, ``extern "C" __global__`` with the signature's parameters."""
+def other_entry_problem(source: str, name: str | None, signature: Signature) -> str | None:
+    """Why a launch may not name ``name`` (None when it may, or names no other kernel than the
+    signature's): any other must be declared plainly in the source, ``extern "C" __global__``
+    with the signature's parameters."""
+    if name is None or name == signature.name:
+        return None
     try:
         declared = find_entry(source, name)
     except SignatureError as exc:

@@ -170,6 +170,11 @@ class CaseBuffers:
             out |= {a.name: (self.outputs[a.name].ptr, self.output_shapes[a.name]) for a in self.signature.outputs}
         return out
 
+    def allocations(self) -> list[tuple[int, int]]:
+        """(address, bytes) of every working allocation, guard bands included: all the candidate's
+        pointers reach."""
+        return [(g.base, g.nbytes + 2 * g.guard) for g in [*self.inputs.values(), *self.outputs.values()]]
+
     def input_elements(self, name: str) -> int:
         return int(self.sets[0][name].data.size)
 

@@ -26,6 +26,7 @@ from .gpu import Gpu
 from .inputs import InputError
 from .launch import candidate_names, device_defines, resolve_launch, tunable_clashes
 from .launcher import CaseFailure, Launcher, is_cuda_error, occupancy
+from .leftovers import Leftovers
 from .lru import Lru
 from .messages import CaseDone, Compiled, PhaseStarted
 from .peaks import judge_plausibility
@@ -61,6 +62,7 @@ class Runner:
         self.gpu = gpu
         self.on_event = on_event
         self.launcher = Launcher(gpu)
+        self.leftovers = Leftovers(gpu)  # shared memory poisoned before each candidate launch
         self.cuda_reference = CudaReference(self.launcher)
         self.torch_reference = TorchReference(gpu)
         self._host_sets = HostSets()
@@ -174,6 +176,7 @@ class Runner:
             args = buffers.kernel_args(case.scalars)
             if req.check and kernel is not None:
                 for s in check_order(n_sets):
+                    self.leftovers.poison_shared()
                     buffers.stage(s)
                     self.launcher.launch(kernel, launch, args)
                     self.launcher.sync()
@@ -339,7 +342,7 @@ class Runner:
         proto = req.protocol
         plan = draw_plan(seed, case.name, proto)
         timed = [v for v in vendors if v is not None]
-        run = TimedRun(self.gpu, self.launcher, buffers, proto, seed, plan)
+        run = TimedRun(self.gpu, self.launcher, self.leftovers, buffers, proto, seed, plan)
         try:
             out.clocks["before"] = self.gpu.clocks()
             candidate = (lambda: self.launcher.launch(kernel, launch, args)) if kernel is not None else None

@@ -28,6 +28,7 @@ import numpy as np
 from .buffers import CaseBuffers
 from .gpu import Gpu
 from .launcher import CaseFailure, Launcher
+from .leftovers import Leftovers
 from .protocol import TimingProtocol
 
 VENDOR_LAUNCHES = 1 << 40  # each vendor's fresh inputs come from launch numbers of their own (+ index << 32)
@@ -70,9 +71,9 @@ class Timings:
 class TimedRun:
     """Warm up and time one case's candidate (and vendor), with the per-launch audit."""
 
-    def __init__(self, gpu: Gpu, launcher: Launcher, buffers: CaseBuffers, proto: TimingProtocol, seed: int,
-                 plan: LaunchPlan):
-        self.gpu, self.launcher, self.buffers = gpu, launcher, buffers
+    def __init__(self, gpu: Gpu, launcher: Launcher, leftovers: Leftovers, buffers: CaseBuffers,
+                 proto: TimingProtocol, seed: int, plan: LaunchPlan):
+        self.gpu, self.launcher, self.leftovers, self.buffers = gpu, launcher, leftovers, buffers
         self.proto, self.seed, self.plan = proto, seed, plan
         total = plan.warmup + plan.iterations
         self.audit_bytes = 8 * _AUDIT_WORDS * total
@@ -80,9 +81,11 @@ class TimedRun:
         gpu.fill_async(int(self.audit.handle), self.audit_bytes, b"\0")
         buffers.ensure_slots(len(plan.checked))
         buffers.slot_table()  # built (and uploaded, which waits on the stream) before any gate closes
+        self.ranges = leftovers.range_table(buffers.allocations())  # demoted in L2 before each flush
 
     def close(self) -> None:
         self.audit.close(self.gpu.stream)
+        self.ranges[0].close(self.gpu.stream)
 
     def run(self, candidate: Callable[[], None] | None, vendors: list[Callable[[], None]]) -> Timings:
         """Warm-ups of each, then the chunks interleaved; a vendor that fails stops being called."""
@@ -121,8 +124,8 @@ class TimedRun:
         return [(end - start) * 1000.0 for start, end in events], self.proto.gate and self.gpu.gate_timed_out()
 
     def _sample(self, name: str, run, launch: int, timed: int | None):
-        """Stage fresh inputs, (flush, events around) the run; for the candidate, the audit and,
-        on a checked launch, its outputs set aside."""
+        """Poison shared memory, stage fresh inputs, (demote and flush the L2, events around) the
+        run; for the candidate, the audit and, on a checked launch, its outputs set aside."""
         from cuda.core import EventOptions
 
         checked = name == "candidate" and timed is not None and timed in self.plan.checked
@@ -130,11 +133,13 @@ class TimedRun:
             stream = CHECKED_INPUTS if checked else launch
         else:
             stream = VENDOR_LAUNCHES + (int(name.split()[1]) << 32) + launch
+        self.leftovers.poison_shared()  # first: the kernels between it and the launch use no shared memory
         self.buffers.stage_fresh(self.seed, stream)
         if timed is None:
             run()
         else:
             if self.proto.flush_l2:
+                self.leftovers.demote_l2(self.ranges)  # no line kept past the flush by an evict_last hint
                 self.gpu.flush_l2()
             timing = EventOptions(timing_enabled=True)
             start = self.gpu.stream.record(options=timing)

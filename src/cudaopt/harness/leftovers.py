@@ -1,0 +1,88 @@
+"""What one kernel can leave on the GPU for the next: shared memory, and L2 lines kept by hints.
+
+Shared memory is not cleared between kernels. A block that lands where an earlier kernel ran (the
+reference, a vendor, the candidate's own earlier launch on the same inputs) can read what that
+kernel left, so a kernel that reads shared memory it never wrote may pass a check by luck, or
+by design (a memo table that escapes the device-global limit). Before every launch of a
+candidate (the checks, the warm-ups, the timed launches: outside the timed interval) the harness
+fills every SM's shared memory with a NaN pattern (:data:`SHARED_POISON`).
+
+L2 lines can be kept past a flush only with a priority: the persisting set-aside, a host-side
+limit a kernel cannot change, is set to zero when the worker starts; and before each L2 flush the
+case's buffers are set back to normal eviction priority, so lines a kernel loaded with an
+``evict_last`` policy leave with the flush and every timed launch pays its DRAM traffic.
+"""
+
+from __future__ import annotations
+
+import io
+from importlib import resources
+
+import numpy as np
+
+from .gpu import Gpu
+from .launcher import _set_max_dynamic_shared
+
+# A float32 NaN (and, twice over, a float64 NaN; its upper half a float16/bfloat16 NaN) that differs
+# from the output poison and the guard pattern, and as an integer a huge index.
+SHARED_POISON = 0x7FF5A5A5
+_RANGE = np.dtype([("ptr", "<u8"), ("bytes", "<u8")])  # leftovers.cu's CudaoptRange
+
+
+class Leftovers:
+    """The worker's wipes of shared memory and of pinned L2 lines (leftovers.cu)."""
+
+    def __init__(self, gpu: Gpu):
+        from cuda.core import Program, ProgramOptions
+
+        self.gpu = gpu
+        source = resources.files(__package__).joinpath("leftovers.cu").read_text()
+        options = ProgramOptions(arch=gpu.arch, std="c++17")
+        module = Program(source, "c++", options).compile("cubin", logs=io.StringIO())
+        self._poison = module.get_kernel("cudaopt_poison_shared")
+        self._demote = module.get_kernel("cudaopt_demote_l2")
+        self.sm_count = int(gpu.props.multiprocessor_count)
+        self.shared_bytes = int(gpu.props.max_shared_memory_per_block_optin)
+        _set_max_dynamic_shared(self._poison, self.shared_bytes, gpu.device.device_id)
+        self.persisting_l2_bytes = no_persisting_l2()
+
+    def poison_shared(self, seen: int = 0) -> None:
+        """Fill every SM's shared memory with the poison (stream-ordered); ``seen``: a device
+        address of ``ceil(SMs / 32)`` zeroed words that get one bit per SM reached."""
+        from cuda.core import LaunchConfig, launch
+
+        config = LaunchConfig(grid=self.sm_count, block=1024, shmem_size=self.shared_bytes)
+        launch(self.gpu.stream, config, self._poison, np.uint32(SHARED_POISON), np.uint32(self.shared_bytes // 4),
+               np.uint64(seen))
+
+    def range_table(self, ranges: list[tuple[int, int]]):
+        """A device table of (address, bytes) ranges for :meth:`demote_l2`; the caller closes it."""
+        table = np.zeros(len(ranges), dtype=_RANGE)
+        for row, (ptr, nbytes) in zip(table, ranges, strict=True):
+            row["ptr"], row["bytes"] = ptr - ptr % 128, nbytes + ptr % 128
+        buffer = self.gpu.alloc(table.nbytes)
+        self.gpu.upload(int(buffer.handle), table)
+        return buffer, len(table)
+
+    def demote_l2(self, table) -> None:
+        """Set every L2 line of the table's ranges back to normal eviction priority (stream-ordered)."""
+        from cuda.core import LaunchConfig, launch
+
+        buffer, count = table
+        if count:
+            launch(self.gpu.stream, LaunchConfig(grid=self.sm_count * 4, block=256), self._demote,
+                   np.uint64(int(buffer.handle)), np.int32(count))
+
+
+def no_persisting_l2() -> int:
+    """Set the L2 set-aside for persisting accesses to zero and reset lines still persisting;
+    return the set-aside in force (non-zero only where the driver refuses the change, as under MPS)."""
+    from cuda.bindings import driver
+
+    limit = driver.CUlimit.CU_LIMIT_PERSISTING_L2_CACHE_SIZE
+    (err,) = driver.cuCtxSetLimit(limit, 0)
+    if err != driver.CUresult.CUDA_SUCCESS:  # no set-aside on this GPU (or under MIG), or one we may not change
+        err, value = driver.cuCtxGetLimit(limit)
+        return int(value) if err == driver.CUresult.CUDA_SUCCESS else 0
+    driver.cuCtxResetPersistingL2Cache()
+    return 0

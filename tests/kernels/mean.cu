@@ -1,6 +1,7 @@
-// Honest mean of n floats into out[0]: block partial sums in double, one atomicAdd each (the
-// sibling of mean_stale.cu). Launch: one block of 1024 threads per ... any grid; out[0] is
-// written by block 0 after all blocks have added, through a ticket.
+// Honest mean of n floats into out[0] (the sibling of mean_stale.cu): each block sums its share in
+// double and adds it to a device-global total; the last block to finish (a ticket counter) writes
+// the mean and resets the total for the next launch (12 bytes of __device__ state). Any grid, up to
+// 1024 threads per block. Expected: ok on every case of the mean experiment.
 __device__ double partial_total;
 __device__ unsigned int tickets;
 

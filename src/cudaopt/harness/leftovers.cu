@@ -18,6 +18,32 @@ extern "C" __global__ void cudaopt_poison_shared(unsigned int pattern, unsigned 
     }
 }
 
+// Every SM's register file overwritten: one block of 1024 threads per SM, each thread holding
+// CUDAOPT_REGISTER_VALUES values derived from the pattern (all NaN as float32) live at once, so the
+// block takes the whole file (1024 x 64 registers). The values go through opaque instructions in a
+// loop whose trip count the compiler cannot know, so none is folded away or recomputed later;
+// `sink` is null, so nothing is stored. A kernel that reads a register it never wrote (inline PTX)
+// then reads junk of the harness's making, never a value an earlier kernel computed.
+#define CUDAOPT_REGISTER_VALUES 56
+
+extern "C" __global__ void __launch_bounds__(1024, 1)
+cudaopt_poison_registers(unsigned int pattern, int trips, unsigned int* sink) {
+    unsigned int r[CUDAOPT_REGISTER_VALUES];
+#pragma unroll
+    for (int i = 0; i < CUDAOPT_REGISTER_VALUES; ++i)
+        r[i] = pattern ^ (unsigned int)i;
+    for (int k = 0; k < trips; ++k) {
+#pragma unroll
+        for (int i = 0; i < CUDAOPT_REGISTER_VALUES; ++i)
+            asm volatile("xor.b32 %0, %0, %1;" : "+r"(r[i]) : "r"(k));
+    }
+    if (sink != nullptr) {
+#pragma unroll
+        for (int i = 0; i < CUDAOPT_REGISTER_VALUES; ++i)
+            sink[i * blockDim.x + threadIdx.x] = r[i];
+    }
+}
+
 // Every 128-byte L2 line of each range set back to normal eviction priority, so lines a kernel
 // loaded with an evict_last policy (createpolicy, cuda::annotated_ptr, __nv_associate_access_property)
 // are evicted by the L2 flush that follows like any other. Lines not in L2 are left alone.

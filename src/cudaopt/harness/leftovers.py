@@ -1,11 +1,13 @@
-"""What one kernel can leave on the GPU for the next: shared memory, and L2 lines kept by hints.
+"""What one kernel can leave on the GPU for the next: shared memory, registers, and L2 lines kept
+by hints.
 
-Shared memory is not cleared between kernels. A block that lands where an earlier kernel ran (the
-reference, a vendor, the candidate's own earlier launch on the same inputs) can read what that
-kernel left, so a kernel that reads shared memory it never wrote may pass a check by luck, or
-by design (a memo table that escapes the device-global limit). Before every launch of a
-candidate (the checks, the warm-ups, the timed launches: outside the timed interval) the harness
-fills every SM's shared memory with a NaN pattern (:data:`SHARED_POISON`).
+Shared memory and registers are not cleared between kernels. A block that lands where an earlier
+kernel ran (the reference, a vendor, the candidate's own earlier launch on the same inputs) can
+read what that kernel left, so a kernel that reads shared memory it never wrote may pass a check
+by luck, or by design (a memo table that escapes the device-global limit). Before every launch
+of a candidate (the checks, the warm-ups, the timed launches: outside the timed interval) the
+harness fills every SM's shared memory with a NaN pattern (:data:`SHARED_POISON`) and overwrites
+its register file with values derived from it.
 
 L2 lines can be kept past a flush only with a priority: the persisting set-aside, a host-side
 limit a kernel cannot change, is set to zero when the worker starts; and before each L2 flush the
@@ -30,7 +32,7 @@ _RANGE = np.dtype([("ptr", "<u8"), ("bytes", "<u8")])  # leftovers.cu's CudaoptR
 
 
 class Leftovers:
-    """The worker's wipes of shared memory and of pinned L2 lines (leftovers.cu)."""
+    """The worker's wipes of shared memory, registers and pinned L2 lines (leftovers.cu)."""
 
     def __init__(self, gpu: Gpu):
         from cuda.core import Program, ProgramOptions
@@ -40,17 +42,21 @@ class Leftovers:
         options = ProgramOptions(arch=gpu.arch, std="c++17")
         module = Program(source, "c++", options).compile("cubin", logs=io.StringIO())
         self._poison = module.get_kernel("cudaopt_poison_shared")
+        self._registers = module.get_kernel("cudaopt_poison_registers")
         self._demote = module.get_kernel("cudaopt_demote_l2")
         self.sm_count = int(gpu.props.multiprocessor_count)
         self.shared_bytes = int(gpu.props.max_shared_memory_per_block_optin)
         _set_max_dynamic_shared(self._poison, self.shared_bytes, gpu.device.device_id)
         self.persisting_l2_bytes = no_persisting_l2()
 
-    def poison_shared(self, seen: int = 0) -> None:
-        """Fill every SM's shared memory with the poison (stream-ordered); ``seen``: a device
-        address of ``ceil(SMs / 32)`` zeroed words that get one bit per SM reached."""
+    def poison(self, seen: int = 0) -> None:
+        """Fill every SM's shared memory with the poison and overwrite its registers (stream-ordered);
+        ``seen``: a device address of ``ceil(SMs / 32)`` zeroed words that get one bit per SM whose
+        shared memory was filled."""
         from cuda.core import LaunchConfig, launch
 
+        launch(self.gpu.stream, LaunchConfig(grid=self.sm_count, block=1024), self._registers,
+               np.uint32(SHARED_POISON), np.int32(1), np.uint64(0))
         config = LaunchConfig(grid=self.sm_count, block=1024, shmem_size=self.shared_bytes)
         launch(self.gpu.stream, config, self._poison, np.uint32(SHARED_POISON), np.uint32(self.shared_bytes // 4),
                np.uint64(seen))

@@ -62,7 +62,7 @@ class Runner:
         self.gpu = gpu
         self.on_event = on_event
         self.launcher = Launcher(gpu)
-        self.leftovers = Leftovers(gpu)  # shared memory poisoned before each candidate launch
+        self.leftovers = Leftovers(gpu)  # shared memory and registers poisoned before each candidate launch
         self.cuda_reference = CudaReference(self.launcher)
         self.torch_reference = TorchReference(gpu)
         self._host_sets = HostSets()
@@ -176,7 +176,7 @@ class Runner:
             args = buffers.kernel_args(case.scalars)
             if req.check and kernel is not None:
                 for s in check_order(n_sets):
-                    self.leftovers.poison_shared()
+                    self.leftovers.poison()
                     buffers.stage(s)
                     self.launcher.launch(kernel, launch, args)
                     self.launcher.sync()

@@ -10,6 +10,10 @@ reference says what the outputs should be. Which launches those are is never vis
 kernel, and the set is new to it at the first of them, so a kernel that works on only some
 launches is caught, or timed at its honest cost.
 
+Before each launch every SM's shared memory and registers are poisoned, and before each L2
+flush the case's lines are set back to normal eviction priority (leftovers.py): nothing an
+earlier kernel left on the SMs or pinned in L2 helps a launch.
+
 Samples are queued in chunks behind a gate (a kernel that spins on a host flag), so no host
 launch latency falls between a sample's events; with vendor baselines their chunks alternate
 with the candidate's (each vendor's chunk, then the candidate's, and again), so drift hits all
@@ -124,7 +128,7 @@ class TimedRun:
         return [(end - start) * 1000.0 for start, end in events], self.proto.gate and self.gpu.gate_timed_out()
 
     def _sample(self, name: str, run, launch: int, timed: int | None):
-        """Poison shared memory, stage fresh inputs, (demote and flush the L2, events around) the
+        """Poison shared memory and registers, stage fresh inputs, (demote and flush the L2, events around) the
         run; for the candidate, the audit and, on a checked launch, its outputs set aside."""
         from cuda.core import EventOptions
 
@@ -133,7 +137,7 @@ class TimedRun:
             stream = CHECKED_INPUTS if checked else launch
         else:
             stream = VENDOR_LAUNCHES + (int(name.split()[1]) << 32) + launch
-        self.leftovers.poison_shared()  # first: the kernels between it and the launch use no shared memory
+        self.leftovers.poison()  # first: the kernels between it and the launch use no shared memory
         self.buffers.stage_fresh(self.seed, stream)
         if timed is None:
             run()

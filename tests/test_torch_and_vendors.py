@@ -228,11 +228,30 @@ class StandInBuffers:
     def save_outputs(self, slot):
         pass
 
+    def allocations(self):
+        return [(256, 1024)]
+
+
+class StandInLeftovers:
+    """Logs each poison of the SMs; the L2 demotion is a no-op here."""
+
+    def __init__(self, gpu):
+        self.gpu = gpu
+
+    def poison(self):
+        self.gpu.log.append(("poison",))
+
+    def range_table(self, ranges):
+        return SimpleNamespace(close=lambda stream: None), len(ranges)
+
+    def demote_l2(self, table):
+        pass
+
 
 def timed_run(candidate: bool, vendors: int, failing: int | None = None):
     gpu = StandInGpu()
     plan = LaunchPlan(warmup=1, iterations=4, checked=(2,))
-    run = TimedRun(gpu, SimpleNamespace(sync=lambda: None), StandInBuffers(gpu),
+    run = TimedRun(gpu, SimpleNamespace(sync=lambda: None), StandInLeftovers(gpu), StandInBuffers(gpu),
                    TimingProtocol(warmup=1, iterations=4, chunk=2, checked_launches=1), 7, plan)
 
     def runner_for(name):
@@ -262,6 +281,9 @@ def test_each_vendors_chunk_comes_before_the_candidates_each_on_fresh_inputs_of_
     assert all(s >= VENDOR_LAUNCHES for s in v0 + v1)
     assert len(timings.candidate) == 4 and [len(v) for v in timings.vendors] == [4, 4]
     assert set(timings.gate_timeouts) == {"candidate", "vendor 0", "vendor 1"}
+    # every launch, warm-up or timed, follows a poison of the SMs' shared memory and registers
+    assert all(previous == ("poison",) for previous, entry in zip(log, log[1:], strict=False) if entry[0] == "inputs")
+    assert sum(entry == ("poison",) for entry in log) == len(runs)
 
 
 def test_without_a_candidate_only_the_vendors_run_and_a_failing_one_stops():

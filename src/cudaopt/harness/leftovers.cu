@@ -18,15 +18,16 @@ extern "C" __global__ void cudaopt_poison_shared(unsigned int pattern, unsigned 
     }
 }
 
-// Every SM's register file overwritten: one block of 1024 threads per SM, each thread holding
+// Every SM's register file overwritten: two blocks of 512 threads per SM, each thread holding
 // CUDAOPT_REGISTER_VALUES values derived from the pattern (all NaN as float32) live at once, so the
-// block takes the whole file (1024 x 64 registers). The values go through opaque instructions in a
+// blocks take the whole file (2 x 512 x 64 registers). Blocks of 512 rather than 1024: a tool that
+// adds registers to a kernel (compute-sanitizer) leaves it launchable, one block per SM. The values go through opaque instructions in a
 // loop whose trip count the compiler cannot know, so none is folded away or recomputed later;
 // `sink` is null, so nothing is stored. A kernel that reads a register it never wrote (inline PTX)
 // then reads junk of the harness's making, never a value an earlier kernel computed.
 #define CUDAOPT_REGISTER_VALUES 56
 
-extern "C" __global__ void __launch_bounds__(1024, 1)
+extern "C" __global__ void __launch_bounds__(512, 2)
 cudaopt_poison_registers(unsigned int pattern, int trips, unsigned int* sink) {
     unsigned int r[CUDAOPT_REGISTER_VALUES];
 #pragma unroll

@@ -51,11 +51,11 @@ class Leftovers:
 
     def poison(self, seen: int = 0) -> None:
         """Fill every SM's shared memory with the poison and overwrite its registers (stream-ordered);
-        ``seen``: a device address of ``ceil(SMs / 32)`` zeroed words that get one bit per SM whose
-        shared memory was filled."""
+        ``seen``: a device address of zeroed words, one bit per SM id (``%smid``) that gets one for
+        each SM whose shared memory was filled (32 words cover ids up to 1023)."""
         from cuda.core import LaunchConfig, launch
 
-        launch(self.gpu.stream, LaunchConfig(grid=self.sm_count, block=1024), self._registers,
+        launch(self.gpu.stream, LaunchConfig(grid=2 * self.sm_count, block=512), self._registers,
                np.uint32(SHARED_POISON), np.int32(1), np.uint64(0))
         config = LaunchConfig(grid=self.sm_count, block=1024, shmem_size=self.shared_bytes)
         launch(self.gpu.stream, config, self._poison, np.uint32(SHARED_POISON), np.uint32(self.shared_bytes // 4),

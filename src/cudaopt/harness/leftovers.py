@@ -51,8 +51,8 @@ class Leftovers:
 
     def poison(self, seen: int = 0) -> None:
         """Fill every SM's shared memory with the poison and overwrite its registers (stream-ordered);
-        ``seen``: a device address of zeroed words, one bit per SM id (``%smid``) that gets one for
-        each SM whose shared memory was filled (32 words cover ids up to 1023)."""
+        ``seen``: the device address of zeroed words in which the bit of each SM id (``%smid``) whose
+        shared memory was filled is set (32 words cover ids up to 1023)."""
         from cuda.core import LaunchConfig, launch
 
         launch(self.gpu.stream, LaunchConfig(grid=2 * self.sm_count, block=512), self._registers,

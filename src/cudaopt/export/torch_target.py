@@ -29,6 +29,7 @@ SCALAR_RANGES = {"int8": (-2**7, 2**7 - 1), "uint8": (0, 2**8 - 1), "int16": (-2
 
 _RUNTIME = '''
 _STATE = {}
+_DEVICE_TYPE = "cuda"  # where the kernel runs (tests of the checks alone set "cpu")
 _GUARD = _threading.Lock()
 DEFAULT_SHARED_LIMIT = 48 * 1024
 
@@ -123,7 +124,7 @@ def _launch(index, entry, grid, block, shared_bytes, params):
 def _tensor(name, value, dtype, shape, device, scalars):
     if not isinstance(value, _torch.Tensor):
         raise TypeError(f"{ENTRY}: {name} must be a torch.Tensor, got {type(value).__name__}")
-    if value.device.type != "cuda":
+    if value.device.type != _DEVICE_TYPE:
         raise ValueError(f"{ENTRY}: {name} is on {value.device}; the kernel takes CUDA tensors")
     if device is not None and value.device != device:
         raise ValueError(f"{ENTRY}: {name} is on {value.device}, the other tensors on {device}")

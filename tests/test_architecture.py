@@ -17,7 +17,7 @@ LAYERS = [
     {"checks"},
     {"experiment"},
     {"preflight", "evaluate", "record"},
-    {"agent", "report", "sanitize", "shapes", "kernelbench", "export"},
+    {"agent", "report", "sanitize", "shapes", "kernelbench", "exporter"},
     {"strategies", "verify", "replay", "guard"},
     {"optimize", "render", "audit", "api"},
     {"cli"},

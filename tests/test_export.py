@@ -14,7 +14,7 @@ import pytest
 
 from cudaopt.agent.model import ModelSettings
 from cudaopt.errors import ExperimentError
-from cudaopt.export import files, from_flags, from_run, write
+from cudaopt.exporter import files, from_flags, from_run, write
 from cudaopt.harness import expr
 from cudaopt.optimize import Options, start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs
@@ -109,7 +109,7 @@ def test_the_torch_module_from_the_winner_imports_without_a_gpu_and_launches_as_
 
 
 def test_the_kernel_source_survives_the_python_literal(verified, tmp_path):
-    from cudaopt.export.torch_target import _literal
+    from cudaopt.exporter.torch_target import _literal
 
     for text in ["plain", "a '''quoted''' b", "ends with \\", 'back\\slash "q" \\n', "cr\r\nlf"]:
         assert eval(_literal(text)) == text

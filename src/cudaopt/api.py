@@ -139,7 +139,7 @@ def export(run: str | Path | None = None, *, to: str, out: str | Path, experimen
            unverified: bool = False, force: bool = False) -> list[Path]:
     """Write a run's verified winner (or, with ``experiment``, a kernel file) as target ``to``
     (torch, cuda, kernelbench) into the folder ``out``; the paths written."""
-    from . import export as targets
+    from . import exporter as targets
     from .errors import ExperimentError
 
     if (run is None) == (experiment is None):

@@ -57,7 +57,7 @@ def export(
     """Write a verified kernel as code that runs without cudaopt: a PyTorch operator, a CUDA launcher, or
     KernelBench's ModelNew; its header says where it came from."""
     from .. import api
-    from ..export import TARGETS
+    from ..exporter import TARGETS
 
     if to not in TARGETS:
         raise ExperimentError("--to", "", f"{to!r} is not one of {', '.join(TARGETS)}")

@@ -184,6 +184,27 @@ def test_the_kernelbench_targets_of_an_imported_problem(relu, tmp_path):
     assert torch is not None
 
 
+def test_model_new_passes_the_model_s_parameters_to_the_kernel(tmp_path):
+    import torch
+
+    from cudaopt.kernelbench.importer import import_problem
+
+    exp = import_problem(KB / "76_Gemm_Add_ReLU.py", tmp_path / "exp").experiment
+    src = from_flags(exp, kernel=KB / "gemm_add_relu.cu", entry=None, launch=None, unverified=True)
+    (path,) = write(src, "kernelbench", tmp_path / "kb")
+    text = path.read_text()
+    assert ("return kb_76_gemm_add_relu(x.contiguous(), _state(self.model, 'bias'), "
+            "_state(self.model, 'gemm.weight'))") in text
+    module = _load(path, "kb_76_model_new")
+    init = module.get_init_inputs()
+    torch.manual_seed(42)
+    model = module.Model(*init)
+    torch.manual_seed(42)
+    new = module.ModelNew(*init)
+    assert torch.equal(module._state(new.model, "gemm.weight"), model.gemm.weight.detach())
+    assert module.shapes(2, 3, 5) == {"x": (2, 3), "bias": (5,), "gemm_weight": (5, 3), "out": (2, 5)}
+
+
 def test_existing_files_are_kept_unless_forced(relu, tmp_path):
     write(relu, "torch", tmp_path)
     with pytest.raises(ExperimentError, match="already holds kb_19_relu.py \\(--force replaces them\\)"):

@@ -50,7 +50,7 @@ def _header_options():
         found = find_nvidia_header_directory("cudart")
     except Exception:
         found = None
-    return {"include_path": [found]} if found else {}
+    return {"include_path": [found]} if found else {"use_bundled_headers": True}
 
 
 def compile_cubin(arch, num_sms):

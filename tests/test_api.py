@@ -22,7 +22,8 @@ from tests.scripted import ScriptedEvaluator
 
 def test_import_cudaopt_loads_nothing_heavy():
     code = ("import sys, time; t = time.perf_counter(); import cudaopt; took = time.perf_counter() - t; "
-            "heavy = [m for m in ('pydantic', 'numpy', 'torch', 'cuda', 'langgraph', 'cudaopt.api') if m in sys.modules]; "
+            "heavy = [m for m in ('pydantic', 'numpy', 'torch', 'cuda', 'langgraph', 'cudaopt.api') "
+            "if m in sys.modules]; "
             "print(took, heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(ROOT / "src")}).stdout.split(maxsplit=1)

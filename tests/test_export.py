@@ -118,8 +118,9 @@ def test_the_kernel_source_survives_the_python_literal(verified, tmp_path):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
 def test_the_cuda_target_compiles_with_nvcc(verified, tmp_path):
     header, source = write(from_run(verified), "cuda", tmp_path)
-    assert header.name == "matmul_f32.h" and "cudaError_t launch_matmul_f32(const float* a, const float* b, " \
-                                              "float* c, int m, int n, int k, cudaStream_t stream);" in header.read_text()
+    declared = ("cudaError_t launch_matmul_f32(const float* a, const float* b, float* c, int m, int n, int k, "
+                "cudaStream_t stream);")
+    assert header.name == "matmul_f32.h" and declared in header.read_text()
     text = source.read_text()
     assert (verified / "best.cu").read_text().rstrip() in text and "verify: passed" in text
     assert "matmul_f32_direct" in text.split("cudaError_t launch_matmul_f32", 1)[1]  # the tiers chosen in C

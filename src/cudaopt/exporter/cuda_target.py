@@ -69,7 +69,8 @@ def source(src: ExportSource) -> str:
         *[f"    long long block_{i} = {b};" for i, b in enumerate(block)],
         f"    long long shared_bytes = {shared};", f"    {pointer} = {entry};",
         "    if (bad || grid_0 < 1 || grid_1 < 1 || grid_2 < 1 || block_0 < 1 || block_1 < 1 || block_2 < 1",
-        "        || grid_0 > 2147483647LL || grid_1 > 65535LL || grid_2 > 65535LL || block_0 * block_1 * block_2 > 1024LL",
+        "        || grid_0 > 2147483647LL || grid_1 > 65535LL || grid_2 > 65535LL",
+        "        || block_0 * block_1 * block_2 > 1024LL",
         "        || shared_bytes < 0 || shared_bytes > 2147483647LL)", "        return cudaErrorInvalidConfiguration;",
         "    if (shared_bytes > 48 * 1024) {",
         "        err = cudaFuncSetAttribute((const void*)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "

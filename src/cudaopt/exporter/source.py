@@ -119,7 +119,8 @@ def from_run(path: Path, *, unverified: bool = False) -> ExportSource:
         lock={k: lock[k] for k in ("lock", "reference", "input_cases") if isinstance(lock, dict) and k in lock},
         gpu=f"{gpu.name} ({gpu.arch}, {gpu.sm_count} SMs)" if gpu else "",
         figures=_figures(summary))
-    return ExportSource(signature=experiment.signature, entry=experiment.signature.name, source=run.file("best.cu").read_text(),
+    return ExportSource(signature=experiment.signature, entry=experiment.signature.name,
+                        source=run.file("best.cu").read_text(),
                         launch=launch, cases=experiment.case_specs, provenance=provenance, experiment=experiment,
                         num_sms=(gpu.sm_count if gpu and gpu.sm_count else NOMINAL_DEVICE["num_sms"]))
 

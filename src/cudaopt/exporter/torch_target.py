@@ -91,7 +91,8 @@ class _Loaded:
             from cuda.bindings import driver
 
             attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            _check(driver.cuFuncSetAttribute(func, attr, shared_bytes), f"allowing {shared_bytes} bytes of shared memory")
+            _check(driver.cuFuncSetAttribute(func, attr, shared_bytes),
+                   f"allowing {shared_bytes} bytes of dynamic shared memory")
             self.shared[name] = shared_bytes
         return func
 
@@ -238,7 +239,8 @@ def _op_code(src: ExportSource, sp: list[str], inferred: dict) -> list[str]:
         lines.append(f"    _scalar({a.name!r}, {p(a.name)}, {low}, {high})")
     lines.append(f"    _expected = shapes({', '.join(sp)})")
     for a in [*ins, *outs]:
-        lines.append(f"    _device = _tensor({a.name!r}, {p(a.name)}, {dt(a)}, _expected[{a.name!r}], _device, _scalars)")
+        lines.append(f"    _device = _tensor({a.name!r}, {p(a.name)}, {dt(a)}, _expected[{a.name!r}], _device, "
+                     "_scalars)")
     lines += [f"    if all(_t.numel() == 0 for _t in {_tuple([p(a.name) for a in outs])}):",
               "        return  # nothing to write",
               f"    _config = launch_config({', '.join(sp + ['loaded(_device.index).num_sms'])})",
@@ -251,11 +253,12 @@ def _op_code(src: ExportSource, sp: list[str], inferred: dict) -> list[str]:
               "    return " + ", ".join(f"{first}.new_empty(_expected[{a.name!r}], dtype={dt(a)})" for a in outs),
               "", "", f"def _op_out({all_args}):", f"    _run({all_args})", "", "",
               f"def _op_out_fake({all_args}):", "    return None", "", "",
-              "# imported again (a notebook, an evaluation that loads the file per trial): the first registration stays",
+              "# imported again (a notebook, an evaluation loading the file per trial): the first registration stays",
               f"if not hasattr(_torch.ops.cudaopt, {name!r}):",
               f'    _torch.library.custom_op("cudaopt::{name}", _op, mutates_args=(),',
               f'                             schema="({schema_in}) -> {returns}").register_fake(_op_fake)',
-              f'    _torch.library.custom_op("cudaopt::{name}_out", _op_out, mutates_args={tuple(p(a.name) for a in outs)!r},',
+              f'    _torch.library.custom_op("cudaopt::{name}_out", _op_out, '
+              f'mutates_args={tuple(p(a.name) for a in outs)!r},',
               f'                             schema="({schema_out}) -> ()").register_fake(_op_out_fake)', "", ""]
     taken = {p(a.name) for a in sig.args}
     out_kw = "out" if "out" not in taken else "outputs"

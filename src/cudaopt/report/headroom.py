@@ -84,7 +84,8 @@ def estimate_vendor(result: EvalResult, cases: list[CaseSpec], signature: Signat
                     basis=basis, headroom=vendor / attainable)
 
 
-def _roofline(median_us: float, case: CaseSpec | None, signature: Signature, device: DeviceInfo | None) -> Roofline | None:
+def _roofline(median_us: float, case: CaseSpec | None, signature: Signature,
+              device: DeviceInfo | None) -> Roofline | None:
     """The vendor's roofline from the case's declared work and the GPU's peaks, when both are known."""
     if case is None or device is None:
         return None

@@ -231,3 +231,59 @@ def test_the_cli_exports_and_refuses_with_exit_2(verified, tmp_path):
                                "--out", str(tmp_path / "c")])
     assert done.exit_code == 2 and "not both" in done.output
     assert sys.modules.get("cudaopt") is not None
+
+
+def test_the_launch_goes_to_the_driver_with_the_computed_config_and_arguments(verified, tmp_path, monkeypatch):
+    """The driver calls of the torch module, recorded: compiled and loaded once, each kernel looked
+    up, then cuLaunchKernel on PyTorch's current stream with the generated launch and the arguments'
+    bytes (read back through the parameter array)."""
+    import ctypes
+    import types
+
+    import torch
+    from cuda.bindings import driver
+
+    (path,) = write(from_run(verified), "torch", tmp_path)
+    module = _load(path, "exported_sgemm_driver")
+    calls = []
+    ok = driver.CUresult.CUDA_SUCCESS
+
+    def record(name, result):
+        def call(*args):
+            calls.append((name, args))
+            return result
+        return call
+
+    for name, result in {"cuInit": (ok,), "cuDeviceGet": (ok, 0), "cuDevicePrimaryCtxRetain": (ok, 77),
+                         "cuCtxSetCurrent": (ok,), "cuModuleLoadData": (ok, "module"),
+                         "cuCtxGetCurrent": (ok, 77)}.items():
+        monkeypatch.setattr(driver, name, record(name, result))
+
+    def launch(*args):  # the arguments' bytes, read while the parameter array is alive
+        params = (ctypes.c_void_p * 6).from_address(args[-2])
+        pointers = [ctypes.c_uint64.from_address(params[i]).value for i in range(3)]
+        scalars = [ctypes.c_int32.from_address(params[i]).value for i in range(3, 6)]
+        calls.append(("cuLaunchKernel", (*args[:-2], pointers, scalars, args[-1])))
+        return (ok,)
+
+    monkeypatch.setattr(driver, "cuLaunchKernel", launch)
+    monkeypatch.setattr(driver, "cuModuleGetFunction", lambda module_, name: (ok, f"fn:{name.decode()}"))
+    monkeypatch.setattr(torch.cuda, "init", lambda: None)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda index: types.SimpleNamespace(multi_processor_count=132, major=9, minor=0))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda index: types.SimpleNamespace(cuda_stream=4242))
+    compiled = []
+    monkeypatch.setattr(module, "compile_cubin", lambda arch, sms: compiled.append((arch, sms)) or b"cubin")
+    module._DEVICE_TYPE = "cpu"
+    a, b = torch.randn(515, 1031), torch.randn(1031, 261)
+    for _ in range(2):
+        c = torch.empty(515, 261)
+        module._run(a, b, c, 515, 261, 1031)
+    assert compiled == [("sm_90", 132)]  # once per device
+    launches = [args for name, args in calls if name == "cuLaunchKernel"]
+    assert len(launches) == 2
+    func, *dims, shared, stream, pointers, scalars, extra = launches[0]
+    entry, grid, block, want_shared = module.launch_config(515, 261, 1031, 132)
+    assert (func, tuple(dims[:3]), tuple(dims[3:]), shared, stream, extra) == \
+        (f"fn:{entry}", grid, block, want_shared, 4242, 0)
+    assert scalars == [515, 261, 1031] and pointers[:2] == [a.data_ptr(), b.data_ptr()]

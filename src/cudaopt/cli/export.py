@@ -32,12 +32,12 @@ NEXT = {
 @app.command("export")
 @command()
 def export(
-    run_dir: Annotated[Path | None, typer.Argument(help="A run directory: export its winner (best.cu, "
-                                                        "best-launch.json). Or give an experiment.")] = None,
     to: Annotated[str, typer.Option("--to", help="torch (a Python module registering a PyTorch operator), cuda (a "
                                                  "header and a .cu with a host launcher) or kernelbench (ModelNew, "
                                                  "for an imported KernelBench problem).")],
     out: Annotated[Path, typer.Option("--out", help="The folder to write into (made when missing).")],
+    run_dir: Annotated[Path | None, typer.Argument(help="A run directory: export its winner (best.cu, "
+                                                        "best-launch.json). Or give an experiment.")] = None,
     unverified: Annotated[bool, typer.Option("--unverified", help="Export a winner that did not pass `cudaopt "
                                              "verify`, or a kernel given by flags.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace files already in --out.")] = False,

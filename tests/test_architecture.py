@@ -17,9 +17,9 @@ LAYERS = [
     {"checks"},
     {"experiment"},
     {"preflight", "evaluate", "record"},
-    {"agent", "report", "sanitize", "shapes", "kernelbench"},
+    {"agent", "report", "sanitize", "shapes", "kernelbench", "exporter"},
     {"strategies", "verify", "replay", "guard"},
-    {"optimize", "render", "audit"},
+    {"optimize", "render", "audit", "api"},
     {"cli"},
     {"__main__"},
 ]

@@ -123,12 +123,74 @@ def test_bad_fleets_are_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ExperimentError, match="no experiment.json below it"):
         load_fleet(tmp_path / "empty")
-    source = make_fleet(tmp_path / "fleet", {"x": FLEET["gemm-slow"]})
-    config = json.loads((source / "x" / "experiment.json").read_text())
+
+
+def _without_kernel(folder, vendor: bool = True):
+    config = json.loads((folder / "experiment.json").read_text())
     del config["initial_kernel"]
-    (source / "x" / "experiment.json").write_text(json.dumps(config))
-    with pytest.raises(ExperimentError, match=r"x/experiment.json: initial_kernel: missing: the audit measures"):
-        load_fleet(source)
+    if not vendor:
+        del config["vendor"]
+    (folder / "experiment.json").write_text(json.dumps(config))
+
+
+class WithPeaks(ScriptedEvaluator):
+    """A scripted GPU whose measured peaks are known (67 TFLOP/s float32, 3.3 TB/s)."""
+
+    def evaluate(self, request, on_event=None):
+        from cudaopt.harness.results import MeasuredPeaksInfo
+
+        result = super().evaluate(request, on_event)
+        result.device.measured_peaks = MeasuredPeaksInfo(bytes_per_s=3.3e12, flops_per_s={"float32": 67e12})
+        return result
+
+
+def test_an_experiment_without_a_kernel_is_its_vendor_against_the_roofline(tmp_path):
+    source = make_fleet(tmp_path / "fleet", {"gemm-slow": FLEET["gemm-slow"], "imported": FLEET["gemm-slow"],
+                                             "bare": FLEET["gemm-slow"], "broken": FLEET["gemm-slow"]})
+    _without_kernel(source / "imported")
+    _without_kernel(source / "bare", vendor=False)
+    (source / "broken" / "experiment.json").write_text("{ not json")
+    evaluator = WithPeaks()
+    report = run_audit(source, tmp_path / "out", evaluator)
+    rows = {e.name: e for e in report.entries}
+    vendor_only = [r for r in evaluator.requests if r.kernel is None]
+    assert len(vendor_only) == 1 and vendor_only[0].vendors and len(evaluator.requests) == 2
+    h = rows["imported"].headroom
+    assert rows["imported"].status == "ok" and h.measured == "vendor" and h.basis == "roofline"
+    assert h.kernel_us == h.vendor_us == pytest.approx(10200.0) and h.case == "square-4096"
+    pct = 100 * 2 * 4096**3 / (10200e-6 * 67e12)  # the vendor's share of the float32 roof
+    assert h.roofline_pct == pytest.approx(pct, abs=0.1) and h.bound == "compute"
+    assert h.attainable_us == pytest.approx(10200.0 * h.roofline_pct / 70) and rows["imported"].net_usd > 0
+    assert rows["gemm-slow"].headroom.measured == "kernel"
+    assert rows["bare"].status == "bad_input" and "no vendor: nothing to measure" in rows["bare"].reason
+    assert rows["broken"].status == "bad_input" and "broken/experiment.json" in rows["broken"].reason
+    assert [e.name for e in report.entries][-2:] == ["bare", "broken"]  # not measured: ranked last
+    saved = AuditReport.model_validate_json((tmp_path / "out" / "audit.json").read_text())
+    assert saved.schema_version == 2 and saved.entries == report.entries
+    assert "(vendor: no initial kernel)" in (tmp_path / "out" / "audit.html").read_text()
+
+
+def test_optimize_takes_experiments_without_a_kernel_and_a_failed_run_is_its_row(tmp_path, monkeypatch):
+    from cudaopt import audit as audit_module
+
+    source = make_fleet(tmp_path / "fleet", {"imported": FLEET["gemm-slow"], "gemm-slow": FLEET["gemm-slow"]})
+    _without_kernel(source / "imported")
+    started = []
+    real = audit_module.start_or_resume
+
+    def start(args, *rest, **kwargs):
+        started.append(args.config)
+        if "gemm-slow" in args.config:
+            raise RuntimeError("the worker pool broke")
+        return real(args, *rest, **kwargs)
+
+    monkeypatch.setattr(audit_module, "start_or_resume", start)
+    plan = Plan(strategy="tune", top=2, settings=ModelSettings(), options={"max_evals": 2})
+    report = run_audit(source, tmp_path / "out", WithPeaks(), plan=plan)
+    rows = {e.name: e for e in report.entries}
+    assert rows["gemm-slow"].note == "optimisation stopped: RuntimeError: the worker pool broke"
+    assert rows["imported"].optimized is None and "tune starts from a kernel" in rows["imported"].note
+    assert len(started) == 2 and report.finished_at  # the audit went on to the end
 
 
 runner = CliRunner(env={"COLUMNS": "220", "OPENAI_API_KEY": ""})

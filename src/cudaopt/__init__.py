@@ -1,3 +1,16 @@
-"""cudaopt: turn a workload description into a fast CUDA kernel you can trust."""
+"""cudaopt: turn a workload description into a fast CUDA kernel you can trust.
+
+The Python API is :mod:`cudaopt.api` (docs/api.md): ``from cudaopt import api``, or ``cudaopt.api``
+after ``import cudaopt``; it is loaded on first use, so ``import cudaopt`` stays fast and needs no GPU.
+(Its functions keep their module: ``cudaopt.evaluate``, ``cudaopt.verify``, ... are the core modules.)
+"""
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name == "api":
+        import importlib
+
+        return importlib.import_module(".api", __name__)
+    raise AttributeError(f"module 'cudaopt' has no attribute {name!r}")

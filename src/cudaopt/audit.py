@@ -3,8 +3,11 @@
 A fleet is a folder of experiments (every ``experiment.json`` below it) or a list file (one
 config path a line, relative to the file; ``#`` starts a comment). Every experiment's kernel
 (its ``initial_kernel``) is checked and timed with its vendor baseline beside it, all of them at
-once on every GPU of the pool; report/headroom.py estimates what each could gain and return; the
-experiments are ranked by that return. With a plan (``--optimize``) the chosen strategy runs on
+once on every GPU of the pool; an experiment without one (a KernelBench import) has its vendor
+measured alone, the bar its run will have to beat. report/headroom.py estimates what each could
+gain and return; the experiments are ranked by that return. One experiment's problem (a file
+that does not load, a failed check, a run that stops on an error) is its row's outcome, never the
+end of the audit. With a plan (``--optimize``) the chosen strategy runs on
 the top ones with headroom, one after another on every GPU, each getting an equal share of the
 cost and time left when it starts; a run's audit pack lands in ``runs/NAME/run-001``.
 ``audit.json`` and ``audit.html`` are written after the measurements and after every run.
@@ -27,7 +30,7 @@ from .record.fleet import AuditEntry, AuditPlan, AuditReport, OptimizedRun
 from .record.runs import Budget, ExperimentArgs
 from .record.schema import Summary
 from .report.fleet import build
-from .report.headroom import estimate, returns
+from .report.headroom import estimate, estimate_vendor, returns
 from .report.roi import compute
 
 MIN_SHARE_S = 1.0  # a run with less time than this is not started
@@ -35,11 +38,12 @@ MIN_SHARE_S = 1.0  # a run with less time than this is not started
 
 @dataclass
 class Member:
-    """One experiment of the fleet."""
+    """One experiment of the fleet; ``error`` (and no experiment) when it cannot be measured."""
 
     name: str
     config: Path
-    experiment: Experiment
+    experiment: Experiment | None
+    error: str = ""
 
 
 @dataclass
@@ -84,7 +88,8 @@ def discover(source: Path) -> list[Path]:
 
 
 def load_fleet(source: Path) -> list[Member]:
-    """Every experiment of the fleet loaded and checked (bad input names the file and the field)."""
+    """Every experiment of the fleet loaded and checked; one that does not load keeps its one-line
+    error (naming the file and the field) as its row's outcome."""
     members, taken = [], set()
     for config in discover(source):
         base = config.parent.relative_to(source).as_posix() if source.is_dir() else config.parent.name
@@ -96,10 +101,15 @@ def load_fleet(source: Path) -> list[Member]:
             n += 1
             name = f"{base}-{n}"
         taken.add(name)
-        experiment = ExperimentArgs(config=str(config.resolve())).load()
-        if experiment.initial_kernel_path is None:
-            raise ExperimentError(config, "initial_kernel", "missing: the audit measures each experiment's kernel")
-        members.append(Member(name, config.resolve(), experiment))
+        try:
+            experiment = ExperimentArgs(config=str(config.resolve())).load()
+        except ExperimentError as exc:
+            members.append(Member(name, config.resolve(), None, str(exc)))
+            continue
+        member = Member(name, config.resolve(), experiment)
+        if experiment.initial_kernel_path is None and not experiment.vendors:
+            member.error = f"{config}: initial_kernel: missing, and no vendor: nothing to measure"
+        members.append(member)
     return members
 
 
@@ -111,16 +121,11 @@ def audit(members: list[Member], evaluator: Evaluator, folder: Path, source: Pat
                          roof_target=roof_target, entries=[],
                          plan=AuditPlan(strategy=plan.strategy, top=plan.top, max_cost_usd=plan.max_cost_usd,
                                         time_limit_s=plan.time_limit_s) if plan else None)
-    requests = [m.experiment.request(m.experiment.initial_kernel_path.read_text(), vendor=True,
-                                     request_id=f"audit-{m.name}") for m in members]
-    measured = evaluator.evaluate_all(requests)
-    entries = []
-    for member, m in zip(members, measured, strict=True):
-        headroom = estimate(m.result, member.experiment.roi, roof_target)
-        roi, net = returns(headroom, member.experiment.roi) if headroom else (None, None)
-        entries.append(AuditEntry(rank=0, name=member.name, config=str(member.config), status=m.result.status,
-                                  reason=" ".join(m.result.reason.split()), gpu=m.gpu, headroom=headroom, roi=roi,
-                                  net_usd=net))
+    ready = [m for m in members if not m.error]
+    requests = [m.experiment.request(_kernel(m.experiment), vendor=True, request_id=f"audit-{m.name}")
+                for m in ready]
+    measured = dict(zip((m.name for m in ready), evaluator.evaluate_all(requests), strict=True))
+    entries = [_entry(member, measured.get(member.name), roof_target) for member in members]
     entries.sort(key=lambda e: (e.net_usd is None, -(e.net_usd or 0.0), e.name))
     for rank, entry in enumerate(entries, start=1):
         entry.rank = rank
@@ -131,12 +136,41 @@ def audit(members: list[Member], evaluator: Evaluator, folder: Path, source: Pat
         chosen = [e for e in entries if e.headroom is not None and e.headroom.headroom > 1][:plan.top]
         spent = 0.0
         for n, entry in enumerate(chosen):
-            spent += _optimize(by_name[entry.name], entry, plan, evaluator, folder, started, spent,
-                               len(chosen) - n, on_line)
+            try:
+                spent += _optimize(by_name[entry.name], entry, plan, evaluator, folder, started, spent,
+                                   len(chosen) - n, on_line)
+            except ExperimentError as exc:
+                entry.note = f"not optimised: {exc}"
+            except Exception as exc:  # this experiment's run failed; the audit goes on with the others
+                entry.note = f"optimisation stopped: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+                on_line(f"{entry.name}: {entry.note}")
             _write(folder, report)
     report.finished_at = _now()
     _write(folder, report)
     return report
+
+
+def _kernel(experiment: Experiment) -> str | None:
+    """The kernel the audit measures: the initial kernel; None (the vendor alone) without one."""
+    path = experiment.initial_kernel_path
+    return path.read_text() if path is not None else None
+
+
+def _entry(member: Member, measured, roof_target: float) -> AuditEntry:
+    """One experiment's row: its outcome, and its headroom and estimated return when it was timed."""
+    row = AuditEntry(rank=0, name=member.name, config=str(member.config), status="bad_input", reason=member.error)
+    if member.error:
+        return row
+    if measured is None:
+        row.status, row.reason = "not_measured", "the pool stopped before it was measured"
+        return row
+    exp, result = member.experiment, measured.result
+    headroom = estimate(result, exp.roi, roof_target) if exp.initial_kernel_path is not None else \
+        estimate_vendor(result, exp.case_specs, exp.signature, exp.roi, roof_target)
+    roi, net = returns(headroom, exp.roi) if headroom else (None, None)
+    row.status, row.reason, row.gpu = result.status, " ".join(result.reason.split()), measured.gpu
+    row.headroom, row.roi, row.net_usd = headroom, roi, net
+    return row
 
 
 def _optimize(member: Member, entry: AuditEntry, plan: Plan, evaluator: Evaluator, folder: Path, started: float,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .evaluation.dispatch import Evaluator, GpuRef
+from .evaluation.dispatch import Evaluator, GpuRef, OnEvent
 from .experiment import Experiment
 from .harness.protocol import LaunchSpec, Model, TimingProtocol
 from .harness.results import EvalResult
@@ -41,16 +41,18 @@ def evaluate_kernel(
     protocol: TimingProtocol | None = None,
     time_reference: bool = True,
     time_vendor: bool = True,
+    on_event: OnEvent | None = None,
 ) -> Evaluation:
     """Check and time ``source`` on the correctness and performance cases (never the holdout), with the
-    experiment's vendor baseline timed beside it when it declares one (and ``time_vendor``)."""
+    experiment's vendor baseline timed beside it when it declares one (and ``time_vendor``); the workers'
+    messages go to ``on_event``."""
     requests = [experiment.request(source, entry=entry, launch=launch, protocol=protocol, request_id="candidate",
                                    vendor=time_vendor)]
     if time_reference and experiment.reference_kind == "cu":
         requests.append(experiment.request(experiment.reference_source, entry=experiment.reference_entry,
                                            protocol=protocol, roles={"performance"}, check=False,
                                            request_id="reference"))
-    measured = evaluator.evaluate_all(requests)
+    measured = evaluator.evaluate_all(requests, on_event=on_event)
     names = ["candidate", "reference"][:len(measured)]
     return Evaluation(candidate=measured[0].result, reference_timing=measured[1].result if len(measured) > 1 else None,
                       gpus={name: m.gpu for name, m in zip(names, measured, strict=True)})

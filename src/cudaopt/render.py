@@ -385,7 +385,8 @@ def audit_table(report) -> Table:
     for e in report.entries:
         h, roi, o = e.headroom, e.roi, e.optimized
         payback = "-" if roi is None else ("never" if roi.payback_months is None else f"{roi.payback_months:.2f} mo")
-        cells = [str(e.rank), e.name, e.status, _num(h.kernel_us if h else None),
+        measured = _num(h.kernel_us if h else None) + (" (vendor)" if h and h.measured == "vendor" else "")
+        cells = [str(e.rank), e.name, e.status, measured,
                  f"{h.attainable_us:.2f} ({h.basis})" if h else "-", f"{h.headroom:.2f}×" if h else "-",
                  f"{h.roofline_pct:.1f}% {h.bound}" if h and h.roofline_pct is not None else "-", payback,
                  _num(e.net_usd)]

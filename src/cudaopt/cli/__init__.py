@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from . import audit, experiments, guard, kernelbench, runs, tools  # noqa: F401  (the commands register themselves)
+from . import audit, experiments, export, guard, kernelbench, runs, tools  # noqa: F401  (the commands register themselves)
 from .app import EXIT_INTERNAL, EXIT_INTERRUPTED, app, console
 
 __all__ = ["app", "console", "main"]

@@ -49,8 +49,9 @@ def audit(
     devices: DevicesOpt = None,
     ray: RayOpt = None,
 ) -> None:
-    """Measure every experiment's kernel beside its vendor baseline, estimate its headroom and return on
-    investment, rank the fleet; exit 1 when a kernel fails its own experiment."""
+    """Measure every experiment's kernel beside its vendor baseline (the vendor alone without an initial
+    kernel), estimate its headroom and return on investment, rank the fleet; exit 1 when an experiment
+    fails to load or its kernel fails its own experiment (the others are still measured)."""
     from ..agent.model import ModelSettings
     from ..audit import Plan, load_fleet
     from ..audit import audit as run_audit
@@ -72,8 +73,12 @@ def audit(
                               "budgets the runs of --optimize; give --optimize too")
     if out is not None and out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExperimentError("--out", "", f"{out}: exists and is not an empty folder")
-    for member in members:
-        preflight(member.experiment)
+    for member in members:  # a member that fails its checks is its row's outcome, not the audit's end
+        if not member.error:
+            try:
+                preflight(member.experiment)
+            except ExperimentError as exc:
+                member.error = str(exc)
     err = console(stderr=True)
     with gpu_pool(chosen, ray) as pool:
         gpus = pool.gpus()  # the workers start before anything is written
@@ -87,6 +92,8 @@ def audit(
     for entry in report.entries:
         if entry.status != "ok":
             say(out_console, f"{entry.name}: {entry.status}: {entry.reason[:300]}")
+        elif entry.note.startswith("optimisation stopped"):
+            say(out_console, f"{entry.name}: {entry.note}")
     say(out_console, f"fleet report: {folder / 'audit.html'}")
     if any(e.status != "ok" for e in report.entries):
         raise typer.Exit(EXIT_FAILED)

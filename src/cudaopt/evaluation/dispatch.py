@@ -144,7 +144,8 @@ def _share_out(lanes: list[Lane], requests: list[EvalRequest], pins: list[int | 
         else:
             owners[i] = pin
     for k in list(usable):
-        kernels = {_kernel_key(r.kernel): r.kernel for r, o in zip(requests, owners, strict=True) if o == k}
+        kernels = {_kernel_key(r.kernel): r.kernel for r, o in zip(requests, owners, strict=True)
+                   if o == k and r.kernel is not None}  # a vendor-only request has nothing to compile
         try:
             lanes[k].prefetch(list(kernels.values()))
         except WorkerError as exc:

@@ -36,7 +36,17 @@ class AttemptFinished:
     best_id: int | None
 
 
-ProgressEvent = AttemptStarted | PhaseProgress | UsageProgress | AttemptFinished
+@dataclass(frozen=True)
+class StepProgress:
+    """A step of a longer check (verify's timed shapes, a compute-sanitizer tool): ``done`` of ``total``
+    (0 of 0: not counted)."""
+
+    what: str
+    done: int
+    total: int
+
+
+ProgressEvent = AttemptStarted | PhaseProgress | UsageProgress | AttemptFinished | StepProgress
 OnProgress = Callable[[ProgressEvent], None]
 
 

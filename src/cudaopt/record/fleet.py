@@ -2,6 +2,9 @@
 
 ``cudaopt audit`` writes it (audit.py) in ``results/audit-NNN/`` beside ``audit.html``, and
 again after each optimisation run it starts, so an interrupted audit keeps what it found.
+
+Version 2 added ``Headroom.measured``: an experiment without an initial kernel (a KernelBench
+import) has its vendor measured alone, and its headroom is the vendor against the roofline.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ class Headroom(Model):
     """How far a kernel is from what is known to be reachable, on its experiment's ROI case."""
 
     case: str
-    kernel_us: float
+    measured: Literal["kernel", "vendor"] = "kernel"  # vendor: no initial kernel, the vendor is the bar
+    kernel_us: float  # the time measured: the kernel's, or (measured "vendor") the vendor's
     vendor_label: str | None = None
     vendor_us: float | None = None
     vendor_speedup: float | None = None  # kernel / vendor time: above 1, the vendor shows the way
@@ -56,7 +60,7 @@ class AuditEntry(Model):
     rank: int
     name: str
     config: str
-    status: str  # the kernel's evaluation outcome: "ok" or a harness outcome
+    status: str  # the kernel's evaluation outcome: "ok", a harness outcome, or "bad_input" (not measured)
     reason: str = ""
     gpu: GpuRef | None = None
     headroom: Headroom | None = None  # None: the kernel failed, or had no timed case
@@ -76,7 +80,7 @@ class AuditPlan(Model):
 
 
 class AuditReport(Model):
-    schema_version: int = version_field(1)
+    schema_version: int = version_field(2)
     source: str  # the folder of experiments, or the list file
     started_at: str
     finished_at: str | None = None

@@ -1,0 +1,178 @@
+"""What an export is made from: a kernel as verified, its launch, its shapes and where it came from.
+
+From a run directory, the winner as shipped (``best.cu`` and ``best-launch.json``, tunables baked
+in: record/bake.py) of a run whose experiment is unchanged (the lock) and whose winner passed
+``cudaopt verify`` (``verify.json``); or from an experiment and a kernel given by flags, as
+``cudaopt guard record`` takes them. A kernel that did not pass verify is refused unless the
+caller says ``unverified``: the export would hand over code nobody checked on the holdout cases.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..checks import kernel_file
+from ..errors import ExperimentError
+from ..experiment import Experiment, load_launch
+from ..harness.launch import DEVICE_NAMES, NOMINAL_DEVICE
+from ..harness.protocol import CaseSpec, Expr, LaunchSpec
+from ..harness.signature import Signature, entry_names
+from ..record.runs import load_run_experiment, open_run, read_run_json, winner
+from ..record.schema import Environment, Summary, VerifyOutcome
+
+
+@dataclass
+class Provenance:
+    """Where an exported kernel came from, written as the header comment of every file."""
+
+    origin: str  # the run directory, or the kernel file
+    verified: str  # what verify said, or why there is no verdict
+    lock: dict[str, str] = field(default_factory=dict)
+    gpu: str = ""
+    figures: list[str] = field(default_factory=list)
+    exported_at: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+
+    def lines(self) -> list[str]:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            made_by = f"cudaopt {version('cudaopt')}"
+        except PackageNotFoundError:  # pragma: no cover - a source checkout without metadata
+            made_by = "cudaopt"
+        out = [f"exported by {made_by} on {self.exported_at}", f"from: {self.origin}", f"verify: {self.verified}"]
+        if self.gpu:
+            out.append(f"measured on: {self.gpu}")
+        out += [f"lock {key}: {value}" for key, value in self.lock.items()]
+        return out + self.figures
+
+
+@dataclass
+class ExportSource:
+    """A kernel ready to export: its source as compiled and verified, one launch for every case."""
+
+    signature: Signature
+    entry: str  # the kernel the launch names by default
+    source: str
+    launch: LaunchSpec
+    cases: list[CaseSpec]
+    provenance: Provenance
+    experiment: Experiment
+    num_sms: int = NOMINAL_DEVICE["num_sms"]  # the SM count of the GPU it was verified on
+
+    @property
+    def name(self) -> str:
+        return self.signature.name
+
+    @property
+    def kernels(self) -> list[str]:
+        """Every kernel the source declares plainly (what a launch's ``entry`` may choose from)."""
+        return list(dict.fromkeys([self.entry, *entry_names(self.source)]))
+
+    def shapes(self) -> dict[str, list[Expr]]:
+        """Each pointer argument's shape expressions, the same in every case (an export has one)."""
+        found: dict[str, tuple[str, list[Expr]]] = {}
+        for case in self.cases:
+            for name, spec in [*case.inputs.items(), *case.outputs.items()]:
+                shape = [s.strip() if isinstance(s, str) else s for s in spec.shape]
+                first = found.setdefault(name, (case.name, shape))
+                if first[1] != shape:
+                    raise ExperimentError(self.experiment.cases_path, f"{case.name}.{name}.shape",
+                                          f"{shape} differs from {first[1]} in case {first[0]}: an exported op "
+                                          "computes every shape from the scalars by one rule")
+        return {a.name: found[a.name][1] for a in self.signature.args if a.pointer}
+
+    def inferred(self) -> dict[str, tuple[str, int]]:
+        """The scalars read off the inputs' shapes: scalar -> (input, dimension) whose shape is that name."""
+        shapes = self.shapes()
+        found: dict[str, tuple[str, int]] = {}
+        for arg in self.signature.inputs:
+            for dim, text in enumerate(shapes[arg.name]):
+                if isinstance(text, str) and text in {s.name for s in self.signature.scalars}:
+                    found.setdefault(text, (arg.name, dim))
+        return found
+
+    def names(self) -> set[str]:
+        """What the launch expressions may use: the signature's scalars and the GPU's facts."""
+        return {a.name for a in self.signature.scalars} | set(DEVICE_NAMES)
+
+
+def from_run(path: Path, *, unverified: bool = False) -> ExportSource:
+    """A run's winner as shipped; refused when verify did not pass it (unless ``unverified``)."""
+    run = open_run(path)
+    experiment = load_run_experiment(run)
+    chosen = winner(run, "export")
+    summary = read_run_json(run, "summary.json", Summary)
+    verdict = _verdict(run, chosen.attempt.id)
+    if verdict is not None and not unverified:
+        raise ExperimentError(run.file("verify.json"), "passed", f"{verdict}; run `cudaopt verify {path}` first, or "
+                                                                 "give --unverified to export it anyway")
+    launch_file = run.file("best-launch.json")
+    launch = load_launch(str(launch_file)) if launch_file.is_file() else _cases_launch(experiment)
+    env = read_run_json(run, "env.json", Environment) if run.file("env.json").is_file() else None
+    lock = read_run_json(run, "lock.json")
+    gpu = env.gpu if env else None
+    provenance = Provenance(
+        origin=f"run {run.path.resolve()} (attempt {chosen.attempt.id}, {summary.strategy})",
+        verified=verdict or "passed (verify.json: every case, holdout included)",
+        lock={k: lock[k] for k in ("lock", "reference", "input_cases") if isinstance(lock, dict) and k in lock},
+        gpu=f"{gpu.name} ({gpu.arch}, {gpu.sm_count} SMs)" if gpu else "",
+        figures=_figures(summary))
+    return ExportSource(signature=experiment.signature, entry=experiment.signature.name,
+                        source=run.file("best.cu").read_text(),
+                        launch=launch, cases=experiment.case_specs, provenance=provenance, experiment=experiment,
+                        num_sms=(gpu.sm_count if gpu and gpu.sm_count else NOMINAL_DEVICE["num_sms"]))
+
+
+def from_flags(experiment: Experiment, *, kernel: Path | None, entry: str | None, launch: str | None,
+               unverified: bool = False) -> ExportSource:
+    """A kernel given by flags (default: the experiment's initial kernel): never verified by cudaopt."""
+    path = kernel or experiment.initial_kernel_path
+    if path is None:
+        raise ExperimentError("--kernel", "", "no kernel given and the experiment has no initial kernel")
+    if not unverified:
+        raise ExperimentError("--kernel", "", "a kernel given by flags has not passed `cudaopt verify`: export a "
+                                              "verified run's winner (cudaopt export RUN_DIR), or give --unverified")
+    name = entry or experiment.signature.name
+    source = kernel_file(path, name, experiment.signature)
+    spec = load_launch(launch) if launch else _cases_launch(experiment)
+    lock = experiment.lock()
+    provenance = Provenance(origin=f"kernel {path.resolve()} (experiment {experiment.cases_path.parent.resolve()})",
+                            verified="not verified: given by flags (--unverified)",
+                            lock={"lock": lock.lock, "reference": lock.reference, "input_cases": lock.input_cases})
+    return ExportSource(signature=experiment.signature, entry=name, source=source, launch=spec,
+                        cases=experiment.case_specs, provenance=provenance, experiment=experiment)
+
+
+def _verdict(run, attempt: int) -> str | None:
+    """None when verify passed this attempt; else why the export needs --unverified."""
+    if not run.file("verify.json").is_file():
+        return "the winner was never verified (no verify.json)"
+    outcome = read_run_json(run, "verify.json", VerifyOutcome)
+    if outcome.attempt != attempt:
+        return f"verify.json is about attempt {outcome.attempt}, the winner is attempt {attempt}"
+    if not outcome.passed:
+        return f"the winner failed verify ({outcome.status}{': ' + outcome.reason if outcome.reason else ''})"
+    return None
+
+
+def _cases_launch(experiment: Experiment) -> LaunchSpec:
+    """The input cases' launch, when every case has the same one (an export has one launch)."""
+    launches = {c.launch.to_json() if c.launch else "": c for c in experiment.case_specs}
+    if len(launches) != 1 or "" in launches:
+        raise ExperimentError(experiment.cases_path, "launch", "the cases do not share one launch: give --launch "
+                                                               "(expressions over the scalars)")
+    return next(iter(launches.values())).launch
+
+
+def _figures(summary: Summary) -> list[str]:
+    out = []
+    if summary.best_score_us is not None:
+        speedup = f", {summary.speedup:.2f}x over the {summary.baseline}" if summary.speedup else ""
+        out.append(f"score: {summary.best_score_us:.3f} us (geomean of the performance cases){speedup}")
+    for case in summary.cases:
+        if case.best_median_us is not None:
+            vendors = "".join(f"; {v.label} {v.median_us:.3f} us" for v in case.vendors if v.median_us is not None)
+            out.append(f"case {case.name}: {case.best_median_us:.3f} us{vendors}")
+    return out

@@ -1,0 +1,289 @@
+"""`cudaopt export` without a GPU: every target from the example's tuned winner (a scripted run, then
+verify) and from an imported KernelBench problem; the refusals; the generated module imports and
+checks its inputs without a GPU; the cuda target compiles with nvcc."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from cudaopt.agent.model import ModelSettings
+from cudaopt.errors import ExperimentError
+from cudaopt.exporter import files, from_flags, from_run, write
+from cudaopt.harness import expr
+from cudaopt.optimize import Options, start_or_resume
+from cudaopt.record.runs import Budget, ExperimentArgs
+from cudaopt.verify import verify
+from tests.conftest import SGEMM
+from tests.scripted import ScriptedEvaluator
+
+KB = SGEMM.parents[1] / "tests" / "fixtures" / "kernelbench"
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """A tune run of the example (scripted GPU): its winner has baked tunables and a tiered launch."""
+    tmp = tmp_path_factory.mktemp("tuned")
+    folder = tmp / "exp"
+    shutil.copytree(SGEMM, folder)
+    run, summary = start_or_resume(ExperimentArgs(config=str(folder / "experiment.json")), ModelSettings(), Budget(),
+                                   tmp / "results", ScriptedEvaluator(), Options(strategy="tune", max_evals=3))
+    assert summary.best_attempt is not None
+    return run.path
+
+
+@pytest.fixture(scope="module")
+def verified(tuned, tmp_path_factory):
+    copy = tmp_path_factory.mktemp("verified") / tuned.name
+    shutil.copytree(tuned, copy)
+    assert verify(copy, ScriptedEvaluator(), seed=5).passed
+    return copy
+
+
+def _load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_an_unverified_winner_is_refused_unless_asked(tuned):
+    with pytest.raises(ExperimentError, match="never verified.*--unverified"):
+        from_run(tuned)
+    src = from_run(tuned, unverified=True)
+    assert "never verified" in src.provenance.verified
+
+
+def test_a_failed_verify_is_refused(verified, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(verified, copy)
+    data = json.loads((copy / "verify.json").read_text())
+    data.update(passed=False, status="mismatch", reason="holdout-515x261x1031: max error 3")
+    (copy / "verify.json").write_text(json.dumps(data))
+    with pytest.raises(ExperimentError, match="failed verify \\(mismatch: holdout"):
+        from_run(copy)
+
+
+def test_the_torch_module_from_the_winner_imports_without_a_gpu_and_launches_as_recorded(verified, tmp_path):
+    import torch
+
+    src = from_run(verified)
+    launch = json.loads((verified / "best-launch.json").read_text())
+    assert src.launch.entry == launch["entry"] and "BM" not in json.dumps(launch)  # tunables baked in
+    (path,) = write(src, "torch", tmp_path)
+    text = path.read_text()
+    assert "verify: passed" in text and src.provenance.lock["lock"] in text and "Scripted GPU" in text
+    assert "cudaopt" not in [line.split()[1] for line in text.splitlines() if line.startswith("import ")]
+    module = _load(path, "exported_sgemm")
+    assert module.KERNEL_SOURCE == (verified / "best.cu").read_text()
+    for m, n, k, sms in [(4096, 4096, 4096, 132), (16, 16, 16, 132), (515, 261, 1031, 132), (96, 3072, 1536, 108)]:
+        names = {"m": m, "n": n, "k": k, "num_sms": sms}
+        entry, grid, block, shared = module.launch_config(m, n, k, sms)
+        assert entry == expr.evaluate_name(launch["entry"], names)
+        assert grid == tuple(expr.evaluate_int(g, names) for g in launch["grid"]) + (1,)
+        assert block[0] == expr.evaluate_int(launch["block"][0], names)
+    assert module.shapes(3, 5, 4) == {"a": (3, 4), "b": (4, 5), "c": (3, 5)}
+    a, b = torch.ones(3, 4), torch.ones(4, 5)
+    with pytest.raises(ValueError, match="a is on cpu; the kernel takes CUDA tensors"):
+        module.matmul_f32(a, b)
+    module._DEVICE_TYPE = "cpu"  # the remaining checks, without a GPU
+    with pytest.raises(TypeError, match="a has dtype torch.float64"):
+        module._run(a.double(), b, torch.empty(3, 5), 3, 5, 4)
+    with pytest.raises(ValueError, match=r"b has shape \(4, 5\), expected \(6, 5\) for m=3, n=5, k=6"):
+        module._run(torch.ones(3, 6), b, torch.empty(3, 5), 3, 5, 6)
+    with pytest.raises(ValueError, match="scalar k = 4294967296 does not fit"):
+        module._run(a, b, torch.empty(3, 5), 3, 5, 2**32)
+    with pytest.raises(ValueError, match="a is not contiguous"):
+        module._run(torch.ones(4, 3).t(), b, torch.empty(3, 5), 3, 5, 4)
+    # the fake implementation gives torch.compile the output without a GPU
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        assert torch.ops.cudaopt.matmul_f32(torch.empty(7, 2), torch.empty(2, 9), 7, 9, 2).shape == (7, 9)
+    _load(path, "exported_sgemm_again")  # imported twice: no second registration
+
+
+def test_the_kernel_source_survives_the_python_literal(verified, tmp_path):
+    from cudaopt.exporter.torch_target import _literal
+
+    for text in ["plain", "a '''quoted''' b", "ends with \\", 'back\\slash "q" \\n', "cr\r\nlf"]:
+        assert eval(_literal(text)) == text
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
+def test_the_cuda_target_compiles_with_nvcc(verified, tmp_path):
+    header, source = write(from_run(verified), "cuda", tmp_path)
+    declared = ("cudaError_t launch_matmul_f32(const float* a, const float* b, float* c, int m, int n, int k, "
+                "cudaStream_t stream);")
+    assert header.name == "matmul_f32.h" and declared in header.read_text()
+    text = source.read_text()
+    assert (verified / "best.cu").read_text().rstrip() in text and "verify: passed" in text
+    assert "matmul_f32_direct" in text.split("cudaError_t launch_matmul_f32", 1)[1]  # the tiers chosen in C
+    (tmp_path / "app.cu").write_text('#include "matmul_f32.h"\nint main() { return launch_matmul_f32(0, 0, 0, 0, 0, '
+                                     '0, 0) == cudaErrorInvalidConfiguration ? 0 : 1; }\n')
+    for file in (source, tmp_path / "app.cu"):
+        done = subprocess.run(["nvcc", "-c", "-arch=sm_90", "-Werror", "all-warnings", str(file), "-o",
+                               str(file.with_suffix(".o"))], capture_output=True, text=True, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+
+
+def test_the_kernelbench_target_needs_an_imported_problem(verified):
+    with pytest.raises(ExperimentError, match="needs an imported KernelBench problem"):
+        files(from_run(verified), "kernelbench")
+
+
+def test_flags_need_unverified_and_a_kernel(tmp_path):
+    from cudaopt.experiment import load_experiment
+
+    exp = load_experiment(SGEMM / "experiment.json")
+    with pytest.raises(ExperimentError, match="has not passed `cudaopt verify`.*--unverified"):
+        from_flags(exp, kernel=None, entry=None, launch=None)
+    src = from_flags(exp, kernel=None, entry=None, launch=None, unverified=True)
+    assert src.launch.grid == ["cdiv(n, 16)", "cdiv(m, 16)"] and "initial.cu" in src.provenance.origin
+    tunable = from_flags(exp, kernel=SGEMM / "tunable.cu", entry=None, launch=json.dumps(
+        {"grid": ["cdiv(n, BN)"], "block": [256]}), unverified=True)
+    with pytest.raises(ExperimentError, match="launch: .*'BN', which is neither a scalar"):
+        files(tunable, "torch")
+
+
+@pytest.fixture(scope="module")
+def relu(tmp_path_factory):
+    pytest.importorskip("torch")
+    from cudaopt.kernelbench.importer import import_problem
+
+    out = tmp_path_factory.mktemp("kb") / "relu"
+    imported = import_problem(KB / "19_ReLU.py", out)
+    return from_flags(imported.experiment, kernel=KB / "relu.cu", entry=None, launch=None, unverified=True)
+
+
+def test_the_kernelbench_targets_of_an_imported_problem(relu, tmp_path):
+    import torch
+
+    made = {to: write(relu, to, tmp_path / to) for to in ("torch", "cuda", "kernelbench")}
+    (model_new,) = made["kernelbench"]
+    text = model_new.read_text()
+    assert "class Model(nn.Module)" in text and "class ModelNew(torch.nn.Module)" in text
+    assert "return kb_19_relu(x.contiguous())" in text
+    module = _load(model_new, "kb_relu_model_new")
+    assert module.get_init_inputs() == [] and module.get_inputs()[0].shape == (16, 16384)
+    net = module.ModelNew(*module.get_init_inputs())
+    with pytest.raises(ValueError, match="x is on cpu"):
+        net(*module.get_inputs())
+    assert module.shapes(3, 4) == {"x": (3, 4), "out": (3, 4)}
+    entry, grid, block, _ = module.launch_config(16, 16384, 132)
+    assert (entry, grid, block) == ("kb_19_relu", (1024, 1, 1), (256, 1, 1))
+    if shutil.which("nvcc"):
+        (header, source) = made["cuda"]
+        done = subprocess.run(["nvcc", "-c", "-arch=sm_90", str(source), "-o", str(tmp_path / "relu.o")],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    assert torch is not None
+
+
+def test_model_new_passes_the_model_s_parameters_to_the_kernel(tmp_path):
+    import torch
+
+    from cudaopt.kernelbench.importer import import_problem
+
+    exp = import_problem(KB / "76_Gemm_Add_ReLU.py", tmp_path / "exp").experiment
+    src = from_flags(exp, kernel=KB / "gemm_add_relu.cu", entry=None, launch=None, unverified=True)
+    (path,) = write(src, "kernelbench", tmp_path / "kb")
+    text = path.read_text()
+    assert ("return kb_76_gemm_add_relu(x.contiguous(), _state(self.model, 'bias'), "
+            "_state(self.model, 'gemm.weight'))") in text
+    module = _load(path, "kb_76_model_new")
+    init = module.get_init_inputs()
+    torch.manual_seed(42)
+    model = module.Model(*init)
+    torch.manual_seed(42)
+    new = module.ModelNew(*init)
+    assert torch.equal(module._state(new.model, "gemm.weight"), model.gemm.weight.detach())
+    assert module.shapes(2, 3, 5) == {"x": (2, 3), "bias": (5,), "gemm_weight": (5, 3), "out": (2, 5)}
+
+
+def test_existing_files_are_kept_unless_forced(relu, tmp_path):
+    write(relu, "torch", tmp_path)
+    with pytest.raises(ExperimentError, match="already holds kb_19_relu.py \\(--force replaces them\\)"):
+        write(relu, "torch", tmp_path)
+    write(relu, "torch", tmp_path, force=True)
+
+
+def test_the_cli_exports_and_refuses_with_exit_2(verified, tmp_path):
+    from typer.testing import CliRunner
+
+    from cudaopt.cli import app
+
+    runner = CliRunner()
+    done = runner.invoke(app, ["export", str(verified), "--to", "torch", "--out", str(tmp_path / "t")])
+    assert done.exit_code == 0, done.output
+    assert (tmp_path / "t" / "matmul_f32.py").is_file() and "matmul_f32.py" in done.output
+    done = runner.invoke(app, ["export", str(verified), "--to", "jax", "--out", str(tmp_path / "j")])
+    assert done.exit_code == 2 and "'jax' is not one of torch, cuda, kernelbench" in done.output
+    done = runner.invoke(app, ["export", "--config", str(SGEMM / "experiment.json"), "--to", "cuda", "--out",
+                               str(tmp_path / "c")])
+    assert done.exit_code == 2 and "--unverified" in done.output
+    done = runner.invoke(app, ["export", str(verified), "--kernel", str(SGEMM / "initial.cu"), "--to", "cuda",
+                               "--out", str(tmp_path / "c")])
+    assert done.exit_code == 2 and "not both" in done.output
+    assert sys.modules.get("cudaopt") is not None
+
+
+def test_the_launch_goes_to_the_driver_with_the_computed_config_and_arguments(verified, tmp_path, monkeypatch):
+    """The driver calls of the torch module, recorded: compiled and loaded once, each kernel looked
+    up, then cuLaunchKernel on PyTorch's current stream with the generated launch and the arguments'
+    bytes (read back through the parameter array)."""
+    import ctypes
+    import types
+
+    import torch
+    from cuda.bindings import driver
+
+    (path,) = write(from_run(verified), "torch", tmp_path)
+    module = _load(path, "exported_sgemm_driver")
+    calls = []
+    ok = driver.CUresult.CUDA_SUCCESS
+
+    def record(name, result):
+        def call(*args):
+            calls.append((name, args))
+            return result
+        return call
+
+    for name, result in {"cuInit": (ok,), "cuDeviceGet": (ok, 0), "cuDevicePrimaryCtxRetain": (ok, 77),
+                         "cuCtxSetCurrent": (ok,), "cuModuleLoadData": (ok, "module"),
+                         "cuCtxGetCurrent": (ok, 77)}.items():
+        monkeypatch.setattr(driver, name, record(name, result))
+
+    def launch(*args):  # the arguments' bytes, read while the parameter array is alive
+        params = (ctypes.c_void_p * 6).from_address(args[-2])
+        pointers = [ctypes.c_uint64.from_address(params[i]).value for i in range(3)]
+        scalars = [ctypes.c_int32.from_address(params[i]).value for i in range(3, 6)]
+        calls.append(("cuLaunchKernel", (*args[:-2], pointers, scalars, args[-1])))
+        return (ok,)
+
+    monkeypatch.setattr(driver, "cuLaunchKernel", launch)
+    monkeypatch.setattr(driver, "cuModuleGetFunction", lambda module_, name: (ok, f"fn:{name.decode()}"))
+    monkeypatch.setattr(torch.cuda, "init", lambda: None)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda index: types.SimpleNamespace(multi_processor_count=132, major=9, minor=0))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda index: types.SimpleNamespace(cuda_stream=4242))
+    compiled = []
+    monkeypatch.setattr(module, "compile_cubin", lambda arch, sms: compiled.append((arch, sms)) or b"cubin")
+    module._DEVICE_TYPE = "cpu"
+    a, b = torch.randn(515, 1031), torch.randn(1031, 261)
+    for _ in range(2):
+        c = torch.empty(515, 261)
+        module._run(a, b, c, 515, 261, 1031)
+    assert compiled == [("sm_90", 132)]  # once per device
+    launches = [args for name, args in calls if name == "cuLaunchKernel"]
+    assert len(launches) == 2
+    func, *dims, shared, stream, pointers, scalars, extra = launches[0]
+    entry, grid, block, want_shared = module.launch_config(515, 261, 1031, 132)
+    assert (func, tuple(dims[:3]), tuple(dims[3:]), shared, stream, extra) == \
+        (f"fn:{entry}", grid, block, want_shared, 4242, 0)
+    assert scalars == [515, 261, 1031] and pointers[:2] == [a.data_ptr(), b.data_ptr()]

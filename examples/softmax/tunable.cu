@@ -6,9 +6,10 @@
 //   softmax_rows_block    cols <= 4 * NB * 1024: one block per row, NB float4 per thread held in
 //                         registers (one read, one write)
 //   softmax_rows_cluster  cols <= CL * 57344: a cluster of CL blocks per row (Hopper thread block
-//                         clusters, co-scheduled by the hardware), each block keeping its part of
-//                         the row in shared memory; the blocks exchange their (max, sum) through
-//                         distributed shared memory (one read, one write)
+//                         clusters, co-scheduled by the hardware), each block copying its part of
+//                         the row into shared memory (cp.async, all of it in flight at once); the
+//                         blocks exchange their (max, sum) through distributed shared memory
+//                         (one read, one write)
 //   softmax_rows          any cols: one block per row, one pass for the maximum and the sum
 //                         together (online softmax), one pass for the outputs (two reads, one write)
 //
@@ -465,44 +466,59 @@ __device__ __forceinline__ Stat remote_stat(const Stat* p, unsigned rank)
     return st;
 }
 
-// Pass 1 over this block's part [0, n) of a row: load it (into `keep` when given) and its pair.
+__device__ __forceinline__ void copy16(float4* to, const float4* from)
+{
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(to));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(from) : "memory");
+}
+
+__device__ __forceinline__ void copy4(float* to, const float* from)
+{
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(to));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(from) : "memory");
+}
+
+// Pass 1 over this block's part [0, n) of a row, and its pair. Kept in shared memory (`keep`):
+// every load of the part is put in flight at once (cp.async, global to shared memory without
+// registers), then the maximum and the sum are read from there; each thread reads back only what
+// it copied, so its own wait suffices. Without `keep`, streamed through registers.
 template <bool VEC>
 __device__ __forceinline__ Stat load_part(const float* xp, int n, float4* keep)
 {
     const int t = threadIdx.x, T = blockDim.x;
     if (keep == nullptr)
         return scan<VEC>(xp, n, t, T);
-    Stat st = {NEG_INF, 0.0f};
+    const float* k1 = reinterpret_cast<const float*>(keep);
     if (VEC) {
-        const float4* x4 = reinterpret_cast<const float4*>(xp);
-        const int n4 = n / 4;
-        for (int i = t; i < n4; i += UNROLL * T) {
-            float4 r[UNROLL];
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u)
-                r[u] = i + u * T < n4 ? __ldg(x4 + i + u * T) : neg_inf4();
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                if (i + u * T < n4)
-                    keep[i + u * T] = r[u];
-                add4(st, r[u]);
-            }
-        }
+        for (int i = t; i < n / 4; i += T)
+            copy16(keep + i, reinterpret_cast<const float4*>(xp) + i);
     } else {
-        float* k1 = reinterpret_cast<float*>(keep);
-        for (int i = t; i < n; i += 4 * T) {
-            float r[4];
-#pragma unroll
-            for (int u = 0; u < 4; ++u)
-                r[u] = i + u * T < n ? __ldg(xp + i + u * T) : NEG_INF;
-#pragma unroll
-            for (int u = 0; u < 4; ++u)
-                if (i + u * T < n)
-                    k1[i + u * T] = r[u];
-            add4(st, make_float4(r[0], r[1], r[2], r[3]));
+        for (int i = t; i < n; i += T)
+            copy4(reinterpret_cast<float*>(keep) + i, xp + i);
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    float m = NEG_INF;
+    if (VEC) {
+        for (int i = t; i < n / 4; i += T)
+            m = fmaxf(m, fmaxf(fmaxf(keep[i].x, keep[i].y), fmaxf(keep[i].z, keep[i].w)));
+    } else {
+        for (int i = t; i < n; i += T)
+            m = fmaxf(m, k1[i]);
+    }
+    const float mL = m * LOG2E;
+    float s = 0.0f;
+    if (m != NEG_INF) {  // a thread with nothing (or only -inf) keeps the empty pair
+        if (VEC) {
+            for (int i = t; i < n / 4; i += T) {
+                const float4 e = softmax4(keep[i], mL, 1.0f);
+                s += (e.x + e.y) + (e.z + e.w);
+            }
+        } else {
+            for (int i = t; i < n; i += T)
+                s += exp2f(fmaf(k1[i], LOG2E, -mL));
         }
     }
-    return st;
+    return {mL, s};
 }
 
 // Pass 2: the outputs of this block's part, from shared memory (or read again).

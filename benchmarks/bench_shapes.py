@@ -13,7 +13,7 @@ shape slower than initial.cu beyond noise, at least 0.9x cuBLAS at 4096^3, faste
 on the example's two small shapes, the main job under 2 minutes. Run: ``python
 benchmarks/bench_shapes.py --out DIR`` (writes bench_shapes.json and copies the run to DIR).
 
-The second workload, the softmax example, runs first (``bench_softmax.py``: its winner beside
+The second workload, the softmax example, runs first (``softmax_winner.py``: its winner beside
 PyTorch eager and torch.compile on every case, and its share of the measured copy bandwidth at
 KernelBench's 4096 x 393216); ``--workloads sgemm`` or ``--workloads softmax`` runs one alone.
 """
@@ -26,7 +26,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from bench_softmax import run_softmax
+from softmax_winner import run_softmax
 from cli_run import cudaopt
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,8 @@ Prints per case the winner's, eager's and torch.compile's medians and the speed-
 KernelBench's shape (4096 x 393216) the winner's bandwidth as a fraction of the GPU's measured
 copy bandwidth (``harness/peaks.py``); then the targets: at least 1.0x torch.compile at
 KernelBench's shape and on every short-row case, at least 85% of the copy bandwidth there.
-Run alone: ``python benchmarks/bench_softmax.py --out DIR``; ``bench_shapes.py`` runs it too.
+Run alone: ``python benchmarks/softmax_winner.py --out DIR``; ``bench_shapes.py`` runs it first (not
+named bench_*, so ``scripts/gpu-session.sh all`` runs it once).
 """
 
 from __future__ import annotations

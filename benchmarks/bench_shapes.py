@@ -26,8 +26,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from softmax_winner import run_softmax
 from cli_run import cudaopt
+from softmax_winner import run_softmax
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "sgemm" / "experiment.json"

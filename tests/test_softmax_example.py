@@ -174,6 +174,22 @@ def _warp_plan(cols: int, rpw: int) -> tuple[int, int, int]:
     return 32, next(nv for nv in (1, 2, 4, 8) if cols <= 128 * nv) if cols <= 1024 else 0, 1
 
 
+def test_the_model_follows_the_warp_kernels_buckets():
+    """_warp_plan is warp_rows' dispatch: each `cols <= N` bucket of the source with its lanes per
+    row, float4 slots, rows side by side and the stride between a group's rows; each bucket's
+    lanes x slots x 4 holds N columns."""
+    body = _source()[_source().index("void warp_rows("):]
+    body = body[:body.index("\n}\n")]
+    buckets = re.findall(r"cols <= (\d+)\)[^\n]*\n\s*group_rows<(\d+), (\d+), \w+, VEC>\(x, y, rows, cols, "
+                         r"first(?: \+ lane / (\d+))?, (\d+), ", body)
+    assert [int(b[0]) for b in buckets] == [32, 64, 128, 256, 512, 1024]
+    for limit, lanes, slots, side, step in buckets:
+        limit, lanes, slots, side = int(limit), int(lanes), int(slots), int(side or 32)
+        assert 32 // side == int(step) and lanes == side and lanes * slots * 4 >= limit
+        for cols in range(limit // 2 + 1 if limit > 32 else 1, limit + 1):
+            assert _warp_plan(cols, 8) == (lanes, slots, 32 // lanes), cols
+
+
 def _slot_columns(lane, lanes, slots, vec):
     """The columns a thread (lane of lanes) keeps in its float4 slots: 4*(lane + lanes*i) + j with
     float4s, lane + lanes*(4*i + j) without (group_rows, block_row)."""

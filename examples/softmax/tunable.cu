@@ -16,8 +16,8 @@
 // Every kernel is correct for any rows, cols, grid (whole clusters for the cluster kernel) and
 // block size (a multiple of 32 within its launch bounds): rows are visited in grid-stride loops,
 // and a kernel given a row that does not fit where it keeps rows (registers, shared memory) falls
-// back to a two-pass online path. The launch only decides how fast. float4 loads and stores when cols % 4 == 0 and both pointers are
-// 16-byte aligned, scalar ones otherwise.
+// back to a two-pass online path. The launch only decides how fast. float4 loads and stores when
+// cols % 4 == 0 and both pointers are 16-byte aligned, scalar ones otherwise.
 //
 // Arithmetic: exponentials in base 2 of x*log2(e) - max*log2(e) formed by one FMA, so the only
 // rounding that grows with |x| is common to a whole row and cancels in the division. A running

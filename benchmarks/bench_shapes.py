@@ -12,6 +12,10 @@ was declared), per shape the three medians and the winner's speed-ups, then the 
 shape slower than initial.cu beyond noise, at least 0.9x cuBLAS at 4096^3, faster than cuBLAS
 on the example's two small shapes, the main job under 2 minutes. Run: ``python
 benchmarks/bench_shapes.py --out DIR`` (writes bench_shapes.json and copies the run to DIR).
+
+The second workload, the softmax example, runs first (``softmax_winner.py``: its winner beside
+PyTorch eager and torch.compile on every case, and its share of the measured copy bandwidth at
+KernelBench's 4096 x 393216); ``--workloads sgemm`` or ``--workloads softmax`` runs one alone.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 from cli_run import cudaopt
+from softmax_winner import run_softmax
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "sgemm" / "experiment.json"
@@ -35,8 +40,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("out"))
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workloads", default="softmax,sgemm", help="comma-separated: softmax, sgemm")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    workloads = set(args.workloads.split(","))
+    if "softmax" in workloads:
+        run_softmax(args.out)
+    if "sgemm" not in workloads:
+        return
     results = Path(tempfile.mkdtemp(prefix="shapes-bench-"))
     code, main_wall = cudaopt("optimize", "--config", str(CONFIG), "--results-dir", str(results),
                               log=args.out / "shapes-optimize.txt")

@@ -50,13 +50,13 @@ def negative_controls(case: CaseSpec, signature: Signature, sets: list[ControlSe
         for arg in signature.outputs:
             spec = case.outputs[arg.name]
             ref = np.asarray(current.answers[arg.name], dtype=np.float64)
-            for trivial, make in _trivials(arg.name, arg.dtype, ref.shape, current, sets, others):
+            for kind, trivial, make in _trivials(arg.name, arg.dtype, ref.shape, current, sets, others):
                 controls.tried += 1
-                if (arg.name, trivial) in found:
-                    continue
+                if (arg.name, kind) in found:
+                    continue  # one of each kind per output is enough to say why
                 err = accepts(make, ref, arg.dtype, spec.rtol, spec.atol)
                 if err is not None:
-                    found.add((arg.name, trivial))
+                    found.add((arg.name, kind))
                     controls.accepted.append(ControlOutcome(output=arg.name, trivial=trivial, input_set=s,
                                                             max_abs_error=err, rtol=spec.rtol, atol=spec.atol))
     return controls
@@ -114,10 +114,10 @@ def stored(values: np.ndarray, dtype: str) -> np.ndarray:
 
 def _trivials(name: str, dtype: str, shape: tuple[int, ...], current: ControlSet, sets: list[ControlSet],
               others: list[int]):
-    """(what it is, its values at flat indices) for every trivial output of one output."""
+    """(its kind, what it is, its values at flat indices) for every trivial output of one output."""
     n = int(np.prod(shape, dtype=np.int64))
     for label, value in (("zeros", 0.0), ("ones", 1.0)):
-        yield label, _constant(value, dtype)
+        yield label, label, _constant(value, dtype)
     seen = {0.0, 1.0}
     for t in others:
         answer = np.asarray(sets[t].answers[name], dtype=np.float64)
@@ -128,13 +128,14 @@ def _trivials(name: str, dtype: str, shape: tuple[int, ...], current: ControlSet
             value = float(stored(np.array(value), dtype))
             if value not in seen:
                 seen.add(value)
-                yield f"the constant {value:.6g} (the {stat} of input set {t}'s answer)", _constant(value, dtype)
-        yield f"the answer for input set {t}", _array(answer, dtype)
+                yield "constant", f"the constant {value:.6g} (the {stat} of input set {t}'s answer)", \
+                    _constant(value, dtype)
+        yield "stale", f"the answer for input set {t}", _array(answer, dtype)
     out_is_float = DTYPES[dtype].is_float
     for arg_name, (data, in_dtype) in current.inputs.items():
         if data.size != n or (not out_is_float and DTYPES[in_dtype].is_float):
             continue
-        yield f"a copy of input {arg_name}", _array(to_numbers(data, in_dtype), dtype)
+        yield f"copy {arg_name}", f"a copy of input {arg_name}", _array(to_numbers(data, in_dtype), dtype)
 
 
 def _constant(value: float, dtype: str):

@@ -23,6 +23,7 @@ from .harness.controls import ControlSet, judge, negative_controls
 from .harness.inputs import shape_of
 from .harness.protocol import CaseSpec, Model, ReferenceSpec
 from .harness.results import CaseResult, Controls
+from .harness.signature import Signature
 
 CPU_ELEMENTS = 1 << 23  # inputs and outputs of one input set: above this a case is controlled on the GPU
 CONTROLS_TIMEOUT_S = 120.0
@@ -136,10 +137,41 @@ def _has_torch() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
+def reference_sets(fn, kind: str, signature: Signature, case: CaseSpec, allow_tf32: bool = False,
+                   count: int = 2) -> list[ControlSet]:
+    """``count`` independent input sets of ``case`` (as the worker draws its first ones) and the
+    answers of the NumPy or PyTorch reference ``fn`` for them, on the CPU."""
+    from .harness.inputs import generate
+    from .harness.reference import call_python
+
+    shapes = {a.name: shape_of(case.outputs[a.name].shape, case.scalars, a.name) for a in signature.outputs}
+    sets = []
+    for inputs in generate(case, signature, min(count, 2)):  # sets 0 and 1: independent draws
+        if kind == "torch":
+            from .harness.torch_reference import call_torch, import_torch
+
+            torch = import_torch()
+            tensors = {n: cpu_tensor(torch, t) for n, t in inputs.items()}
+            answers = {n: v.numpy() for n, v in call_torch(torch, fn, signature, tensors, case.scalars, shapes,
+                                                           allow_tf32).items()}
+        else:
+            answers = call_python(fn, signature, {n: t.as_numbers() for n, t in inputs.items()}, case.scalars, shapes)
+        sets.append(ControlSet({n: (t.data, t.dtype) for n, t in inputs.items()},
+                               {n: np.asarray(v, dtype=np.float64) for n, v in answers.items()}))
+    return sets
+
+
+def cpu_tensor(torch, tensor):
+    """A host input as the torch tensor the GPU worker would hand over (bfloat16 as bfloat16)."""
+    if tensor.dtype == "bfloat16":
+        return torch.from_numpy(tensor.data.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(np.array(tensor.data))
+
+
 def _controls_from_stdin() -> int:
     """The subprocess side: one JSON line per case as it is done (smallest first)."""
-    from .harness.inputs import InputError, generate
-    from .harness.reference import ReferenceFailure, call_python, load_python
+    from .harness.inputs import InputError
+    from .harness.reference import ReferenceFailure, load_python
     from .harness.signature import parse_signature
 
     request = ControlsCall.model_validate_json(sys.stdin.read())
@@ -147,24 +179,9 @@ def _controls_from_stdin() -> int:
     try:
         fn = load_python(ref.source, ref.path, ref.entry)
         for case in request.cases:
-            shapes = {a.name: shape_of(case.outputs[a.name].shape, case.scalars, a.name) for a in signature.outputs}
-            sets = []
-            for inputs in generate(case, signature, 2):  # sets 0 and 1: independent draws
-                if ref.kind == "torch":
-                    from .harness.torch_reference import call_torch, import_torch
-                    from .preflight import _cpu_tensor
-
-                    torch = import_torch()
-                    tensors = {n: _cpu_tensor(torch, t) for n, t in inputs.items()}
-                    answers = {n: v.numpy() for n, v in call_torch(torch, fn, signature, tensors, case.scalars,
-                                                                   shapes, request.allow_tf32).items()}
-                else:
-                    answers = call_python(fn, signature, {n: t.as_numbers() for n, t in inputs.items()},
-                                          case.scalars, shapes)
-                sets.append(ControlSet({n: (t.data, t.dtype) for n, t in inputs.items()},
-                                       {n: np.asarray(v, dtype=np.float64) for n, v in answers.items()}))
-            controls = negative_controls(case, signature, sets)
-            print(CaseControls(case=case.name, controls=controls).to_json(), flush=True)
+            sets = reference_sets(fn, ref.kind, signature, case, request.allow_tf32)
+            print(CaseControls(case=case.name, controls=negative_controls(case, signature, sets)).to_json(),
+                  flush=True)
     except (ReferenceFailure, InputError) as exc:
         print(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         return 1

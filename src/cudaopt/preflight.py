@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .cpu_controls import cpu_controls
+from .cpu_controls import cpu_controls, cpu_tensor
 from .errors import ExperimentError
 from .experiment import Experiment
 from .harness.compiler import DEFAULT_ARCH, CompileError, compile_kernel
@@ -148,7 +148,7 @@ def _run_reference_from_stdin() -> int:
             from .harness.torch_reference import call_torch, import_torch
 
             torch = import_torch()
-            tensors = {n: _cpu_tensor(torch, t) for n, t in inputs.items()}
+            tensors = {n: cpu_tensor(torch, t) for n, t in inputs.items()}
             call_torch(torch, fn, signature, tensors, case.scalars, shapes, request.allow_tf32)
         else:
             call_python(fn, signature, {n: t.as_numbers() for n, t in inputs.items()}, case.scalars, shapes)
@@ -156,13 +156,6 @@ def _run_reference_from_stdin() -> int:
         print(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         return 1
     return 0
-
-
-def _cpu_tensor(torch, tensor):
-    """A host input as the torch tensor the GPU worker would hand over (bfloat16 as bfloat16)."""
-    if tensor.dtype == "bfloat16":
-        return torch.from_numpy(tensor.data.view(np.int16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(np.array(tensor.data))
 
 
 if __name__ == "__main__":

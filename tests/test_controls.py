@@ -247,3 +247,37 @@ def test_cases_too_large_for_the_cpu_are_said_to_be_controlled_on_the_gpu(tmp_pa
     assert "big: too large for the CPU (over 5000 elements); controlled on the GPU at evaluation" in found.lines()
     cu = cpu_controls.cpu_controls(load_experiment(SGEMM / "experiment.json"))
     assert not cu.done and set(cu.on_gpu.values()) == {"a .cu reference runs on the GPU only"}
+
+
+def test_the_report_shows_each_cases_controls_and_a_waiver_with_its_reason(tmp_path):
+    """report.html: the baseline attempt's controls per case, and whose checks a KernelBench run used."""
+    import shutil
+
+    from cudaopt.agent.model import ModelSettings
+    from cudaopt.optimize import start_or_resume
+    from cudaopt.record.runs import Budget, ExperimentArgs
+    from tests.fake_openai import FakeOpenAI
+    from tests.scripted import ScriptedEvaluator, answer
+
+    with FakeOpenAI([answer("ok 0.5", "register blocking")]) as server:
+        run, _ = start_or_resume(ExperimentArgs(config=str(SGEMM / "experiment.json")),
+                                 ModelSettings(base_url=server.url), Budget(max_iterations=1), tmp_path / "results",
+                                 ScriptedEvaluator())
+    copy = tmp_path / "run"
+    shutil.copytree(run.path, copy)
+    history = json.loads((copy / "history.json").read_text())
+    cases = history["attempts"][0]["cases"]
+    cases[0]["controls"] = {"tried": 12, "accepted": []}
+    cases[1]["controls"] = {"tried": 12, "waived": "inputs are ReLU outputs by design", "accepted": [
+        {"output": "c", "trivial": "a copy of input a", "input_set": 0, "max_abs_error": 0.0, "rtol": 1e-4,
+         "atol": 1e-4}]}
+    (copy / "history.json").write_text(json.dumps(history))
+    summary = json.loads((copy / "summary.json").read_text())
+    summary["kernelbench"] = {"correct": True, "changes": ["big: output c: atol 3.8e-08 instead of 0.01"]}
+    (copy / "summary.json").write_text(json.dumps(summary))
+    result = runner.invoke(app, ["report", str(copy)])
+    assert result.exit_code == 0, result.output
+    html = (copy / "report.html").read_text()
+    assert 'id="controls"' in html and "every one refused" in html
+    assert "accepts a copy of input a (output c); waived (trivial_ok): inputs are ReLU outputs by design" in html
+    assert "Checked more strictly than KernelBench" in html and "big: output c: atol 3.8e-08 instead of 0.01" in html

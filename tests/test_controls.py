@@ -281,3 +281,31 @@ def test_the_report_shows_each_cases_controls_and_a_waiver_with_its_reason(tmp_p
     assert 'id="controls"' in html and "every one refused" in html
     assert "accepts a copy of input a (output c); waived (trivial_ok): inputs are ReLU outputs by design" in html
     assert "Checked more strictly than KernelBench" in html and "big: output c: atol 3.8e-08 instead of 0.01" in html
+
+
+def test_the_worker_computes_the_controls_on_host_copies_it_zeroes_after():
+    """answers.answer_controls, as the runner calls it: host copies of the locked answers (three input
+    sets, the third a near duplicate of the first), compared, then zeroed."""
+    from cudaopt.harness.answers import answer_controls
+    from cudaopt.harness.inputs import HostTensor
+
+    copies = []
+
+    class Locked:  # what LockedAnswer.to_host gives: a fresh host array per call
+        def __init__(self, values):
+            self.values = values
+
+        def to_host(self):
+            copies.append(self.values.copy())
+            return copies[-1]
+
+    case = unary_case(n=5000)
+    rng = np.random.default_rng(5)
+    x0, x1 = rng.random(5000).astype(np.float32), rng.random(5000).astype(np.float32)
+    near = x0.copy()
+    near[-1] = x1[-1]
+    host_sets = [{"x": HostTensor("x", "float32", x)} for x in (x0, x1, near)]
+    answers = [{"y": Locked(np.maximum(x, 0).astype(np.float64))} for x in (x0, x1, near)]
+    controls = answer_controls(case, UNARY, host_sets, answers)
+    assert accepted(controls) == [("y", "a copy of input x")]  # not the stale near duplicate
+    assert copies and all(not c.any() for c in copies)  # nothing of the answers is left on the host

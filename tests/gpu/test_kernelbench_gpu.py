@@ -110,7 +110,7 @@ def test_a_hand_written_kernel_passes_its_imported_problem_beside_eager_and_torc
                           protocol=FAST, vendor=True)
     result = supervisor.evaluate(request)
     assert result.status == "ok", result.reason
-    assert [c.role for c in result.cases] == ["correctness", "correctness", "performance"]
+    assert [c.role for c in result.cases] == ["correctness", "correctness", "correctness", "performance"]  # + branches
     perf = result.cases[-1]
     print(stem, f"kernel {perf.timing.median_us:.2f} us", *(f"{v.label} {v.timing.median_us:.2f} us"
                                                              for v in perf.vendors if v.timing))

@@ -113,7 +113,7 @@ Answer = np.ndarray | DeviceAnswer | LockedAnswer
 def answer_controls(case: CaseSpec, signature: Signature, host_sets: list, answers: list[dict[str, LockedAnswer]]):
     """The negative controls (controls.py) of a case's input sets, on host copies of the locked
     answers made before any candidate of the case runs, and zeroed when they are done."""
-    host = [{name: answer.to_host().copy() for name, answer in by_output.items()} for by_output in answers]
+    host = [{name: answer.to_host() for name, answer in by_output.items()} for by_output in answers]
     try:
         sets = [ControlSet({n: (t.data, t.dtype) for n, t in host_sets[s].items()}, host[s]) for s in range(len(host))]
         near_duplicate = {frozenset((0, 2))} if len(sets) >= 3 else set()  # inputs.py: set 2 repeats set 0

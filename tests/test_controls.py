@@ -309,3 +309,30 @@ def test_the_worker_computes_the_controls_on_host_copies_it_zeroes_after():
     controls = answer_controls(case, UNARY, host_sets, answers)
     assert accepted(controls) == [("y", "a copy of input x")]  # not the stale near duplicate
     assert copies and all(not c.any() for c in copies)  # nothing of the answers is left on the host
+
+
+def test_optimize_stops_after_a_baseline_with_a_non_discriminating_case_and_records_why(tmp_path):
+    """A .cu reference is controlled on the GPU only: the baseline's verdict stops the run (exit 2),
+    and the run directory keeps the baseline and the reason."""
+    from cudaopt.agent.model import ModelSettings
+    from cudaopt.optimize import start_or_resume
+    from cudaopt.record.runs import Budget, ExperimentArgs
+    from tests.fake_openai import FakeOpenAI
+    from tests.scripted import ScriptedEvaluator, answer
+
+    class Undiscriminating(ScriptedEvaluator):
+        def _evaluate(self, request, on_event=None):
+            result = super()._evaluate(request, on_event)
+            case = result.find("square-256")
+            case.status, case.reason = "non_discriminating", "case square-256: output c accepts zeros (max abs err 0)"
+            case.timing = None
+            result.status, result.reason = case.status, case.reason
+            return result
+
+    with FakeOpenAI([answer("ok 0.5")]) as server, pytest.raises(ExperimentError) as err:
+        start_or_resume(ExperimentArgs(config=str(SGEMM / "experiment.json")), ModelSettings(base_url=server.url),
+                        Budget(max_iterations=1), tmp_path / "results", Undiscriminating())
+    assert str(err.value) == (f"{SGEMM / 'input_cases.json'}: cases[1]: non-discriminating: case square-256: "
+                              "output c accepts zeros (max abs err 0)")
+    summary = json.loads((tmp_path / "results" / "run-001" / "summary.json").read_text())
+    assert summary["stop_reason"] == "non-discriminating case (negative controls)" and summary["attempts"] == 1

@@ -175,8 +175,9 @@ class RoiInputs(Model):
 
 
 class KernelBenchCase(Model):
-    """One case of an imported KernelBench problem as KernelBench itself would check it: its
-    tolerances, and each input's distribution fitted to the problem's own ``get_inputs()``."""
+    """One case of an imported KernelBench problem as KernelBench itself would check it: the
+    tolerances the import started from (KernelBench's 1e-2, the problem's ``TASK_CONFIG``, or
+    ``--rtol``/``--atol``), and each input's distribution fitted to the problem's ``get_inputs()``."""
 
     rtol: float
     atol: float

@@ -102,14 +102,17 @@ def cpu_controls(experiment: Experiment, timeout_s: float = CONTROLS_TIMEOUT_S) 
     except subprocess.TimeoutExpired as exc:
         raw = exc.stdout or ""
         output, finished = raw.decode() if isinstance(raw, bytes) else raw, False
+    said = ""
     for line in output.splitlines():
         if line.startswith("{"):
             item = CaseControls.model_validate_json(line)
             found.done[item.case] = item.controls
+        elif line.strip():
+            said = line.strip()
     for case in small:
         if case.name not in found.done:
             found.on_gpu[case.name] = (f"the reference did not finish within {timeout_s:g} s on the CPU"
-                                       if not finished else "the reference failed on the CPU")
+                                       if not finished else f"the reference failed on the CPU ({said or 'no output'})")
     _refuse(experiment, found)
     return found
 

@@ -5,6 +5,7 @@ problems discriminate, so a copy posing as an activation and zeros on the large 
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from typer.testing import CliRunner
@@ -90,6 +91,7 @@ def test_the_example_sgemm_cases_pass_their_controls(supervisor, sgemm):
 
 @pytest.fixture(scope="module")
 def kernelbench(tmp_path_factory):
+    pytest.importorskip("torch")
     folder = tmp_path_factory.mktemp("kernelbench")
     for stem in ("22_Tanh_small_inputs", "23_Softmax_large"):
         result = runner.invoke(app, ["import", "kernelbench", str(FIXTURES / f"{stem}.py"), "--out",
@@ -119,8 +121,6 @@ def test_a_copy_posing_as_an_activation_is_refused_on_the_imported_problem(super
     copy = supervisor.evaluate(exp.request((FIXTURES / "copy_as_tanh.cu").read_text(), protocol=FAST))
     assert copy.status == "mismatch", copy.reason
     # with KernelBench's own draws the copy would pass: the worker refuses that case instead
-    import shutil
-
     shutil.copytree(kernelbench / "22_Tanh_small_inputs", tmp_path / "own")
     perf = next(c.name for c in exp.case_specs if c.role == "performance")
     own = with_kernelbench_checks(tmp_path / "own", perf, inputs=["x"])
@@ -138,8 +138,6 @@ def test_zeros_on_the_large_case_are_refused_on_the_imported_problem(supervisor,
     assert all(c.status == "ok" for c in cheat.cases if c.role == "correctness")
     assert cheat.find(perf).status == "mismatch", cheat.reason
     assert cheat.find(perf).controls.discriminating  # the imported tolerance follows outputs of ~1/dim
-    import shutil
-
     shutil.copytree(kernelbench / "23_Softmax_large", tmp_path / "own")
     own = with_kernelbench_checks(tmp_path / "own", perf, output="out")
     refused = supervisor.evaluate(own.request(source, launch=launch, protocol=FAST))

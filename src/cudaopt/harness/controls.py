@@ -44,13 +44,14 @@ def negative_controls(case: CaseSpec, signature: Signature, sets: list[ControlSe
     independent draws (the near duplicate), so neither is a stale answer for the other."""
     controls = Controls()
     found: set[tuple[str, str]] = set()
+    stats: dict[tuple[int, str], list[tuple[str, float]]] = {}  # an answer's median and mean, computed once
     for s, current in enumerate(sets):
         others = [t for t in range(len(sets)) if t != s and frozenset((s, t)) not in related
                   and not _same_inputs(current, sets[t])]
         for arg in signature.outputs:
             spec = case.outputs[arg.name]
             ref = np.asarray(current.answers[arg.name], dtype=np.float64)
-            for kind, trivial, make in _trivials(arg.name, arg.dtype, ref.shape, current, sets, others):
+            for kind, trivial, make in _trivials(arg.name, arg.dtype, ref.shape, current, sets, others, stats):
                 controls.tried += 1
                 if (arg.name, kind) in found:
                     continue  # one of each kind per output is enough to say why
@@ -113,7 +114,7 @@ def stored(values: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def _trivials(name: str, dtype: str, shape: tuple[int, ...], current: ControlSet, sets: list[ControlSet],
-              others: list[int]):
+              others: list[int], stats: dict):
     """(its kind, what it is, its values at flat indices) for every trivial output of one output."""
     n = int(np.prod(shape, dtype=np.int64))
     for label, value in (("zeros", 0.0), ("ones", 1.0)):
@@ -121,16 +122,18 @@ def _trivials(name: str, dtype: str, shape: tuple[int, ...], current: ControlSet
     seen = {0.0, 1.0}
     for t in others:
         answer = np.asarray(sets[t].answers[name], dtype=np.float64)
-        finite = answer[np.isfinite(answer)]
-        if not finite.size:
-            continue
-        for stat, value in (("median", float(np.median(finite))), ("mean", float(finite.mean()))):
+        if (t, name) not in stats:
+            finite = answer[np.isfinite(answer)]
+            stats[t, name] = [("median", float(np.median(finite))), ("mean", float(finite.mean()))] \
+                if finite.size else []
+        for stat, value in stats[t, name]:
             value = float(stored(np.array(value), dtype))
             if value not in seen:
                 seen.add(value)
                 yield "constant", f"the constant {value:.6g} (the {stat} of input set {t}'s answer)", \
                     _constant(value, dtype)
-        yield "stale", f"the answer for input set {t}", _array(answer, dtype)
+        if stats[t, name]:
+            yield "stale", f"the answer for input set {t}", _array(answer, dtype)
     out_is_float = DTYPES[dtype].is_float
     for arg_name, (data, in_dtype) in current.inputs.items():
         if data.size != n or (not out_is_float and DTYPES[in_dtype].is_float):

@@ -46,6 +46,8 @@ def test_an_activation_fed_only_its_identity_region_gets_wider_inputs(tmp_path):
 
 def test_tolerances_follow_outputs_far_below_kernelbench_s_and_a_large_case_is_shrunk_for_the_cpu(tmp_path):
     exp, _, output = imported(tmp_path, "23_Softmax_large")
+    assert "stricter than KernelBench, so that the case discriminates: kernelbench-64x262144: output out: atol" \
+        in output
     perf = next(c for c in exp.case_specs if c.role == "performance")
     assert perf.scalars == {"batch_size": 64, "dim": 262144}
     out = perf.outputs["out"]
@@ -58,6 +60,12 @@ def test_tolerances_follow_outputs_far_below_kernelbench_s_and_a_large_case_is_s
                in line for line in found.lines())
 
 
+@pytest.fixture(scope="module")
+def imports_mae(tmp_path_factory):
+    exp, _, _ = imported(tmp_path_factory.mktemp("mae"), "101_Mean_absolute_error")
+    return exp
+
+
 def test_a_mean_over_many_draws_gets_a_tolerance_below_what_separates_input_sets(imports_mae):
     exp = imports_mae
     for case in exp.case_specs:
@@ -65,12 +73,6 @@ def test_a_mean_over_many_draws_gets_a_tolerance_below_what_separates_input_sets
             assert case.outputs["out"].rtol < 1e-3
             assert any("the median of input set 1's answer" in c and "passed with larger ones" in c
                        for c in exp.kernelbench.cases[case.name].changes)
-
-
-@pytest.fixture(scope="module")
-def imports_mae(tmp_path_factory):
-    exp, _, _ = imported(tmp_path_factory.mktemp("mae"), "101_Mean_absolute_error")
-    return exp
 
 
 def test_every_problem_gets_a_case_that_exercises_every_branch(imports_mae, tmp_path):

@@ -54,10 +54,11 @@ def test_tolerances_follow_outputs_far_below_kernelbench_s_and_a_large_case_is_s
     assert out.rtol == 0.01 and 1e-8 < out.atol < 1e-7  # 1% of the outputs' ~1/dim, not 1e-2
     change = exp.kernelbench.cases[perf.name].changes[0]
     assert change.startswith("output out: atol 3.8e-08 instead of 0.01") and "on the CPU at batch_size=" in change
-    found = cpu_controls(exp)  # `cudaopt check` leaves the large case to the GPU, and says so
-    assert perf.name in found.on_gpu and all(c.discriminating for c in found.done.values())
-    assert any(line.startswith(f"{perf.name}: too large for the CPU") and "controlled on the GPU at evaluation"
-               in line for line in found.lines())
+    found = cpu_controls(exp)  # `cudaopt check` runs the large case with its batch shrunk, and says so
+    assert not found.on_gpu and found.shrunk == {perf.name: "batch_size=16"}
+    assert all(c.discriminating for c in found.done.values())
+    assert (f"{perf.name}: discriminates on the CPU at batch_size=16 (its batch shrunk); the GPU controls it at its "
+            "own sizes at evaluation") in found.lines()
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,12 @@
 """Negative controls on the CPU, for ``cudaopt check`` (and ``evaluate``/``optimize``, which run its
 checks first): a NumPy or PyTorch reference is run on two independent input sets of each case
 small enough for the CPU, and harness/controls.py compares the trivial outputs with its answers,
-as the GPU worker does at evaluation. A case larger than ``CPU_ELEMENTS`` is not shrunk (a smaller
-case can discriminate where the large one does not: outputs that shrink with a dimension): it is
-controlled on the GPU at evaluation, and the check says so. A ``.cu`` reference runs only there.
+as the GPU worker does at evaluation. A case larger than ``CPU_ELEMENTS`` is not shrunk in general
+(a smaller case can discriminate where the large one does not: outputs that shrink with a
+dimension, and which scalars a reference lets change is the user's business): it is controlled on
+the GPU at evaluation, and the check says so. An imported KernelBench problem's cases have their
+batch sizes halved until they fit (rows of a batch are independent), and the check says at which
+sizes. A ``.cu`` reference runs only on the GPU.
 
 The reference is the user's code: it runs in a subprocess with a timeout, and the cases it did
 not finish in time are left to the GPU, said in the same way.
@@ -35,15 +38,20 @@ class CpuControls:
 
     done: dict[str, Controls] = field(default_factory=dict)
     on_gpu: dict[str, str] = field(default_factory=dict)
+    shrunk: dict[str, str] = field(default_factory=dict)  # case -> the sizes it ran at on the CPU
 
     def lines(self) -> list[str]:
         """The check table's rows' text."""
         out = []
-        ok = [name for name, c in self.done.items() if not c.accepted]
+        ok = [name for name, c in self.done.items() if not c.accepted and name not in self.shrunk]
         if ok:
             tried = sum(self.done[n].tried for n in ok)
             out.append(f"{len(ok)} case(s) discriminate on the CPU ({tried} trivial outputs refused: zeros, "
                        f"constants, input copies, stale answers): {', '.join(ok)}")
+        for name, sizes in self.shrunk.items():
+            if name in self.done and not self.done[name].accepted:
+                out.append(f"{name}: discriminates on the CPU at {sizes} (its batch shrunk); the GPU controls it at its "
+                           "own sizes at evaluation")
         for name, c in self.done.items():
             if c.accepted and c.waived:
                 first = c.accepted[0]
@@ -78,6 +86,19 @@ def elements(case: CaseSpec) -> int:
                for s in [*case.inputs.values(), *case.outputs.values()])
 
 
+def batch_shrunk(case: CaseSpec) -> dict | None:
+    """The case's scalars with its ``batch*`` sizes halved until it fits on the CPU (rows of a batch
+    are independent: the outputs' scale stays the same); None where it never does. Used for
+    imported KernelBench problems, whose references take any batch size."""
+    scalars = dict(case.scalars)
+    batch = [n for n in scalars if "batch" in n.lower()]
+    while elements(case.model_copy(update={"scalars": scalars})) > CPU_ELEMENTS:
+        if not any(scalars[n] > 1 for n in batch):
+            return None
+        scalars.update({n: max(1, int(scalars[n]) // 2) for n in batch})
+    return scalars
+
+
 def cpu_controls(experiment: Experiment, timeout_s: float = CONTROLS_TIMEOUT_S) -> CpuControls:
     """The controls of every case the CPU can run; ExperimentError (one line, exit 2) for a case
     that accepts a trivial output and gives no ``trivial_ok``."""
@@ -87,9 +108,16 @@ def cpu_controls(experiment: Experiment, timeout_s: float = CONTROLS_TIMEOUT_S) 
     if kind == "cu":
         found.on_gpu = {c.name: "a .cu reference runs on the GPU only" for c in cases}
         return found
-    small = [c for c in cases if elements(c) <= CPU_ELEMENTS]
-    found.on_gpu = {c.name: f"too large for the CPU (over {CPU_ELEMENTS} elements)" for c in cases
-                    if c not in small}
+    small = []
+    for case in cases:
+        scalars = case.scalars if elements(case) <= CPU_ELEMENTS else \
+            batch_shrunk(case) if experiment.kernelbench is not None else None
+        if scalars is None:
+            found.on_gpu[case.name] = f"too large for the CPU (over {CPU_ELEMENTS} elements)"
+            continue
+        if scalars != case.scalars:
+            found.shrunk[case.name] = ", ".join(f"{n}={v}" for n, v in scalars.items() if v != case.scalars[n])
+        small.append(case.model_copy(update={"scalars": scalars}))
     if kind == "torch" and not _has_torch():
         found.on_gpu = {c.name: "torch is not installed here" for c in cases}
         return found
@@ -122,7 +150,8 @@ def _refuse(experiment: Experiment, found: CpuControls) -> None:
         controls = found.done.get(case.name)
         refusal = judge(case, controls) if controls is not None else None
         if refusal:
-            raise ExperimentError(experiment.cases_path, f"cases[{i}]", f"non-discriminating: {refusal}")
+            where = f" (on the CPU at {found.shrunk[case.name]})" if case.name in found.shrunk else ""
+            raise ExperimentError(experiment.cases_path, f"cases[{i}]", f"non-discriminating{where}: {refusal}")
 
 
 def refuse_results(experiment: Experiment, cases: list[CaseResult]) -> None:

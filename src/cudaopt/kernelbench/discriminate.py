@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..config import KernelBenchCase, KernelBenchOrigin
-from ..cpu_controls import CPU_ELEMENTS, elements, reference_sets
+from ..cpu_controls import batch_shrunk, elements, reference_sets
 from ..harness.controls import negative_controls
 from ..harness.protocol import CaseSpec, InitSpec, InputSpec
 from ..harness.signature import Signature
@@ -72,7 +72,7 @@ class _Fixer:
             record
 
     def fix(self, case: CaseSpec) -> CaseSpec | None:
-        scalars = cpu_scalars(case)
+        scalars = batch_shrunk(case)
         if scalars is None:
             self.notes.append(f"{case.name}: too large for the CPU, even with its batch shrunk: its negative controls "
                               "run on the GPU at evaluation")
@@ -158,17 +158,6 @@ def two_digits(value: float) -> float:
         return 0.0
     scale = 10.0 ** (np.floor(np.log10(value)) - 1)
     return float(f"{np.floor(value / scale) * scale:.2g}")
-
-
-def cpu_scalars(case: CaseSpec) -> dict | None:
-    """The case's scalars, or with its batch sizes halved until it fits on the CPU; None if it never does."""
-    scalars = dict(case.scalars)
-    batch = [n for n in scalars if "batch" in n.lower()]
-    while elements(case.model_copy(update={"scalars": scalars})) > CPU_ELEMENTS:
-        if not any(scalars[n] > 1 for n in batch):
-            return None
-        scalars.update({n: max(1, int(scalars[n]) // 2) for n in batch})
-    return scalars
 
 
 def wide(init: InitSpec, factor: float) -> InitSpec:

@@ -70,7 +70,8 @@ def test_zeros_are_caught_where_the_outputs_are_far_below_the_absolute_tolerance
 
 def test_a_nearly_constant_output_is_caught_by_another_input_sets_median():
     case = unary_case(rtol=1e-3, atol=1e-3)
-    sets = sets_of(lambda x: 1 / (1 + np.exp(-x * 1e-3)), lambda rng: {"x": rng.standard_normal(10000).astype(np.float32)})
+    sets = sets_of(lambda x: 1 / (1 + np.exp(-x * 1e-3)),
+                   lambda rng: {"x": rng.standard_normal(10000).astype(np.float32)})
     found = accepted(negative_controls(case, UNARY, sets))
     assert found[0] == ("y", "the constant 0.499998 (the median of input set 1's answer)"), found
 

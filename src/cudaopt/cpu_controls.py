@@ -50,8 +50,8 @@ class CpuControls:
                        f"constants, input copies, stale answers): {', '.join(ok)}")
         for name, sizes in self.shrunk.items():
             if name in self.done and not self.done[name].accepted:
-                out.append(f"{name}: discriminates on the CPU at {sizes} (its batch shrunk); the GPU controls it at its "
-                           "own sizes at evaluation")
+                out.append(f"{name}: discriminates on the CPU at {sizes} (its batch shrunk); the GPU controls it "
+                           "at its own sizes at evaluation")
         for name, c in self.done.items():
             if c.accepted and c.waived:
                 first = c.accepted[0]

@@ -97,3 +97,13 @@ def test_a_case_that_cannot_discriminate_is_written_with_its_reason_and_said(tmp
                                 "--arch", "sm_90"])
     assert check.exit_code == 0, check.output
     assert "waived (trivial_ok): imported from KernelBench" in " ".join(check.output.split())
+
+
+def test_widened_distributions_and_rounded_tolerances():
+    from cudaopt.harness.protocol import InitSpec
+    from cudaopt.kernelbench.discriminate import shown, two_digits, wide
+
+    assert shown(wide(InitSpec(dist="uniform", low=0, high=0.01), 1.0)) == "normal(0, 1)"
+    assert shown(wide(InitSpec(dist="normal", mean=2, std=3), 10.0)) == "normal(0, 50)"
+    assert not wide(InitSpec(dist="uniform", vary=False), 1.0).vary
+    assert [two_digits(v) for v in (0.00015625, 6.1e-05 * 0.01, 0.0)] == [0.00015, 6.1e-07, 0.0]

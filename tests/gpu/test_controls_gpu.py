@@ -73,11 +73,15 @@ def test_trivial_ok_waives_the_controls_and_the_result_keeps_the_reason(supervis
 def test_evaluate_refuses_what_the_gpu_found_on_one_line_exit_2(tmp_path):
     """A .cu reference runs only on the GPU: the worker's verdict becomes the CLI's bad input."""
     config = relu_experiment(tmp_path, low=0.0)
-    result = runner.invoke(app, ["evaluate", "--config", str(config), "--iterations", "10", "--warmup", "2"])
+    out = tmp_path / "result.json"
+    result = runner.invoke(app, ["evaluate", "--config", str(config), "--iterations", "10", "--warmup", "2",
+                                 "--json", str(out)])
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert lines[-1].startswith(f"error: {tmp_path / 'cases.json'}: cases[1]: non-discriminating: case big: output y "
                                 "accepts a copy of input x"), result.output
+    kept = json.loads(out.read_text())["candidate"]  # what was measured is kept
+    assert kept["status"] == "non_discriminating" and kept["cases"][1]["controls"]["accepted"]
 
 
 def test_the_example_sgemm_cases_pass_their_controls(supervisor, sgemm):

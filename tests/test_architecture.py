@@ -16,7 +16,7 @@ LAYERS = [
     {"errors", "paths", "config", "evaluation", "insight", "doctor"},
     {"checks"},
     {"experiment"},
-    {"preflight", "evaluate", "record"},
+    {"preflight", "cpu_controls", "evaluate", "record"},
     {"agent", "report", "sanitize", "shapes", "kernelbench", "exporter"},
     {"strategies", "verify", "replay", "guard"},
     {"optimize", "render", "audit", "api"},

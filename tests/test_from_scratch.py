@@ -111,9 +111,13 @@ def test_fast_p_counts_the_runs_that_are_correct_and_faster(tmp_path):
     shutil.copytree(run.path, slower)
     summary = json.loads((slower / "summary.json").read_text())
     summary["kernelbench"]["speedup_vs_eager"] = 0.8
+    summary["kernelbench"]["changes"] = ["big: output out: atol 3.8e-08 instead of 0.01"]  # imported, made stricter
     (slower / "summary.json").write_text(json.dumps(summary))
     unverified = results / "run-003"
     shutil.copytree(run.path, unverified)
+    summary = json.loads((unverified / "summary.json").read_text())
+    summary["kernelbench"]["changes"] = []  # imported with KernelBench's own checks
+    (unverified / "summary.json").write_text(json.dumps(summary))
     (unverified / "verify.json").write_text(json.dumps({"schema_version": 1, "passed": False, "status": "mismatch",
                                                         "attempt": 1, "seed": 1, "cases": []}))
     out = tmp_path / "fast_p.json"
@@ -124,6 +128,9 @@ def test_fast_p_counts_the_runs_that_are_correct_and_faster(tmp_path):
     assert [(f["threshold"], f["count"]) for f in report["fast_p"]] == [(0.0, 2), (1.0, 1)]
     assert report["fast_p"][1]["fraction"] == pytest.approx(1 / 3)
     assert "fast_p over eager" in result.output
+    assert [(r["checks"], r["changes"]) for r in report["runs"]] == [
+        ("unknown", []), ("changed", ["big: output out: atol 3.8e-08 instead of 0.01"]), ("kernelbench", [])]
+    assert "stricter (1 changes)" in result.output and "KernelBench's" in result.output
     compiled = runner.invoke(app, ["fast-p", str(run.path), "--baseline", "compile", "--p", "2", "--json", "-"])
     assert json.loads(compiled.stdout)["fast_p"][0]["count"] == 1  # 2.4x over torch.compile
 

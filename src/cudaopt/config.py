@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from .harness import expr
-from .harness.protocol import CaseSpec, CaseTimeouts, LaunchSpec, Limits, Model, Timeouts, TimingProtocol
+from .harness.protocol import CaseSpec, CaseTimeouts, InitSpec, LaunchSpec, Limits, Model, Timeouts, TimingProtocol
 
 
 class CasesFile(Model):
@@ -174,6 +174,30 @@ class RoiInputs(Model):
     case: str | None = None  # the case whose latency the calls pay; default: the slowest performance case
 
 
+class KernelBenchCase(Model):
+    """One case of an imported KernelBench problem as KernelBench itself would check it: the
+    tolerances the import started from (KernelBench's 1e-2, the problem's ``TASK_CONFIG``, or
+    ``--rtol``/``--atol``), and each input's distribution fitted to the problem's ``get_inputs()``."""
+
+    rtol: float
+    atol: float
+    inputs: dict[str, InitSpec] = Field(default_factory=dict)
+    changes: list[str] = Field(default_factory=list)  # what input_cases.json does otherwise, and why
+    added: bool = False  # not one of KernelBench's: inputs drawn to exercise every branch
+
+
+class KernelBenchOrigin(Model):
+    """What ``cudaopt import kernelbench`` changed from KernelBench's own checks so that every case
+    discriminates (negative controls), beside what KernelBench uses: ``fast-p`` says which held."""
+
+    problem: str
+    cases: dict[str, KernelBenchCase] = Field(default_factory=dict)
+
+    @property
+    def changes(self) -> list[str]:
+        return [f"{name}: {change}" for name, case in self.cases.items() for change in case.changes]
+
+
 class ExperimentConfig(Model):
     """An experiment config file (``--config``); paths are relative to it, flags override it."""
 
@@ -191,6 +215,7 @@ class ExperimentConfig(Model):
     limits: Limits = Field(default_factory=Limits)
     timeouts: TimeoutPolicy = Field(default_factory=TimeoutPolicy)
     roi: RoiInputs = Field(default_factory=RoiInputs)
+    kernelbench: KernelBenchOrigin | None = None  # an imported KernelBench problem: its own checks
 
     @field_validator("vendor", mode="before")
     @classmethod

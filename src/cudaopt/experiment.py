@@ -28,6 +28,7 @@ from .checks import (
 from .config import (
     CasesFile,
     ExperimentConfig,
+    KernelBenchOrigin,
     RoiInputs,
     SpaceError,
     TimeoutPolicy,
@@ -85,7 +86,8 @@ class Experiment:
                  initial_kernel_path: Path | None, cases_path: Path, cases: list[CaseSpec],
                  timing: TimingProtocol, max_iterations: int, tuning: Tuning | None = None,
                  roi: RoiInputs | None = None, vendors: list[VendorSpec] | None = None, limits: Limits | None = None,
-                 timeouts: TimeoutPolicy | None = None, reference_kind: str | None = None):
+                 timeouts: TimeoutPolicy | None = None, reference_kind: str | None = None,
+                 kernelbench: KernelBenchOrigin | None = None):
         self.description = description
         self.signature = signature
         self.signature_text = str(signature)
@@ -103,6 +105,7 @@ class Experiment:
         self.limits = limits or Limits()
         self.timeouts = timeouts or TimeoutPolicy()
         self.reference_kind = reference_kind or ("cu" if reference_path.suffix == ".cu" else "py")
+        self.kernelbench = kernelbench  # KernelBench's own checks, when imported from it
 
     def extra_cases(self, path: Path) -> list[CaseSpec]:
         """Cases from another input-cases file (for verification), checked against the signature."""
@@ -276,6 +279,7 @@ def load_experiment(
         limits=model.limits,
         timeouts=model.timeouts,
         reference_kind=ref_kind,
+        kernelbench=model.kernelbench,
     )
 
 

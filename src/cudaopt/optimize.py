@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 from . import strategies
+from .cpu_controls import refuse_results
 from .errors import ExperimentError
 from .evaluation.dispatch import Evaluator, GpuRef
 from .harness.results import DeviceInfo
@@ -144,7 +145,11 @@ def _run(strategy, context: strategies.Context) -> Summary:
     an interrupt is recorded as the stop reason and re-raised."""
     recorder = context.recorder
     try:
-        recorder.ensure_baseline()
+        try:
+            refuse_results(recorder.exp, recorder.ensure_baseline().cases)
+        except ExperimentError:
+            recorder.finish("non-discriminating case (negative controls)")
+            raise
         reason = strategy.run(context)
         finalists = replay_finalists(recorder)
         if finalists is not None:

@@ -6,7 +6,8 @@ case (experiment.py). Here come the checks that run code: each kernel (the initi
 with NVRTC for the target architecture; a NumPy reference called on the smallest case, in a
 subprocess with a timeout, its outputs' shapes compared with the case's; a PyTorch reference the
 same way, on the CPU, where torch can be imported (elsewhere its syntax, function and parameters
-are all that is checked, and the check says so). ``evaluate`` and
+are all that is checked, and the check says so); then the negative controls of every case the CPU
+can run (cpu_controls.py): a case that accepts a trivial output is refused. ``evaluate`` and
 ``optimize`` run the same checks before they start a GPU worker, so a mistake is reported the
 same way, on one line naming the file and the field, with or without a GPU.
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .cpu_controls import cpu_controls, cpu_tensor
 from .errors import ExperimentError
 from .experiment import Experiment
 from .harness.compiler import DEFAULT_ARCH, CompileError, compile_kernel
@@ -69,6 +71,7 @@ def preflight(experiment: Experiment, *, kernel: Path | None = None, entry: str 
         kind = "PyTorch" if experiment.reference_kind == "torch" else "NumPy"
         done.append(Checked("reference", f"{name} ({kind}) ran on case {case.name!r}{where}, "
                                          "outputs of the right shapes"))
+    done += [Checked("controls", line) for line in cpu_controls(experiment).lines()]
     sources = [(kernel, entry)] if kernel else []
     if experiment.initial_kernel_path and not kernel:
         sources.append((experiment.initial_kernel_path, None))
@@ -145,7 +148,7 @@ def _run_reference_from_stdin() -> int:
             from .harness.torch_reference import call_torch, import_torch
 
             torch = import_torch()
-            tensors = {n: _cpu_tensor(torch, t) for n, t in inputs.items()}
+            tensors = {n: cpu_tensor(torch, t) for n, t in inputs.items()}
             call_torch(torch, fn, signature, tensors, case.scalars, shapes, request.allow_tf32)
         else:
             call_python(fn, signature, {n: t.as_numbers() for n, t in inputs.items()}, case.scalars, shapes)
@@ -153,13 +156,6 @@ def _run_reference_from_stdin() -> int:
         print(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         return 1
     return 0
-
-
-def _cpu_tensor(torch, tensor):
-    """A host input as the torch tensor the GPU worker would hand over (bfloat16 as bfloat16)."""
-    if tensor.dtype == "bfloat16":
-        return torch.from_numpy(tensor.data.view(np.int16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(np.array(tensor.data))
 
 
 if __name__ == "__main__":

@@ -85,6 +85,7 @@ def evaluate(
 ) -> None:
     """Check a kernel on every correctness and performance case, and time it honestly."""
     from ..checks import kernel_file
+    from ..cpu_controls import refuse_results
     from ..evaluate import evaluate_kernel
     from ..experiment import load_launch
     from ..record.rundir import write_atomic
@@ -111,6 +112,9 @@ def evaluate(
         with out.status(f"evaluating {path.name} on {len(exp.cases({'correctness', 'performance'}))} cases…"):
             result = evaluate_kernel(exp, source, pool, entry=entry, launch=launch_spec,
                                      protocol=protocol, time_reference=time_reference)
+    if json_out is not None and not to_stdout and result.candidate.status == "non_discriminating":
+        write_atomic(json_out, result.to_json(indent=2) + "\n")  # what was measured is kept, then refused
+    refuse_results(exp, result.candidate.cases)
     out.print(evaluation_table(result))
     for line in failure_lines(result):
         say(out, line)

@@ -43,6 +43,8 @@ def kernelbench(
         say(shown, f"  {case.role:<11} {case.name}: {case.scalars}")
     for note in imported.notes:
         say(shown, f"note: {note}")
+    for change in exp.kernelbench.changes if exp.kernelbench else []:
+        say(shown, f"stricter than KernelBench, so that the case discriminates: {change}")
     say(shown, f"next: cudaopt check --config {out / 'experiment.json'}; then cudaopt optimize --config "
                f"{out / 'experiment.json'} --strategy agent")
 

@@ -17,10 +17,11 @@ from contextlib import contextmanager
 import numpy as np
 
 from .check import compare
+from .controls import ControlSet, negative_controls
 from .gpu import Gpu, call
-from .protocol import OutputSpec
+from .protocol import CaseSpec, OutputSpec
 from .results import CheckInfo
-from .signature import DTYPES
+from .signature import DTYPES, Signature
 
 
 class DeviceAnswer:
@@ -107,6 +108,20 @@ class LockedAnswer:
 
 
 Answer = np.ndarray | DeviceAnswer | LockedAnswer
+
+
+def answer_controls(case: CaseSpec, signature: Signature, host_sets: list, answers: list[dict[str, LockedAnswer]]):
+    """The negative controls (controls.py) of a case's input sets, on host copies of the locked
+    answers made before any candidate of the case runs, and zeroed when they are done."""
+    host = [{name: answer.to_host() for name, answer in by_output.items()} for by_output in answers]
+    try:
+        sets = [ControlSet({n: (t.data, t.dtype) for n, t in host_sets[s].items()}, host[s]) for s in range(len(host))]
+        near_duplicate = {frozenset((0, 2))} if len(sets) >= 3 else set()  # inputs.py: set 2 repeats set 0
+        return negative_controls(case, signature, sets, near_duplicate)
+    finally:
+        for by_output in host:
+            for values in by_output.values():
+                values.fill(0)
 
 
 def check_output(gpu: Gpu, name: str, dtype: str, out_ptr: int, out_bytes: int, shape: tuple[int, ...],

@@ -46,10 +46,7 @@ def compare(
         unwritten_mask &= actual != expected
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.abs(actual - expected)
-        close = diff <= atol + rtol * np.abs(expected)
-        both_nan = np.isnan(actual) & np.isnan(expected)
-        same_inf = np.isinf(actual) & (actual == expected)
-        good = (close | both_nan | same_inf) & ~unwritten_mask
+        good = agrees(actual, expected, rtol, atol, diff) & ~unwritten_mask
         finite = np.isfinite(diff)
         rel = diff / np.maximum(np.abs(expected), np.finfo(np.float64).tiny)
         ref_norm = np.linalg.norm(expected[np.isfinite(expected)])
@@ -76,6 +73,17 @@ def compare(
         info.expected = _json_float(expected.reshape(-1)[flat])
         info.actual = _json_float(actual.reshape(-1)[flat])
     return info
+
+
+def agrees(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float,
+           diff: np.ndarray | None = None) -> np.ndarray:
+    """Where ``actual`` passes for ``expected`` (numbers, float64): the element rule of this module."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(actual - expected) if diff is None else diff
+        close = diff <= atol + rtol * np.abs(expected)
+        both_nan = np.isnan(actual) & np.isnan(expected)
+        same_inf = np.isinf(actual) & (actual == expected)
+    return close | both_nan | same_inf
 
 
 def _bits_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -134,6 +134,21 @@ class CaseSpec(Model):
     bytes: Expr | None = None
     timed: bool | None = None  # holdout: timed by verify (default: when it declares flops or bytes)
     seed: int = 0
+    trivial_ok: str | None = None  # why this case may accept a trivial output (negative controls waived)
+
+    @model_serializer(mode="wrap")
+    def _without_unset_waiver(self, handler):
+        data = handler(self)
+        if isinstance(data, dict) and data.get("trivial_ok", "") is None:
+            data.pop("trivial_ok")  # a case without one is written (and hashed) as before it existed
+        return data
+
+    @field_validator("trivial_ok")
+    @classmethod
+    def _written_reason(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("needs a written reason (why this case may accept a trivial output), not an empty string")
+        return value.strip() if value is not None else None
 
     @model_validator(mode="after")
     def _check(self) -> CaseSpec:

@@ -30,6 +30,7 @@ STATUSES = (
     "implausible",
     "reference_error",
     "internal_error",
+    "non_discriminating",  # the case accepts a trivial output (negative controls, controls.py)
 )
 Status = Literal[STATUSES]  # type: ignore[valid-type]
 
@@ -204,6 +205,31 @@ class Audit(Model):
     seed: int | None = None
 
 
+class ControlOutcome(Model):
+    """A trivial output that the check of one output accepted: the case cannot tell it from the answer."""
+
+    output: str
+    trivial: str  # what it was: "zeros", "a copy of input x", "the answer for input set 1", ...
+    input_set: int  # the input set whose answer accepted it
+    max_abs_error: float
+    rtol: float
+    atol: float
+
+
+class Controls(Model):
+    """The negative controls of a case (harness/controls.py): ``tried`` trivial outputs compared with
+    the reference's answers under the case's tolerances; ``accepted`` those that passed (none: the
+    case discriminates); ``waived`` the case's written ``trivial_ok`` reason when some passed."""
+
+    tried: int = 0
+    accepted: list[ControlOutcome] = Field(default_factory=list)
+    waived: str = ""
+
+    @property
+    def discriminating(self) -> bool:
+        return not self.accepted
+
+
 class CaseResult(Model):
     name: str
     role: Role
@@ -218,6 +244,7 @@ class CaseResult(Model):
     phases: dict[str, float] = Field(default_factory=dict)  # wall seconds per step
     vendors: list[VendorResult] = Field(default_factory=list)  # in the request's order
     audit: Audit | None = None
+    controls: Controls | None = None  # None: not run (a request that does not check)
 
     @model_validator(mode="before")
     @classmethod

@@ -16,11 +16,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from .answers import DeviceAnswer, LockedAnswer, check_output
+from .answers import DeviceAnswer, LockedAnswer, answer_controls, check_output
 from .buffers import CaseBuffers
 from .case_data import DeviceCases, HostSets, cache_key
 from .check import describe
 from .compiler import CompileCache, CompileError, compile_kernel
+from .controls import judge
 from .entries import Entries
 from .gpu import Gpu
 from .inputs import InputError
@@ -32,7 +33,7 @@ from .messages import CaseDone, Compiled, PhaseStarted
 from .peaks import judge_plausibility
 from .protocol import CaseSpec, EvalRequest, KernelSpec, VendorSpec
 from .reference import CudaReference, ReferenceFailure, call_python, load_python
-from .results import Audit, CaseResult, CompileInfo, EvalResult, VendorResult
+from .results import Audit, CaseResult, CompileInfo, Controls, EvalResult, VendorResult
 from .signature import Signature, parse_signature
 from .stats import summarize
 from .timing import CHECKED_INPUTS, TimedRun, draw_plan, method, new_seed
@@ -67,6 +68,7 @@ class Runner:
         self.torch_reference = TorchReference(gpu)
         self._host_sets = HostSets()
         self._answers = Lru(on_evict=_close_answers)  # of the host input sets: locked on the device
+        self._controls = Lru(limit=4096)  # the negative controls of each answer key (one unit each)
         self._devices = DeviceCases(gpu)
         self._prefetched: dict[str, Future] = {}
         self._compiled = CompileCache()
@@ -173,6 +175,9 @@ class Runner:
             clock.lap("setup_s")
             answers = self._set_answers(req, signature, case, buffers) if req.check else None
             clock.lap("reference_s")
+            if answers is not None:
+                self._judge_controls(out, req, signature, case, buffers, answers)
+                clock.lap("controls_s")
             args = buffers.kernel_args(case.scalars)
             if req.check and kernel is not None:
                 for s in check_order(n_sets):
@@ -228,8 +233,7 @@ class Runner:
         ref = req.reference
         if ref is None:
             raise ReferenceFailure("the request has no reference")
-        key = cache_key(ref.source, ref.entry, ref.kind, ref.launch.to_data() if ref.launch else None,
-                        ref.kind == "torch" and req.limits.allow_tf32, buffers.key, self.gpu.arch)
+        key = self._answer_key(req, buffers)
         cached = self._answers.get(key)
         if cached is not None:
             return cached
@@ -257,6 +261,23 @@ class Runner:
             raise
         self._answers.put(key, answers, sum(a.nbytes for o in answers for a in o.values()))
         return answers
+
+    def _answer_key(self, req: EvalRequest, buffers: CaseBuffers) -> str:
+        ref = req.reference
+        return cache_key(ref.source, ref.entry, ref.kind, ref.launch.to_data() if ref.launch else None,
+                         ref.kind == "torch" and req.limits.allow_tf32, buffers.key, self.gpu.arch)
+
+    def _judge_controls(self, out: CaseResult, req: EvalRequest, signature: Signature, case: CaseSpec,
+                        buffers: CaseBuffers, answers: list[dict[str, LockedAnswer]]) -> None:
+        """Negative controls (controls.py), once per case and reference, before anything is judged:
+        a case that accepts a trivial output is refused, unless its ``trivial_ok`` says why."""
+        key = self._answer_key(req, buffers)
+        if self._controls.get(key) is None:
+            self._controls.put(key, answer_controls(case, signature, buffers.sets, answers), 1)
+        out.controls = Controls.model_validate(self._controls.get(key).to_data())
+        refusal = judge(case, out.controls)
+        if refusal:
+            raise CaseFailure("non_discriminating", refusal)
 
     def _python_answer(self, req: EvalRequest, signature, case, buffers, host_set) -> dict[str, np.ndarray]:
         fn = load_python(req.reference.source, req.reference.path, req.reference.entry)

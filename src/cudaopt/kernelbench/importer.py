@@ -1,9 +1,11 @@
 """``cudaopt import kernelbench PROBLEM.py --out DIR``: a KernelBench problem as a complete experiment.
 
 Writes ``experiment.json`` (description, signature, the PyTorch reference, no initial kernel:
-a model writes the first one; PyTorch eager and ``torch.compile`` as vendors), ``input_cases.json``,
-``reference.py`` and ``vendor.py`` (glue.py), then loads the result as any experiment is loaded,
-so what was written is known to be valid. translate.py says how a problem maps to an experiment.
+a model writes the first one; PyTorch eager and ``torch.compile`` as vendors; KernelBench's own
+distributions and tolerances beside the ones used), ``input_cases.json``, ``reference.py`` and
+``vendor.py`` (glue.py), then loads the result as any experiment is loaded, so what was written is
+known to be valid. translate.py says how a problem maps to an experiment; discriminate.py makes
+its cases discriminate (negative controls on the CPU).
 """
 
 from __future__ import annotations
@@ -12,10 +14,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import CasesFile, ExperimentConfig, VendorSection
+from ..config import CasesFile, ExperimentConfig, KernelBenchOrigin, VendorSection
 from ..errors import ExperimentError
 from ..experiment import Experiment, load_experiment
+from ..harness.inputs import InputError
 from ..harness.protocol import Limits
+from ..harness.reference import ReferenceFailure, load_python
+from .discriminate import discriminate
 from .glue import reference_source, vendor_source
 from .problem import Problem
 from .translate import Translation, translate
@@ -55,21 +60,28 @@ def import_problem(path: Path, out: Path, *, name: str | None = None, seed: int 
                   for given, key in ((rtol, "rtol"), (atol, "atol")))
     t = translate(problem, name=name or path.stem, seed=seed, rtol=rtol, atol=atol)
     out.mkdir(parents=True, exist_ok=True)
-    cases = CasesFile(launch=t.launch, cases=t.cases)
+    reference = reference_source(problem, t, seed)
+    (out / "reference.py").write_text(reference)
+    try:
+        made = discriminate(path.name, t.signature, t.cases, load_python(reference, str(out / "reference.py"),
+                                                                         t.signature.name), t.inputs, rtol, atol)
+    except (ReferenceFailure, InputError) as exc:
+        raise ExperimentError(path, "forward", f"the imported reference fails on the CPU: {exc}") from None
+    cases = CasesFile(launch=t.launch, cases=made.cases)
     vendors = [VendorSection(file="vendor.py", function="pytorch_eager", label="PyTorch eager", arrays="torch",
                              returns=True, pytorch="eager"),
                VendorSection(file="vendor.py", function="pytorch_compile", label="torch.compile", arrays="torch",
                              returns=True, pytorch="compile")]
-    config = ExperimentConfig(description=describe(problem, t), signature=str(t.signature), reference="reference.py",
-                              reference_kind="torch", input_cases="input_cases.json", vendor=vendors,
-                              limits=Limits(allow_tf32=False))
+    config = ExperimentConfig(description=describe(problem, t, made.origin), signature=str(t.signature),
+                              reference="reference.py", reference_kind="torch", input_cases="input_cases.json",
+                              vendor=vendors, limits=Limits(allow_tf32=False), kernelbench=made.origin)
     problem.apply(problem.defaults)
-    (out / "reference.py").write_text(reference_source(problem, t, seed))
     (out / "vendor.py").write_text(vendor_source(problem, t, seed))
     (out / "input_cases.json").write_text(json.dumps(_cases_json(cases), indent=2) + "\n")
     data = config.model_dump(mode="json", exclude_defaults=True)
     (out / "experiment.json").write_text(json.dumps(data, indent=2) + "\n")
-    return Imported(experiment=load_experiment(out / "experiment.json"), folder=out, notes=t.notes)
+    return Imported(experiment=load_experiment(out / "experiment.json"), folder=out,
+                    notes=list(dict.fromkeys(t.notes + made.notes)))
 
 
 def _cases_json(cases: CasesFile) -> dict:
@@ -84,7 +96,7 @@ def _cases_json(cases: CasesFile) -> dict:
     return data
 
 
-def describe(problem: Problem, t: Translation) -> str:
+def describe(problem: Problem, t: Translation, origin: KernelBenchOrigin | None = None) -> str:
     """What the model reads: the problem's docstrings, the contract, and the Model's code."""
     model_doc, forward_doc = problem.docstrings()
     sig = t.signature
@@ -105,4 +117,11 @@ def describe(problem: Problem, t: Translation) -> str:
     if constants:
         lines.append(f"Scalars named after the module's size constants: {', '.join(constants)}.")
     lines.append("```python\n" + problem.forward_source() + "\n```")
+    added = [name for name, case in (origin.cases if origin else {}).items() if case.added]
+    if added:
+        lines.append(f"The correctness case {added[0]} draws every floating input from a wide normal distribution "
+                     "centred on zero (negative values, large magnitudes), to exercise every branch of the operation.")
+    if origin and origin.changes:
+        lines.append("Inputs and tolerances differ from KernelBench's where its own could not tell a wrong kernel from "
+                     "a right one: " + "; ".join(origin.changes) + ".")
     return "\n".join(lines)

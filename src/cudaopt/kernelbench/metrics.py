@@ -5,13 +5,17 @@ baseline by more than ``p`` (KernelBench: ``fast_0`` is the fraction correct, ``
 and faster than eager). A run is correct when some attempt passed every correctness and
 performance case (``summary.json``'s ``kernelbench.correct``) and, where ``cudaopt verify`` has
 been run, the holdout cases too. The speed-up is the summary's: the vendor's geometric mean over
-the best attempt's, on the GPU time of the performance cases.
+the best attempt's, on the GPU time of the performance cases. ``checks`` says whether the run was
+checked with KernelBench's own input distributions and tolerances or with the ones the import
+changed so that every case discriminates (``changes``: which, and why).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
+
+from pydantic import Field
 
 from ..errors import ExperimentError
 from ..harness.protocol import Model
@@ -31,6 +35,10 @@ class RunMetrics(Model):
     verified: bool | None  # cudaopt verify's outcome; None when it was not run
     speedup_vs_eager: float | None
     speedup_vs_compile: float | None
+    # whose checks: KernelBench's own distributions and tolerances, changed so that every case
+    # discriminates (``changes`` says how), or unknown (not imported by cudaopt import kernelbench)
+    checks: Literal["kernelbench", "changed", "unknown"] = "unknown"
+    changes: list[str] = Field(default_factory=list)
 
 
 class FastP(Model):
@@ -70,9 +78,11 @@ def run_metrics(path: Path) -> RunMetrics:
                                                                        "(import the problem with cudaopt import "
                                                                        "kernelbench)")
     verified = read_run_json(run, "verify.json", VerifyOutcome).passed if run.file("verify.json").is_file() else None
+    checks = "unknown" if kb.changes is None else "changed" if kb.changes else "kernelbench"
     return RunMetrics(run=str(path), description=summary.description.split("\n")[0][:120],
                       correct=kb.correct and verified is not False, verified=verified,
-                      speedup_vs_eager=kb.speedup_vs_eager, speedup_vs_compile=kb.speedup_vs_compile)
+                      speedup_vs_eager=kb.speedup_vs_eager, speedup_vs_compile=kb.speedup_vs_compile,
+                      checks=checks, changes=kb.changes or [])
 
 
 def fast_p(runs: list[RunMetrics], threshold: float, baseline: Baseline = "eager") -> FastP:

@@ -345,7 +345,8 @@ class Recorder:
             best_defines=best.defines if best else {},
             cases=cases, baseline=self.baseline_label, baseline_score_us=base_score, best_score_us=best_score,
             speedup=(base_score / best_score) if base_score and best_score else None,
-            vendors=vendors, kernelbench=KernelBenchMetrics.of(vendors, best is not None),
+            vendors=vendors, kernelbench=KernelBenchMetrics.of(
+                vendors, best is not None, self.exp.kernelbench.changes if self.exp.kernelbench else None),
             stop_reason=self.stop_reason or "running",
             attempts=len(self.attempts), valid=sum(1 for a in self.attempts if a.status == "ok"),
             rejected_by_reason=dict(Counter(a.status for a in self.attempts if a.status != "ok")),

@@ -154,16 +154,19 @@ class KernelBenchMetrics(Model):
     correct: bool  # some attempt passed every correctness and performance case
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None  # None when torch.compile could not run here
+    # how the checks differ from KernelBench's own (config.KernelBenchOrigin): [] none; None not imported
+    changes: list[str] | None = None
 
     @classmethod
-    def of(cls, vendors: list[VendorSummary], correct: bool) -> KernelBenchMetrics | None:
+    def of(cls, vendors: list[VendorSummary], correct: bool,
+           changes: list[str] | None = None) -> KernelBenchMetrics | None:
         """KernelBench's view of a run, when a vendor is the PyTorch eager baseline."""
         by_kind = {v.pytorch: v for v in vendors if v.pytorch}
         if "eager" not in by_kind:
             return None
         compiled = by_kind.get("compile")
         return cls(correct=correct, speedup_vs_eager=by_kind["eager"].speedup if correct else None,
-                   speedup_vs_compile=compiled.speedup if compiled and correct else None)
+                   speedup_vs_compile=compiled.speedup if compiled and correct else None, changes=changes)
 
 
 class CaseBest(Model):

@@ -123,6 +123,7 @@ def build(path: Path, roi_inputs: RoiInputs | None = None) -> Path:
             peak_tflops, peak_gbps = roof.get("peak_tflops"), roof.get("peak_gbps")
             roof_sources = {"compute": roof.get("peak_tflops_from", "spec"),
                             "memory": roof.get("peak_gbps_from", "spec")}
+    controls = [(c.name, c.controls) for c in (by_id[0].cases if 0 in by_id else []) if c.controls is not None]
     heatmap = run.file("heatmap.svg").read_text() if run.file("heatmap.svg").is_file() else ""
     rows = []
     for a in attempts:
@@ -133,6 +134,7 @@ def build(path: Path, roi_inputs: RoiInputs | None = None) -> Path:
     html = template.render(
         summary=summary, attempts=rows, env=env.model_dump(mode="json") if env else {}, lock=lock, calls=calls, roi=roi, roi_inputs=roi_inputs,
         decision=decision, reasons=reasons, verify=verify, replay=replay, best=best, profiles=_profiles(run),
+        controls=controls,
         roof_by_case={c["name"]: c for c in roof_cases}, roof_sources=roof_sources,
         progress_svg=charts.progress([(a.id, a.score_us, a.status) for a in attempts]),
         roofline_svg=charts.roofline(roof_cases, peak_tflops, peak_gbps),

@@ -130,7 +130,7 @@ def test_a_copy_posing_as_an_activation_is_refused_on_the_imported_problem(super
     own = with_kernelbench_checks(tmp_path / "own", perf, inputs=["x"])
     refused = supervisor.evaluate(own.request((FIXTURES / "copy_as_tanh.cu").read_text(), protocol=FAST))
     assert refused.find(perf).status == "non_discriminating", refused.reason
-    assert "accepts a copy of input x" in refused.find(perf).reason
+    assert any(a.trivial == "a copy of input x" for a in refused.find(perf).controls.accepted), refused.reason
 
 
 def test_zeros_on_the_large_case_are_refused_on_the_imported_problem(supervisor, kernelbench, tmp_path):

@@ -89,6 +89,9 @@ def _check(source: str, where: str) -> None:
 
 
 _LOCATION = re.compile(r"^(.+?)\(\d+\): ")
+# "cannot open source file "x": Permission denied" (under Landlock) would tell a file that exists
+# from one that does not; both read "cannot open source file "x""
+_CANNOT_OPEN = re.compile(r'(cannot open source file "[^"\n]*")[^\n]*')
 
 
 def filter_log(log: str, include_dirs: list[str]) -> str:
@@ -96,7 +99,7 @@ def filter_log(log: str, include_dirs: list[str]) -> str:
     quoted source lines; anything located elsewhere is replaced by one line saying so."""
     kept: list[str] = []
     keep = True
-    for line in log.splitlines():
+    for line in _CANNOT_OPEN.sub(r"\1", log).splitlines():
         located = _LOCATION.match(line)
         if located:
             where = located.group(1)

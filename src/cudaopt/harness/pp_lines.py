@@ -16,16 +16,22 @@ raw string. An unterminated ``'`` or ``"`` ends at the end of its line, as it do
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 
 _SPLICE = re.compile(r"\\\r?\n")
 _BAD_SPLICE = re.compile(r"\\[ \t\f\v]+\r?\n")
-_IDENT = re.compile(r"[A-Za-z_$\u0080-\U0010ffff][\w$\u0080-\U0010ffff]*")
-_PP_NUMBER = re.compile(r"\.?\d(?:[eEpP][+-]|'[\w]|[\w.])*")
+_TOKEN = re.compile(
+    r"(?P<newline>\r?\n)|(?P<block>/\*)|(?P<comment>//[^\r\n]*)"
+    r"|(?P<number>\.?\d(?:[eEpP][+-]|'\w|[\w.])*)"  # a pp-number: 1'000 opens no character literal
+    r"|(?P<quote>[\"'])"
+    # identifiers and punctuation up to anything above (a literal's prefix stays in the run)
+    r"|(?P<plain>(?:[A-Za-z_$\u0080-\U0010ffff][\w$\u0080-\U0010ffff]*|[^\r\n/\"'\w$.\u0080-\U0010ffff]+"
+    r"|/(?![*/])|\.(?!\d))+)"
+)
+_PREFIX = re.compile(r"(?<![\w$\u0080-\U0010ffff])(?:u8|u|U|L)?R?$")
 _RAW_DELIM = re.compile(r'[^ ()\\\t\v\f\n"]{0,16}\(')
-_LITERAL_PREFIXES = {"u8", "u", "U", "L"}
-_RAW_PREFIXES = {"R", "u8R", "uR", "UR", "LR"}
 
 
 class SourceError(ValueError):
@@ -69,55 +75,45 @@ class _Lexer:
         # the spliced text, and for each of its characters the offset in the raw source
         self.text, self.origin = _splice(source)
         self.lines: list[Line] = [Line(1)]
+        self.newlines = [m.start() for m in re.finditer("\n", source)]
 
     def line_no(self, pos: int) -> int:
-        return _line_of(self.raw, self.origin[min(pos, len(self.origin) - 1)] if self.origin else 0)
+        """The physical line (1-based) of the raw source that position ``pos`` of the spliced text is on."""
+        offset = self.origin[min(pos, len(self.origin) - 1)] if self.origin else 0
+        return bisect.bisect_left(self.newlines, offset) + 1
 
     def run(self) -> list[Line]:
         text, i, n = self.text, 0, len(self.text)
         while i < n:
-            c = text[i]
-            if c == "\n" or text.startswith("\r\n", i):
-                i += 1 if c == "\n" else 2
+            m = _TOKEN.match(text, i)
+            kind, i = m.lastgroup, m.end()
+            if kind == "newline":
                 self.lines.append(Line(self.line_no(i) if i < n else self.line_no(i - 1) + 1))
-            elif text.startswith("/*", i):
-                end = text.find("*/", i + 2)
+            elif kind == "block":
+                end = text.find("*/", i)
                 if end < 0:
-                    raise SourceError(f"line {self.line_no(i)}: unterminated comment")
+                    raise SourceError(f"line {self.line_no(m.start())}: unterminated comment")
                 self.lines[-1].add(" ")
                 i = end + 2
-            elif text.startswith("//", i):
-                while i < n and text[i] != "\n" and not text.startswith("\r\n", i):
-                    i += 1
-            elif c in "\"'":
-                i = self.quoted(i, "")
-            elif c.isdigit() or (c == "." and i + 1 < n and text[i + 1].isdigit()):
-                m = _PP_NUMBER.match(text, i)
+            elif kind == "quote":
+                # R"...", u8R"...": a raw string when the run before ends in such a prefix
+                prefix = _PREFIX.search(text, max(0, i - 4), i - 1)
+                raw = prefix is not None and prefix.group().endswith("R") and text[i - 1] == '"'
+                i = self.raw_string(i - 1) if raw else self.quoted(i - 1)
+            elif kind != "comment":
                 self.lines[-1].add(m.group())
-                i = m.end()
-            elif (m := _IDENT.match(text, i)) is not None:
-                word, i = m.group(), m.end()
-                if i < n and text[i] == '"' and word in _RAW_PREFIXES:
-                    i = self.raw_string(i, word)
-                elif i < n and text[i] in "\"'" and word in _LITERAL_PREFIXES:
-                    i = self.quoted(i, word)
-                else:
-                    self.lines[-1].add(word)
-            else:
-                self.lines[-1].add(c)
-                i += 1
         return self.lines
 
-    def quoted(self, start: int, prefix: str) -> int:
+    def quoted(self, start: int) -> int:
         """An ordinary string or character literal; unterminated, it ends at the end of the line."""
         text, quote, i = self.text, self.text[start], start + 1
         while i < len(text) and text[i] != quote and text[i] != "\n" and not text.startswith("\r\n", i):
             i += 2 if text[i] == "\\" and i + 1 < len(text) and text[i + 1] not in "\r\n" else 1
         end = i + 1 if i < len(text) and text[i] == quote else i
-        self.lines[-1].add(prefix + quote * 2, prefix + text[start:end])
+        self.lines[-1].add(quote * 2, text[start:end])
         return end
 
-    def raw_string(self, start: int, prefix: str) -> int:
+    def raw_string(self, start: int) -> int:
         """``R"delim( ... )delim"``: read in the raw source, where a splice would be undone."""
         raw_start = self.origin[start]
         head = _RAW_DELIM.match(self.raw, raw_start + 1)
@@ -132,7 +128,7 @@ class _Lexer:
         if _SPLICE.search(body):
             raise SourceError(f"line {self.line_no(start)}: a line splice inside a raw string literal "
                               "is not allowed")
-        self.lines[-1].add(prefix + '""', prefix + body)
+        self.lines[-1].add('""', body)
         # no splice inside: the spliced text holds the same characters, one for one
         return start + len(body)
 

@@ -158,3 +158,18 @@ def test_a_compilation_past_its_time_is_stopped_not_waited_for():
         COMPILERS.run("cubin", KernelSpec(source=source, entry="k"), "sm_90", timeout=0.01)
     code, info = compile_remote("cubin", KernelSpec(source=BODY, entry="k"), "sm_90")
     assert code and info.ok
+
+
+def test_doctor_shows_the_sandbox_and_says_scan_only_without_landlock(monkeypatch):
+    from cudaopt.doctor import run_checks
+
+    checks = {c.name: c for c in run_checks()}
+    assert "NVRTC" in checks and "nvidia-cuda-nvrtc" in checks["NVRTC"].value
+    assert checks["CUDA headers"].ok and "site-packages" in checks["CUDA headers"].value
+    hello = COMPILERS.status()
+    if hello.get("landlock"):
+        assert checks["compile sandbox"].ok and f"Landlock ABI {hello['landlock']}" in checks["compile sandbox"].value
+    monkeypatch.setattr(COMPILERS, "status", lambda: {"landlock": None, "why": "the kernel predates Landlock (5.13)"})
+    sandbox = {c.name: c for c in run_checks()}["compile sandbox"]
+    assert not sandbox.ok and "scan only" in sandbox.value and "predates Landlock" in sandbox.value
+

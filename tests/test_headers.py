@@ -76,7 +76,8 @@ def test_a_kernel_written_for_nvcc_finds_the_host_names(use):
     "#include <cuda/std/cmath>\n#include <cuda/std/climits>\n#include <cuda/std/cstdint>\n#include <cuda/std/limits>",
     "#include <cstdint>\n#include <climits>\n#include <cfloat>\n#include <cstddef>\n#include <math_constants.h>\n"
     "static_assert(sizeof(std::uint64_t) == 8 && sizeof(std::size_t) == 8, \"\");",
-    "#define M_PI 3.14159265f\n#define INFINITY CUDART_INF_F\n#include <math_constants.h>\ntypedef unsigned int uint32_t;",
+    "#define M_PI 3.14159265f\n#define INFINITY CUDART_INF_F\n#include <math_constants.h>\n"
+    "typedef unsigned int uint32_t;",
 ])
 def test_the_host_names_do_not_clash_with_headers_or_the_kernels_own(includes):
     source = includes + """

@@ -33,7 +33,8 @@ def run_checks() -> list[Check]:
     nvrtc = nvrtc_version()
     wheel = _version("nvidia-cuda-nvrtc")
     shown = f"{nvrtc} (nvidia-cuda-nvrtc {wheel})" if wheel else f"{nvrtc} (not from a wheel)"
-    checks.append(Check("NVRTC", not nvrtc.startswith("unknown"), shown, "pip install 'cuda-core[cu13]' (brings the NVRTC wheel)"))
+    checks.append(Check("NVRTC", not nvrtc.startswith("unknown"), shown,
+                        "pip install 'cuda-core[cu13]' (brings the NVRTC wheel)"))
     checks.extend(_compile_checks())
     checks.extend(_gpu_checks())
     checks.append(_ncu_check())
@@ -56,7 +57,9 @@ def _compile_checks() -> list[Check]:
     wheels = all(how == "site-packages" for _, _, how in roots)
     shown = "; ".join(f"{lib}: {directory} ({how})" for lib, directory, how in roots) or "none found"
     missing = [lib for lib in HEADER_LIBS if lib not in found]
-    checks = [Check("CUDA headers", not missing and wheels, shown + (f"; missing: {', '.join(missing)}" if missing else ""),
+    if missing:
+        shown += f"; missing: {', '.join(missing)}"
+    checks = [Check("CUDA headers", not missing and wheels, shown,
                     "pip install -e . (declares the header wheels: cuda-toolkit[cudart,cccl,crt,curand])")]
     try:
         hello = COMPILERS.status()

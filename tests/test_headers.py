@@ -39,6 +39,23 @@ def test_the_header_roots_are_the_wheels_not_a_system_toolkit():
     assert COMPILERS.status()["roots"] == [list(r) for r in roots]
 
 
+def test_the_wheels_win_even_where_a_system_toolkit_is_named(tmp_path):
+    """CUDA_HOME / CUDA_PATH pointing at a system toolkit do not change the header roots."""
+    import json
+    import subprocess
+    import sys
+
+    system = tmp_path / "cuda"
+    (system / "include" / "cccl" / "cuda" / "std").mkdir(parents=True)
+    (system / "include" / "cuda_runtime.h").write_text("#error the system toolkit was used\n")
+    (system / "include" / "cccl" / "cuda" / "std" / "version").write_text("#error the system toolkit was used\n")
+    env = {**os.environ, "CUDA_HOME": str(system), "CUDA_PATH": str(system)}
+    code = "import json; from cudaopt.harness.nvrtc_build import header_roots; print(json.dumps(header_roots()))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    roots = json.loads(out)
+    assert roots and all(how == "site-packages" and str(system) not in directory for _, directory, how in roots)
+
+
 def test_every_allowed_header_family_compiles_in_one_kernel():
     source = "".join(f"#include <{h}>\n" for h in FAMILIES) + BODY
     check_includes(source)

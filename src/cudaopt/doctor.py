@@ -48,8 +48,7 @@ def run_checks() -> list[Check]:
 
 def _compile_checks() -> list[Check]:
     """Where NVRTC's headers come from, and what confines the compiler process."""
-    from .harness.compile_process import COMPILERS
-    from .harness.compiler import CompileError
+    from .harness.compile_process import COMPILERS, CompilerUnavailable
     from .harness.nvrtc_build import HEADER_LIBS, header_roots
 
     roots = header_roots()
@@ -63,8 +62,8 @@ def _compile_checks() -> list[Check]:
                     "pip install -e . (declares the header wheels: cuda-toolkit[cudart,cccl,crt,curand])")]
     try:
         hello = COMPILERS.status()
-    except CompileError as exc:
-        return checks + [Check("compile sandbox", False, f"the compiler process does not start: {exc.log}",
+    except CompilerUnavailable as exc:
+        return checks + [Check("compile sandbox", False, f"the compiler process does not start: {exc}",
                                "reinstall cudaopt's dependencies (pip install -e .)")]
     if hello.get("landlock"):
         value = f"Landlock ABI {hello['landlock']}: the compiler reads the CUDA headers only"

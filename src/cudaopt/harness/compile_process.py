@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 from .nvrtc_build import CompileError
 from .protocol import KernelSpec
@@ -37,7 +38,11 @@ from .results import CompileInfo
 from .sandbox import worker_environment
 
 START_TIMEOUT = 120.0  # importing NVRTC and the warm-up compilation
-TIMEOUT = 600.0  # one compilation
+TIMEOUT = 600.0  # one compilation (a worker's supervisor has its own, shorter, compile_s)
+
+
+class CompilerUnavailable(RuntimeError):
+    """No compiler process could start: the installation is broken, not the kernel."""
 
 
 class CompilerProcess:
@@ -52,7 +57,10 @@ class CompilerProcess:
         self.stderr: list[bytes] = []
         threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines.put), daemon=True).start()
         threading.Thread(target=self._pump, args=(self.proc.stderr, self._keep_err), daemon=True).start()
-        self.hello = self._answer(START_TIMEOUT, "starting")
+        try:
+            self.hello = self._answer(START_TIMEOUT, "starting")
+        except CompileError as exc:
+            raise CompilerUnavailable(exc.log) from None
 
     @staticmethod
     def _pump(stream, put) -> None:
@@ -181,12 +189,21 @@ def _serve() -> None:
         hello["landlock"] = landlock.confine(nvrtc_build.include_dirs())
     except landlock.LandlockUnavailable as exc:
         hello["landlock"], hello["why"] = None, str(exc)
+    threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
     out = sys.stdout.buffer
     out.write(json.dumps(hello).encode() + b"\n")
     out.flush()
     for line in sys.stdin.buffer:
         out.write(json.dumps(_handle(json.loads(line))).encode() + b"\n")
         out.flush()
+
+
+def _exit_with(parent: int) -> None:
+    """End this process when the one it compiles for has gone (killed, say, by its supervisor),
+    even in the middle of a compilation that would never end."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
 
 
 def _handle(request: dict) -> dict:

@@ -27,6 +27,7 @@ HIDDEN = {
     "line splice before the target": f"#  include \\\n{HOST}",
     "whitespace after a splice backslash": f"#inc\\ \nlude {HOST}",
     "a tab after #": f"#\tinclude {HOST}",
+    "a form feed and a byte-order mark": f"\ufeff\f#\vinclude {HOST}",
     "digraph %:": f"%:include {HOST}",
     "digraph with a comment": f"%:/**/include {HOST}",
     "a quote in a character literal": f"char q = '\"';\n#include {HOST}\n// \"",

@@ -31,7 +31,9 @@ _ALLOWED_HEADER = re.compile(
     r"|vector_types\.h|vector_functions\.h(?:pp)?|device_types\.h|device_functions\.h|builtin_types\.h"
     r"|curand_[\w.]+\.h|curand\.h|cstdint|stdint\.h|climits|limits\.h|cfloat|float\.h|cstddef|stddef\.h)"
 )
-_DIRECTIVE = re.compile(r"^\s*(?:#|%:)[\s#%:]*([A-Za-z_]\w*)")
+# NVRTC reads neither a byte-order mark nor a no-break space as white space; taking them as such
+# here only refuses more
+_DIRECTIVE = re.compile(r"^[\s\ufeff\u00a0]*(?:#|%:)[\s\ufeff\u00a0#%:]*([A-Za-z_]\w*)")
 _TARGET = re.compile(r"^\s*(?:<([^<>\n]*)>|\"([^\"\n]*)\")\s*$")
 _REFUSED_DIRECTIVES = {"include_next", "import", "embed"}
 # Names that ask the preprocessor whether a file exists; any prefix of them is refused too, since

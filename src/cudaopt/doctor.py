@@ -31,7 +31,11 @@ def run_checks() -> list[Check]:
     from .harness.gpu import nvrtc_version
 
     nvrtc = nvrtc_version()
-    checks.append(Check("NVRTC", not nvrtc.startswith("unknown"), nvrtc, "pip install 'cuda-core[cu13]' (brings the NVRTC wheel)"))
+    wheel = _version("nvidia-cuda-nvrtc")
+    shown = f"{nvrtc} (nvidia-cuda-nvrtc {wheel})" if wheel else f"{nvrtc} (not from a wheel)"
+    checks.append(Check("NVRTC", not nvrtc.startswith("unknown"), shown,
+                        "pip install 'cuda-core[cu13]' (brings the NVRTC wheel)"))
+    checks.extend(_compile_checks())
     checks.extend(_gpu_checks())
     checks.append(_ncu_check())
     key = bool(os.environ.get("OPENAI_API_KEY"))
@@ -40,6 +44,33 @@ def run_checks() -> list[Check]:
         "export OPENAI_API_KEY=... (or use --base-url with a local OpenAI-compatible server)",
     ))
     return checks
+
+
+def _compile_checks() -> list[Check]:
+    """Where NVRTC's headers come from, and what confines the compiler process."""
+    from .harness.compile_process import COMPILERS, CompilerUnavailable
+    from .harness.nvrtc_build import HEADER_LIBS, header_roots
+
+    roots = header_roots()
+    found = {lib for lib, _, _ in roots}
+    wheels = all(how == "site-packages" for _, _, how in roots)
+    shown = "; ".join(f"{lib}: {directory} ({how})" for lib, directory, how in roots) or "none found"
+    missing = [lib for lib in HEADER_LIBS if lib not in found]
+    if missing:
+        shown += f"; missing: {', '.join(missing)}"
+    checks = [Check("CUDA headers", not missing and wheels, shown,
+                    "pip install -e . (declares the header wheels: cuda-toolkit[cudart,cccl,crt,curand])")]
+    try:
+        hello = COMPILERS.status()
+    except CompilerUnavailable as exc:
+        return checks + [Check("compile sandbox", False, f"the compiler process does not start: {exc}",
+                               "reinstall cudaopt's dependencies (pip install -e .)")]
+    if hello.get("landlock"):
+        value = f"Landlock ABI {hello['landlock']}: the compiler reads the CUDA headers only"
+        return checks + [Check("compile sandbox", True, value)]
+    return checks + [Check("compile sandbox", False, f"Landlock not available ({hello.get('why')}): scan only",
+                           "a Linux kernel >= 5.13 with Landlock enabled (lsm=...,landlock) confines the "
+                           "compiler; without it the include scan alone keeps kernels from host files")]
 
 
 def _gpu_checks() -> list[Check]:

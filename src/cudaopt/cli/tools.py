@@ -67,7 +67,8 @@ def doctor(
                                           "peaks now (cached for the roofline) and show them beside the spec.")] = False,
     device: Annotated[int, typer.Option(min=0, help="GPU ordinal (for --measure).")] = 0,
 ) -> None:
-    """Report the GPU, driver, CUDA, NVRTC, cuda-core, ncu and model credentials."""
+    """Report the GPU, driver, CUDA, NVRTC, the CUDA header roots, the compile sandbox, cuda-core, ncu and
+    model credentials."""
     from ..doctor import measure_peaks, run_checks
     from ..render import doctor_table, peaks_table
 

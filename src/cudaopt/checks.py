@@ -25,6 +25,12 @@ from .harness.signature import Signature, SignatureError, find_entry, other_entr
 MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK = (1024, 1024, 64)
 MAX_GRID = (2**31 - 1, 65535, 65535)
+# Dynamic shared memory one block may have, by architecture (the opt-in maximum); before the
+# target is known, the largest of them (sm_90's 227 KiB).
+SHARED_BY_ARCH = {"sm_70": 96 * 1024, "sm_72": 96 * 1024, "sm_75": 64 * 1024, "sm_80": 163 * 1024,
+                  "sm_86": 99 * 1024, "sm_87": 163 * 1024, "sm_89": 99 * 1024, "sm_90": 227 * 1024,
+                  "sm_100": 227 * 1024, "sm_103": 227 * 1024, "sm_120": 99 * 1024}
+MAX_SHARED_BYTES = max(SHARED_BY_ARCH.values())
 
 _SCALAR_RANGES = {
     "int8": (-2**7, 2**7 - 1), "uint8": (0, 2**8 - 1), "int16": (-2**15, 2**15 - 1), "uint16": (0, 2**16 - 1),
@@ -123,25 +129,44 @@ def check_case(path: Path, where: str, case: CaseSpec, default_launch: LaunchSpe
 
 
 def check_launch(path: Path, field: str, launch: LaunchSpec, case: CaseSpec, names: dict | None = None,
-                 kernel: tuple[str, Signature] | None = None) -> None:
+                 kernel: tuple[str, Signature] | None = None, max_shared: int = MAX_SHARED_BYTES) -> None:
     """The launch resolves on the case's scalars (and ``names``: tunables) and fits what any CUDA
-    GPU launches; the GPU's facts (``num_sms``) take their nominal values here. With ``kernel``
-    (its source and the signature), a kernel the launch names is declared there."""
+    GPU launches (``max_shared``: the target's dynamic shared memory); the GPU's facts
+    (``num_sms``) take their nominal values here. Each problem names its field, down to the
+    dimension (``grid[1]``). With ``kernel`` (its source and the signature), a kernel the launch
+    names is declared there."""
+    scope = {**(names or {}), **NOMINAL_DEVICE, **case.scalars}
+    sep = "." if field else ""
+    for label, values, limits in (("grid", launch.grid, MAX_GRID), ("block", launch.block, MAX_BLOCK)):
+        for d, text in enumerate(values):
+            where = f"{field}{sep}{label}[{d}]"
+            try:
+                value = expr.evaluate_int(text, scope)
+            except expr.ExprError as exc:
+                raise ExperimentError(path, where, f"case {case.name!r}: {exc}") from None
+            said = f"{value}" if isinstance(text, (int, float)) else f"{text!r} gives {value}"
+            if value < 1:
+                raise ExperimentError(path, where, f"case {case.name!r}: {said}: a launch dimension must be at "
+                                                   "least 1")
+            if value > limits[d]:
+                raise ExperimentError(path, where, f"case {case.name!r}: {said}, above the {limits[d]} every GPU "
+                                                   f"allows in {label} dimension {d}")
     try:
-        resolved = resolve_launch(launch, {**(names or {}), **NOMINAL_DEVICE, **case.scalars})
+        resolved = resolve_launch(launch, scope)
     except ValueError as exc:
-        raise ExperimentError(path, field, f"case {case.name!r}: {exc}") from None
+        raise ExperimentError(path, f"{field}{sep}shared_bytes", f"case {case.name!r}: {exc}") from None
+    if resolved.shared_bytes > max_shared:
+        raise ExperimentError(path, f"{field}{sep}shared_bytes", f"case {case.name!r}: {resolved.shared_bytes} bytes "
+                                                                 f"of dynamic shared memory, above the {max_shared} "
+                                                                 "a block may have")
     if kernel is not None:
         problem = other_entry_problem(kernel[0], resolved.entry, kernel[1])
         if problem:
-            raise ExperimentError(path, f"{field}.entry", f"case {case.name!r}: {problem}")
-    block, grid = resolved.block, resolved.grid
-    if resolved.threads > MAX_THREADS_PER_BLOCK or any(b > m for b, m in zip(block, MAX_BLOCK, strict=True)):
-        raise ExperimentError(path, f"{field}.block", f"case {case.name!r}: block {list(block)} ({resolved.threads} "
-                                                      f"threads) exceeds what a GPU launches ({MAX_THREADS_PER_BLOCK} "
-                                                      f"threads, {list(MAX_BLOCK)} per dimension)")
-    if any(g > m for g, m in zip(grid, MAX_GRID, strict=True)):
-        raise ExperimentError(path, f"{field}.grid", f"case {case.name!r}: grid {list(grid)} exceeds {list(MAX_GRID)}")
+            raise ExperimentError(path, f"{field}{sep}entry", f"case {case.name!r}: {problem}")
+    if resolved.threads > MAX_THREADS_PER_BLOCK:
+        raise ExperimentError(path, f"{field}{sep}block", f"case {case.name!r}: block {list(resolved.block)} "
+                                                          f"({resolved.threads} threads) exceeds the "
+                                                          f"{MAX_THREADS_PER_BLOCK} threads a block may have")
 
 
 def check_scalars(path: Path, where: str, case: CaseSpec, signature: Signature) -> None:
@@ -159,9 +184,17 @@ def check_scalars(path: Path, where: str, case: CaseSpec, signature: Signature) 
             raise ExperimentError(path, field, f"{value} is not a finite number ({arg.c_decl()})")
 
 
-def check_npy(path: Path, field: str, file: Path, shape: tuple[int, ...]) -> None:
-    """An input file exists, is a .npy array, and has the case's shape (read from its header only)."""
+def shared_limit(arch: str) -> int:
+    """The dynamic shared memory a block may have on ``arch`` (sm_90a counts as sm_90)."""
+    return SHARED_BY_ARCH.get(re.sub(r"[a-z]$", "", arch), MAX_SHARED_BYTES)
+
+
+def check_npy(path: Path, field: str, file: Path, shape: tuple[int, ...], dtype: str | None = None) -> None:
+    """An input file exists, is a .npy array, has the case's shape and a type the argument's
+    converts from without losing its kind (read from its header only)."""
     import numpy as np
+
+    from .harness.signature import DTYPES
 
     if not file.is_file():
         raise ExperimentError(path, field, f"{file.name} not found")
@@ -171,6 +204,12 @@ def check_npy(path: Path, field: str, file: Path, shape: tuple[int, ...]) -> Non
         raise ExperimentError(path, field, f"{file.name} is not a .npy array ({exc})".replace("\n", " ")) from None
     if tuple(data.shape) != shape:
         raise ExperimentError(path, field, f"{file.name} has shape {list(data.shape)}, the case says {list(shape)}")
+    if dtype in DTYPES:
+        target = np.dtype("float32" if dtype == "bfloat16" else DTYPES[dtype].numpy)
+        bits = dtype == "bfloat16" and data.dtype == np.uint16  # bfloat16 given as its bits
+        if not bits and (data.dtype.kind not in "biuf" or not np.can_cast(data.dtype, target, "same_kind")):
+            raise ExperimentError(path, field, f"{file.name} holds {data.dtype}, which does not convert to the "
+                                               f"argument's {dtype} without changing its kind")
 
 
 def check_kernel_entry(path: Path, source: str, entry: str, sig: Signature, plain: bool = False) -> None:

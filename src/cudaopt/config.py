@@ -8,8 +8,9 @@ experiment.py.
 
 from __future__ import annotations
 
-import itertools
 import json
+import math
+import random
 import re
 from typing import Any, Literal
 
@@ -29,6 +30,11 @@ class CasesFile(Model):
     @classmethod
     def _bare_list(cls, data: Any) -> Any:
         return {"cases": data} if isinstance(data, list) else data
+
+
+MAX_CONFIGURATIONS = 100_000  # a tune space above this is refused before anything is built
+MAX_VISITED = 300_000  # partial configurations counting may visit
+_SAMPLE = 2000
 
 
 class TuneSpace(Model):
@@ -60,17 +66,105 @@ class TuneSpace(Model):
             expr.parse(text)
         return value
 
+    @model_validator(mode="after")
+    def _known_names(self) -> TuneSpace:
+        for i, text in enumerate(self.restrictions):
+            unknown = sorted(expr.names_in(text) - set(self.tunables))
+            if unknown:
+                raise ValueError(f"restrictions[{i}]: {', '.join(unknown)} in {text!r} is not a tunable "
+                                 f"({', '.join(self.tunables)})")
+        return self
+
     def allows(self, config: dict) -> bool:
         try:
             return all(bool(expr.evaluate(r, config)) for r in self.restrictions)
         except expr.ExprError:
             return False  # e.g. a division by zero for this combination: not a valid point
 
-    def configurations(self) -> list[dict]:
-        """Every combination that satisfies the restrictions, in declaration order."""
+    def combinations(self) -> int:
+        """The size of the lists' product (the space before its restrictions)."""
+        return math.prod(len(v) for v in self.tunables.values())
+
+    def _walk(self):
+        """Every allowed configuration, in declaration order, each restriction tested as soon as
+        the tunables it names are set (so whole branches are cut at once); yields None for each
+        partial configuration visited, so a caller can bound the work."""
         names = list(self.tunables)
-        combos = (dict(zip(names, values, strict=True)) for values in itertools.product(*self.tunables.values()))
-        return [c for c in combos if self.allows(c)]
+        at: dict[int, list[str]] = {}
+        for text in self.restrictions:
+            depth = max((names.index(n) for n in expr.names_in(text)), default=0)
+            at.setdefault(depth, []).append(text)
+
+        def ok(config: dict, depth: int) -> bool:
+            try:
+                return all(bool(expr.evaluate(r, config)) for r in at.get(depth, ()))
+            except expr.ExprError:
+                return False
+
+        def visit(depth: int, config: dict):
+            for value in self.tunables[names[depth]]:
+                config[names[depth]] = value
+                yield None
+                if not ok(config, depth):
+                    continue
+                if depth + 1 == len(names):
+                    yield dict(config)
+                else:
+                    yield from visit(depth + 1, config)
+            del config[names[depth]]
+
+        yield from visit(0, {})
+
+    def count(self, limit: int | None = None) -> int:
+        """How many configurations the restrictions allow, counted without building them; a
+        :class:`SpaceError` (with the count, or an estimate, and how to narrow it) above ``limit``
+        (default :data:`MAX_CONFIGURATIONS`)."""
+        limit = MAX_CONFIGURATIONS if limit is None else limit
+        total = self.combinations()
+        if not self.restrictions:
+            if total > limit:
+                raise SpaceError(self._too_large(f"{total:,}"))
+            return total
+        found = visited = 0
+        for config in self._walk():
+            if config is None:
+                visited += 1
+                if visited > MAX_VISITED:
+                    raise SpaceError(self._too_large(self._estimate(), visited=True))
+            else:
+                found += 1
+                if found > limit:
+                    raise SpaceError(self._too_large(f"more than {limit:,}"))
+        return found
+
+    def _estimate(self) -> str:
+        """The allowed count, estimated from a seeded sample of the lists' product."""
+        rng = random.Random(0)
+        sample = [{k: rng.choice(v) for k, v in self.tunables.items()} for _ in range(_SAMPLE)]
+        share = sum(self.allows(c) for c in sample) / _SAMPLE
+        if share == 0:
+            return f"an unknown number of (none in a sample of {_SAMPLE})"
+        return f"about {share * self.combinations():,.0f} (estimated from a sample)"
+
+    def _too_large(self, count: str, visited: bool = False) -> str:
+        sizes = " x ".join(str(len(v)) for v in self.tunables.values())
+        why = (f"too many to search: the lists give {self.combinations():,} combinations ({sizes}) and the "
+               f"restrictions cut too few of them early") if visited else f"above the limit of {MAX_CONFIGURATIONS:,}"
+        return (f"{count} configurations, {why}; narrow it: fewer values per tunable, or restrictions that "
+                "rule out whole ranges")
+
+    def first(self) -> dict:
+        """The first allowed configuration (a SpaceError when there is none)."""
+        for config in self._walk():
+            if config is not None:
+                return config
+        raise SpaceError("no configuration satisfies the restrictions")
+
+    def configurations(self) -> list[dict]:
+        """Every combination that satisfies the restrictions, in declaration order (counted
+        first: a SpaceError above :data:`MAX_CONFIGURATIONS`)."""
+        self.count()
+        return [c for c in self._walk() if c is not None]
 
 
 class SpaceError(ValueError):

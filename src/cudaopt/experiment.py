@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,7 @@ from .harness.protocol import (
 from .harness.signature import Signature, SignatureError, find_entry, parse_signature
 
 LOCK_SCHEMA_VERSION = 1
+CHECKED_CONFIGURATIONS = 256  # a tune launch is checked on every configuration up to this many, a sample beyond
 
 
 class ExperimentLock(Model):
@@ -343,12 +345,23 @@ def _load_tuning(tune: TuneSection, base: Path, origin: str, sig: Signature, cas
     clashes = tunable_clashes(space.tunables, sig, {n for c in cases for n in c.scalars})
     if clashes:
         raise ExperimentError(origin if tune.tunables else path, "tune.tunables", "; ".join(clashes))
-    configs = space.configurations()
-    if not configs:
-        raise ExperimentError(origin, "tune.restrictions", "no configuration satisfies them")
-    for case in cases:
-        if case.role != "holdout":
-            check_launch(origin, "tune.launch", launch, case, names=configs[0], kernel=(source, sig))
+    where = origin if tune.tunables else path
+    try:
+        count = space.count()
+        configs = space.configurations() if count <= CHECKED_CONFIGURATIONS else None
+    except SpaceError as exc:
+        raise ExperimentError(where, "tune.tunables", str(exc)) from None
+    if count == 0:
+        raise ExperimentError(where, "tune.restrictions", "no configuration satisfies them")
+    if configs is None:  # a large space: the first configuration and a seeded sample of the others
+        configs = [space.first()] + random.Random(0).sample(space.configurations(), CHECKED_CONFIGURATIONS - 1)
+    for config in configs:
+        for case in cases:
+            if case.role != "holdout":
+                try:
+                    check_launch(origin, "tune.launch", launch, case, names=config, kernel=(source, sig))
+                except ExperimentError as exc:
+                    raise ExperimentError(exc.file, exc.field, f"{exc.message} (configuration {config})") from None
     return Tuning(path=path, source=source, space=space, launch=launch)
 
 

@@ -148,6 +148,11 @@ def preflight(exp, **kwargs):
         return run_checks(exp, **kwargs)
 
 
+def launch_origin(text: str | None) -> str:
+    """How errors name a ``--launch``: the flag for JSON written inline, else its file."""
+    return "--launch" if text is None or text.lstrip().startswith("{") else text
+
+
 def experiment(config, description, signature, reference, initial_kernel, input_cases):
     from ..experiment import load_experiment
 

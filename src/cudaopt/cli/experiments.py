@@ -30,6 +30,7 @@ from .app import (
     experiment,
     gpu_pool,
     gpus_chosen,
+    launch_origin,
     preflight,
     resolve_strategy,
     say,
@@ -105,7 +106,7 @@ def evaluate(
     to_stdout = json_out is not None and str(json_out) == "-"
     if json_out is not None and not to_stdout:
         check_output_path(json_out, "--json")
-    preflight(exp, kernel=path, entry=entry, tune=False)
+    preflight(exp, kernel=path, entry=entry, tune=False, launch=launch_spec, launch_origin=launch_origin(launch))
     out = console(stderr=to_stdout)
     with gpu_pool(chosen, ray) as pool:
         with out.status(f"evaluating {path.name} on {len(exp.cases({'correctness', 'performance'}))} cases…"):

@@ -22,6 +22,7 @@ from .app import (
     command,
     console,
     gpu_pool,
+    launch_origin,
     preflight,
     say,
 )
@@ -80,7 +81,8 @@ def record(
     if iterations is not None:
         protocol.iterations = iterations
     check_output_path(out, "--out")
-    preflight(exp, kernel=path, entry=entry, tune=False)
+    preflight(exp, kernel=path, entry=entry, tune=False, launch=launch_spec,
+              launch_origin=launch_origin(launch) if launch else "best-launch.json")
     err = console(stderr=True)
     with gpu_pool([device], None) as supervisor, err.status("recording") as status:
         done = run_record(exp, args, path, source, supervisor, out=out, entry=entry, launch=launch_spec,

@@ -11,6 +11,7 @@ JSON, and ``best-case-N.json`` holds one. What comes back is declared in ``resul
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serial
 from . import expr
 
 HARNESS_VERSION = "2"
+MAX_SEED = 2**63 - 1  # seeds are non-negative and fit 64 bits (numpy's generators take them)
 
 Role = Literal["correctness", "performance", "holdout"]
 Expr = str | int | float
@@ -111,7 +113,10 @@ class LaunchSpec(Model):
     @field_validator("grid", "block", mode="before")
     @classmethod
     def _listify(cls, value: Any) -> Any:
-        return [value] if isinstance(value, (int, str)) else value
+        value = [value] if isinstance(value, (int, str)) else value
+        if isinstance(value, list) and any(isinstance(v, bool) for v in value):
+            raise ValueError("true/false is not a launch dimension (give a number or an expression)")
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> LaunchSpec:
@@ -133,7 +138,17 @@ class CaseSpec(Model):
     flops: Expr | None = None
     bytes: Expr | None = None
     timed: bool | None = None  # holdout: timed by verify (default: when it declares flops or bytes)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+
+    @field_validator("scalars", mode="before")
+    @classmethod
+    def _numbers(cls, value: Any) -> Any:
+        """A scalar is a JSON number: ``"31"`` or ``true`` would be quietly converted otherwise."""
+        if isinstance(value, dict):
+            for name, item in value.items():
+                if isinstance(item, (str, bool)) or item is None:
+                    raise ValueError(f"{name}: {json.dumps(item)} is not a number (write it without quotes)")
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> CaseSpec:

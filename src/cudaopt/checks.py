@@ -99,20 +99,24 @@ def check_case(path: Path, where: str, case: CaseSpec, default_launch: LaunchSpe
     shapes = {}
     for kind, specs in (("inputs", case.inputs), ("outputs", case.outputs)):
         for name, spec in specs.items():
-            try:
-                dims = [expr.evaluate_int(d, case.scalars) for d in spec.shape]
-            except expr.ExprError as exc:
-                raise ExperimentError(path, f"{where}.{kind}.{name}.shape", str(exc)) from None
-            if any(d < 0 for d in dims):
-                raise ExperimentError(path, f"{where}.{kind}.{name}.shape", f"negative dimension in {dims}")
+            dims = []
+            for d, text in enumerate(spec.shape):
+                try:
+                    dims.append(dim := expr.evaluate_int(text, case.scalars))
+                except expr.ExprError as exc:
+                    raise ExperimentError(path, f"{where}.{kind}.{name}.shape[{d}]", str(exc)) from None
+                if dim < 1:
+                    what = "output" if kind == "outputs" else "input"
+                    said = f"{dim}" if isinstance(text, (int, float)) else f"{text!r} gives {dim}"
+                    raise ExperimentError(path, f"{where}.{kind}.{name}.shape[{d}]",
+                                          f"{said}: every dimension must be at least 1 (an empty "
+                                          f"{what} checks nothing)")
             shapes[name] = tuple(dims)
-    for name in case.outputs:
-        if 0 in shapes[name]:
-            raise ExperimentError(path, f"{where}.outputs.{name}.shape", f"{list(shapes[name])} has no elements: "
-                                                                         "nothing would be checked")
+    dtypes = {a.name: a.dtype for a in signature.args}
     for name, spec in case.inputs.items():
         if spec.init.file:
-            check_npy(path, f"{where}.inputs.{name}.init.file", path.parent / spec.init.file, shapes[name])
+            check_npy(path, f"{where}.inputs.{name}.init.file", path.parent / spec.init.file, shapes[name],
+                      dtypes.get(name))
     for field in ("flops", "bytes"):
         value = getattr(case, field)
         if value is not None:
@@ -201,15 +205,18 @@ def check_npy(path: Path, field: str, file: Path, shape: tuple[int, ...], dtype:
     try:
         data = np.load(file, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError) as exc:
-        raise ExperimentError(path, field, f"{file.name} is not a .npy array ({exc})".replace("\n", " ")) from None
+        reason = str(exc).split(". ")[0].replace("\n", " ")
+        raise ExperimentError(path, field, f"{file.name} is not a .npy array of numbers ({reason})") from None
     if tuple(data.shape) != shape:
         raise ExperimentError(path, field, f"{file.name} has shape {list(data.shape)}, the case says {list(shape)}")
     if dtype in DTYPES:
         target = np.dtype("float32" if dtype == "bfloat16" else DTYPES[dtype].numpy)
         bits = dtype == "bfloat16" and data.dtype == np.uint16  # bfloat16 given as its bits
-        if not bits and (data.dtype.kind not in "biuf" or not np.can_cast(data.dtype, target, "same_kind")):
-            raise ExperimentError(path, field, f"{file.name} holds {data.dtype}, which does not convert to the "
-                                               f"argument's {dtype} without changing its kind")
+        kinds = {"f": "f", "i": "iu", "u": "iu", "b": "b"}.get(target.kind, target.kind)
+        if not bits and data.dtype.kind not in kinds:
+            raise ExperimentError(path, field, f"{file.name} holds {data.dtype}, the argument is {dtype}: save "
+                                               f"it as {target} (or another {'float' if 'f' in kinds else 'integer'} "
+                                               "type)")
 
 
 def check_kernel_entry(path: Path, source: str, entry: str, sig: Signature, plain: bool = False) -> None:

@@ -73,6 +73,11 @@ class TuneSpace(Model):
             if unknown:
                 raise ValueError(f"restrictions[{i}]: {', '.join(unknown)} in {text!r} is not a tunable "
                                  f"({', '.join(self.tunables)})")
+            for name in sorted(expr.names_in(text)):
+                strings = [v for v in self.tunables[name] if isinstance(v, str)]
+                if strings:
+                    raise ValueError(f"restrictions[{i}]: {name} takes the string {strings[0]!r}, and a restriction "
+                                     "compares numbers (write numbers without quotes)")
         return self
 
     def allows(self, config: dict) -> bool:

@@ -60,4 +60,4 @@ def validation_message(exc) -> tuple[str, str]:
     others = len({_field(e["loc"]) for e in errors} - {field})
     if others:
         message += f" (and {others} more problem(s))"
-    return field or "(the whole file)", message
+    return field, message

@@ -334,7 +334,7 @@ def _load_tuning(tune: TuneSection, base: Path, origin: str, sig: Signature, cas
             space = TuneSpace(tunables=tune.tunables, restrictions=tune.restrictions)
         except ValidationError as exc:
             field, message = validation_message(exc)
-            raise ExperimentError(origin, f"tune.{field}", message) from None
+            raise ExperimentError(origin, f"tune.{field}" if field else "tune", message) from None
     elif in_source is not None:
         space = in_source
     else:

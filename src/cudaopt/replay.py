@@ -68,6 +68,19 @@ def interleaved(evaluator: Evaluator, requests: list[EvalRequest], repeats: int,
         yield [results[i] for i in range(len(requests))]
 
 
+def check_target(target: Path) -> None:
+    """Read everything a replay of ``target`` reads, before any GPU work (bad input: exit 2)."""
+    if target.is_file():
+        read_model_file(target, EvalRequest, "evaluation request")
+        return
+    run = open_run(target)
+    load_run_experiment(run)
+    winner(run, "replay")
+    read_run_json(run, "env.json", Environment)
+    for path in sorted(run.path.glob("best-case-*.json")):
+        read_run_json(run, path.name, EvalRequest)
+
+
 def replay(target: Path, evaluator: Evaluator, repeats: int = 5) -> ReplayOutcome:
     """Replay a run directory (every best-case-N.json, beside the baseline) or one request file."""
     if target.is_file():

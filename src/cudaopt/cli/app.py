@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import typer.rich_utils
 from rich.console import Console
 from rich.markup import escape
 
@@ -56,11 +57,15 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
 
 
 def command(interrupted: str = "interrupted"):
-    """Wrap a command so that every error a user can act on ends with one line and its exit status."""
+    """Wrap a command so that every error a user can act on ends with one line and its exit status;
+    the options' values are checked (:func:`~.flags.check_flags`) before the command does anything."""
     def wrap(fn):
         @functools.wraps(fn)
         def run(*args, **kwargs):
+            from .flags import check_flags
+
             try:
+                check_flags(fn, kwargs)
                 return fn(*args, **kwargs)
             except ExperimentError as exc:
                 raise fail(str(exc), EXIT_BAD_INPUT) from None
@@ -75,6 +80,19 @@ def command(interrupted: str = "interrupted"):
                 raise typer.Exit(EXIT_INTERRUPTED) from None
         return run
     return wrap
+
+
+def _usage_error(exc) -> None:
+    """A mistyped option, like any bad input, is one line: what is wrong and where --help is."""
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        return
+    ctx = getattr(exc, "ctx", None)
+    hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+    Console(stderr=True).print(f"[bold red]error:[/] {escape(' '.join(exc.format_message().split()))}{hint}",
+                               highlight=False, soft_wrap=True)
+
+
+typer.rich_utils.rich_format_error = _usage_error  # typer prints these as a boxed usage screen otherwise
 
 
 def _version(value: bool) -> None:
@@ -129,14 +147,18 @@ def gpu_pool(chosen: list[int] | None, ray: str | None):
 
 
 def check_output_path(path: Path, option: str) -> None:
+    from .flags import writable
+
     """Refuse, before any work, an output path that cannot take a regular file: a device, a
     folder, a missing or read-only folder (a symlink such as /dev/stdout is never replaced)."""
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise ExperimentError(option, "", f"{path}: exists and is not a regular file (use - for standard output)")
     folder = path.parent
+    if any(part in ("/proc", "/sys", "/dev") for part in (str(folder.resolve()), *map(str, folder.resolve().parents))):
+        raise ExperimentError(option, "", f"{path}: a system folder, not one to write results in")
     if not folder.is_dir():
         raise ExperimentError(option, "", f"{path}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+    if not writable(folder) or (path.exists() and not os.access(path, os.W_OK)):
         raise ExperimentError(option, "", f"{path}: not writable")
 
 

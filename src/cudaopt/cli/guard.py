@@ -26,6 +26,7 @@ from .app import (
     preflight,
     say,
 )
+from .flags import SEED_MAX
 
 guard_app = typer.Typer(help="A kernel regression guard for CI: record a kernel's figures once (guard.json, "
                              "committed), then check every change against them or against the old kernel.",
@@ -51,7 +52,7 @@ def record(
     repeats: Annotated[int, typer.Option(min=2, help="Timed evaluations of each performance case.")] = 5,
     warmup: Annotated[int | None, typer.Option(min=0, help="Warm-up launches per case (default: the experiment's).")] = None,
     iterations: Annotated[int | None, typer.Option(min=1, help="Timed launches per case (default: the experiment's).")] = None,
-    seed: Annotated[int | None, typer.Option(help="Base seed for the checked inputs (default: a fresh random one).")] = None,
+    seed: Annotated[int | None, typer.Option(min=0, max=SEED_MAX, help="Base seed for the checked inputs (default: a fresh random one).")] = None,
     device: DeviceOpt = 0,
 ) -> None:
     """Check a kernel on every case (holdout included) and record its figures in a guard file."""
@@ -117,7 +118,7 @@ def check(
     other_gpu: Annotated[str, typer.Option("--other-gpu", help="Without --against/--against-ref, when the figures "
                                            "were recorded on another GPU model or driver: fail, or skip the timing "
                                            "(correctness is still checked).")] = "fail",
-    seed: Annotated[int | None, typer.Option(help="Base seed for the checked inputs (default: a fresh random one).")] = None,
+    seed: Annotated[int | None, typer.Option(min=0, max=SEED_MAX, help="Base seed for the checked inputs (default: a fresh random one).")] = None,
     junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML here (one test case per experiment case).")] = None,
     markdown: Annotated[Path | None, typer.Option("--markdown", help="Write a Markdown summary here (a CI job summary).")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the full report here (- for standard output; "

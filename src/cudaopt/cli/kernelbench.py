@@ -9,6 +9,7 @@ import typer
 
 from ..errors import ExperimentError
 from .app import app, check_output_path, command, console, say
+from .flags import SEED_MAX
 
 imports = typer.Typer(help="Turn a problem written for another benchmark into a cudaopt experiment.",
                       no_args_is_help=True)
@@ -21,7 +22,7 @@ def kernelbench(
     problem: Annotated[Path, typer.Argument(help="A KernelBench problem file (Model, get_inputs, get_init_inputs).")],
     out: Annotated[Path, typer.Option("--out", help="The experiment directory to write.")],
     name: Annotated[str | None, typer.Option(help="The kernel's name (default: from the file name).")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the Model's construction (KernelBench's: 42).")] = 42,
+    seed: Annotated[int, typer.Option(min=0, max=SEED_MAX, help="Seed of the Model's construction (KernelBench's: 42).")] = 42,
     rtol: Annotated[float | None, typer.Option(min=0, help="Relative tolerance of every output (default: the "
                                                            "problem's TASK_CONFIG, else KernelBench's 1e-2).")] = None,
     atol: Annotated[float | None, typer.Option(min=0, help="Absolute tolerance of every output (default: the "

@@ -95,6 +95,19 @@ def _usage_error(exc) -> None:
 typer.rich_utils.rich_format_error = _usage_error  # typer prints these as a boxed usage screen otherwise
 
 
+def _folded(highlight):
+    """Option names in --help wrap instead of being cut (``--payback-window-mont…``) on a narrow terminal."""
+    def fold(text):
+        made = highlight(text)
+        made.overflow = "fold"
+        return made
+    return fold
+
+
+typer.rich_utils.highlighter = _folded(typer.rich_utils.highlighter)
+typer.rich_utils.negative_highlighter = _folded(typer.rich_utils.negative_highlighter)
+
+
 def _version(value: bool) -> None:
     if value:
         from importlib.metadata import version

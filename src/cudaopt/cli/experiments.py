@@ -84,7 +84,8 @@ def evaluate(
     device: DeviceOpt = None,
     devices: DevicesOpt = None,
     ray: RayOpt = None,
-    time_reference: Annotated[bool, typer.Option(help="Also time a .cu reference, for the speed-up column.")] = True,
+    no_time_reference: Annotated[bool, typer.Option("--no-time-reference", help="Do not time a .cu reference (no "
+                                                    "speed-up column).")] = False,
 ) -> None:
     """Check a kernel on every correctness and performance case, and time it honestly."""
     from ..checks import kernel_file
@@ -113,7 +114,7 @@ def evaluate(
     with gpu_pool(chosen, ray) as pool:
         with out.status(f"evaluating {path.name} on {len(exp.cases({'correctness', 'performance'}))} cases…"):
             result = evaluate_kernel(exp, source, pool, entry=entry, launch=launch_spec,
-                                     protocol=protocol, time_reference=time_reference)
+                                     protocol=protocol, time_reference=not no_time_reference)
     out.print(evaluation_table(result))
     for line in failure_lines(result):
         say(out, line)

@@ -28,15 +28,18 @@ def kernelbench(
     atol: Annotated[float | None, typer.Option(min=0, help="Absolute tolerance of every output (default: the "
                                                            "problem's TASK_CONFIG, else KernelBench's 1e-2).")] = None,
     force: Annotated[bool, typer.Option(help="Replace the experiment files already in --out.")] = False,
+    time_limit: Annotated[float, typer.Option(min=1, help="Seconds the import may take: the problem runs in a "
+                                                          "process of its own, stopped at this limit.")] = 300.0,
 ) -> None:
     """Write a complete experiment for a KernelBench problem: the PyTorch reference, PyTorch eager and
     torch.compile as vendors, the problem's sizes as the performance case, smaller odd correctness
     cases and a holdout; no initial kernel (a model writes the first one)."""
-    from ..kernelbench.importer import import_problem
+    from ..kernelbench.isolated import import_isolated
 
     if name is not None and not name.isidentifier():
         raise ExperimentError("--name", "", f"{name!r} is not a C identifier")
-    imported = import_problem(problem, out, name=name, seed=seed, rtol=rtol, atol=atol, force=force)
+    imported = import_isolated(problem, out, name=name, seed=seed, rtol=rtol, atol=atol, force=force,
+                               timeout_s=time_limit)
     exp = imported.experiment
     shown = console()
     say(shown, f"imported {problem.name} into {out}: {exp.signature}")

@@ -111,11 +111,15 @@ def report(
     engineer_rate_usd: Annotated[float | None, typer.Option(min=0, help="Engineer cost per hour.")] = None,
     gpu_hour_usd: Annotated[float | None, typer.Option(min=0, help="Price of one GPU hour.")] = None,
     calls_per_month: Annotated[float | None, typer.Option(min=0, help="Kernel calls per month in production.")] = None,
-    payback_window_months: Annotated[float | None, typer.Option(min=0.01, help="Longest acceptable payback.")] = None,
+    payback_window_months: Annotated[float | None, typer.Option(help="Longest acceptable payback, in months "
+                                                                   "(above 0).")] = None,
     roi_case: Annotated[str | None, typer.Option(help="The case whose latency the calls pay (default: the slowest).")] = None,
 ) -> None:
     """Rebuild report.html for a run: verdict, per-case table, charts, attempts, usage, ROI."""
+    from pydantic import ValidationError
+
     from ..config import RoiInputs
+    from ..errors import validation_message
     from ..record.runs import open_run, read_run_json
     from ..record.schema import Summary
     from ..report.build import build, run_roi
@@ -131,7 +135,12 @@ def report(
     given = {"engineer_hours": engineer_hours, "engineer_rate_usd": engineer_rate_usd, "gpu_hour_usd": gpu_hour_usd,
              "calls_per_month": calls_per_month, "payback_window_months": payback_window_months, "case": roi_case}
     base = run_roi(open_run(run_dir)).model_dump()
-    inputs = RoiInputs(**{**base, **{k: v for k, v in given.items() if v is not None}})
+    try:
+        inputs = RoiInputs(**{**base, **{k: v for k, v in given.items() if v is not None}})
+    except ValidationError as exc:
+        field, message = validation_message(exc)
+        raise ExperimentError(f"--{field.replace('_', '-')}" if given.get(field) is not None else run_dir,
+                              "" if given.get(field) is not None else f"roi.{field}", message) from None
     try:
         written = build(run_dir, inputs)
     except PermissionError as exc:  # writable by the check above, yet refused (a mount's rules, say)

@@ -238,7 +238,10 @@ class TimeoutPolicy(Model):
     floor_s: float = Field(10.0, gt=0, allow_inf_nan=False)
 
     def fixed(self) -> Timeouts:
-        return Timeouts(compile_s=self.compile_s, check_s=self.check_s, timing_s=self.timing_s)
+        """The limits before a baseline: fixed, but a candidate's checked launches are held to
+        ``multiple`` times the reference's time on the case (``floor_s`` at least)."""
+        return Timeouts(compile_s=self.compile_s, check_s=self.check_s, timing_s=self.timing_s,
+                        launch_multiple=self.multiple, launch_floor_s=self.floor_s)
 
     def scaled(self, cases: list) -> Timeouts:
         """Limits from a passing evaluation's cases (``CaseResult`` with ``phases``)."""

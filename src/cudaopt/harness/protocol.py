@@ -253,14 +253,30 @@ class Timeouts(Model):
     timing_s: float = 300.0
     cases: dict[str, CaseTimeouts] = Field(default_factory=dict)
     basis: str = ""
+    # before anything of the candidate's was measured, its checked launches of a case may take this
+    # multiple of the reference's time on the case (at least the floor, at most check_s); None: check_s
+    launch_multiple: float | None = None
+    launch_floor_s: float = 10.0
 
-    def limit(self, phase: str, case: str = "") -> float:
+    def limit(self, phase: str, case: str = "", reference_s: float | None = None) -> float:
         if phase == "compile":
             return self.compile_s
         scaled = self.cases.get(case)
-        if phase == "check":
+        if phase == "launch" and not scaled and self.launch_multiple is not None and reference_s is not None:
+            return round(min(self.check_s, max(self.launch_floor_s, self.launch_multiple * reference_s)), 3)
+        if phase in ("check", "launch"):
             return scaled.check_s if scaled else self.check_s
         return scaled.timing_s if scaled else self.timing_s
+
+    def why(self, phase: str, case: str = "", reference_s: float | None = None) -> str:
+        """Where the limit of ``phase`` came from, for a timeout's reason."""
+        if phase == "compile":
+            return ""
+        if phase == "launch" and case not in self.cases and self.launch_multiple is not None and \
+                reference_s is not None:
+            return (f"{self.launch_multiple:g}x the reference's {reference_s:.3g} s on this case, at least "
+                    f"{self.launch_floor_s:g} s")
+        return self.basis
 
 
 class EvalRequest(Model):

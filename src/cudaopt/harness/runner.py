@@ -173,6 +173,8 @@ class Runner:
             clock.lap("reference_s")
             args = buffers.kernel_args(case.scalars)
             if req.check and kernel is not None:
+                measure = None if req.sanitize else out.phases["reference_s"]  # a sanitizer slows the kernel alone
+                self.on_event(PhaseStarted(phase="launch", case=case.name, reference_s=measure))
                 for s in check_order(n_sets):
                     buffers.stage(s)
                     self.launcher.launch(kernel, launch, args)

@@ -133,13 +133,14 @@ def check_case(path: Path, where: str, case: CaseSpec, default_launch: LaunchSpe
 
 
 def check_launch(path: Path, field: str, launch: LaunchSpec, case: CaseSpec, names: dict | None = None,
-                 kernel: tuple[str, Signature] | None = None, max_shared: int = MAX_SHARED_BYTES) -> None:
+                 kernel: tuple[str, Signature] | None = None, max_shared: int = MAX_SHARED_BYTES,
+                 device: dict | None = None) -> None:
     """The launch resolves on the case's scalars (and ``names``: tunables) and fits what any CUDA
     GPU launches (``max_shared``: the target's dynamic shared memory); the GPU's facts
-    (``num_sms``) take their nominal values here. Each problem names its field, down to the
+    (``num_sms``) take their nominal values unless ``device`` gives them. Each problem names its field, down to the
     dimension (``grid[1]``). With ``kernel`` (its source and the signature), a kernel the launch
     names is declared there."""
-    scope = {**(names or {}), **NOMINAL_DEVICE, **case.scalars}
+    scope = {**(names or {}), **(device or NOMINAL_DEVICE), **case.scalars}
     sep = "." if field else ""
     for label, values, limits in (("grid", launch.grid, MAX_GRID), ("block", launch.block, MAX_BLOCK)):
         for d, text in enumerate(values):

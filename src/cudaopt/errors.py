@@ -17,6 +17,17 @@ class ExperimentError(Exception):
         super().__init__(f"{file}: {field}: {message}" if field else f"{file}: {message}")
 
 
+def shortened(text: str, limit: int = 300) -> str:
+    """``text`` on one line, at most about ``limit`` characters, ended at a sentence or a word:
+    never cut mid-word (a long message says where it was shortened)."""
+    flat = " ".join(str(text).split())
+    if len(flat) <= limit:
+        return flat
+    head = flat[:limit]
+    end = max(head.rfind(". "), head.rfind("; "))
+    return head[:end + 1] if end > limit // 2 else head.rsplit(" ", 1)[0] + " (…)"
+
+
 _TYPE_WORDS = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false",
                "list": "a list", "dict": "an object", "none": "null"}
 

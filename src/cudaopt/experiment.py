@@ -232,16 +232,21 @@ def load_experiment(
     for field, value in (("signature", sig_text), ("reference", ref_path), ("input_cases", cases_path)):
         if value is None:
             raise ExperimentError(origin, field, f"missing (give --{field.replace('_', '-')} or set it in --config)")
+
+    def blamed(field: str, flag_value) -> tuple[str, str]:
+        """The flag that gave a value, else the config file's field."""
+        return (f"--{field.replace('_', '-')}", "") if flag_value is not None else (origin, field)
+
     try:
         sig = parse_signature(sig_text)
     except SignatureError as exc:
-        raise ExperimentError(origin, "signature", str(exc)) from None
+        raise ExperimentError(*blamed("signature", signature), str(exc)) from None
     assert ref_path is not None and cases_path is not None
     if not ref_path.is_file():
-        raise ExperimentError(origin, "reference", f"{ref_path} not found")
+        raise ExperimentError(*blamed("reference", reference), f"{ref_path} not found")
     if ref_path.suffix not in (".cu", ".py"):
-        raise ExperimentError(origin, "reference", f"{ref_path} must be a .cu kernel or a .py NumPy or PyTorch "
-                                                   "function")
+        raise ExperimentError(*blamed("reference", reference), f"{ref_path} must be a .cu kernel or a .py NumPy or "
+                                                                "PyTorch function")
     ref_entry = model.reference_entry or sig.name
     ref_source = read_text_file(ref_path, "reference")
     if ref_path.suffix == ".cu":
@@ -257,7 +262,7 @@ def load_experiment(
         ref_kind = "torch" if kind == "torch" else "py"
     if init_path is not None:
         if not init_path.is_file():
-            raise ExperimentError(origin, "initial_kernel", f"{init_path} not found")
+            raise ExperimentError(*blamed("initial_kernel", initial_kernel), f"{init_path} not found")
         check_kernel_entry(init_path, read_text_file(init_path, "initial_kernel"), sig.name, sig)
     cases = load_cases(cases_path, sig)
     tuning = _load_tuning(model.tune, base, origin, sig, cases) if model.tune else None

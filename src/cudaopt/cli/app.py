@@ -16,7 +16,7 @@ import typer.rich_utils
 from rich.console import Console
 from rich.markup import escape
 
-from ..errors import ExperimentError
+from ..errors import ExperimentError, shortened
 from ..evaluation.dispatch import WorkerError
 
 app = typer.Typer(
@@ -202,7 +202,7 @@ def check_model(settings) -> None:
     try:
         make_chat_model(settings)
     except Exception as exc:
-        raise ExperimentError(f"--model {settings.model}", "", " ".join(str(exc).split())[:300]) from None
+        raise ExperimentError(f"--model {settings.model}", "", shortened(str(exc))) from None
 
 
 def resolve_strategy(requested: str, settings) -> str:

@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..errors import ExperimentError
+from ..errors import ExperimentError, shortened
 from ..experiment import load_experiment
 from ..harness.protocol import Model
 
@@ -63,7 +63,7 @@ def import_isolated(path: Path, out: Path, *, name: str | None = None, seed: int
         if not answer.is_file():
             lines = [line for line in done.stderr.splitlines() if line.strip()]
             why = f"signal {-done.returncode}" if done.returncode < 0 else f"exit status {done.returncode}"
-            last = f": {lines[-1].strip()[:300]}" if lines else ""
+            last = f": {shortened(lines[-1])}" if lines else ""
             if done.returncode < 0:  # killed: by the kernel for memory, or a crash in native code the problem called
                 raise ExperimentError(path, "", f"running the problem killed the importer ({why}{last})")
             raise RuntimeError(f"the KernelBench importer failed ({why}{last})")

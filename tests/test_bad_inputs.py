@@ -175,6 +175,31 @@ CASES = [
     ("audit-binary", ["audit", "{d}/list.txt"], write("list.txt", b"\xff\xfe\x00binary"), ("list.txt",)),
     ("audit-nul", ["audit", "{d}/list.txt"], write("list.txt", "experiment.json\x00\n"), ("list.txt", "line 1")),
     ("audit-not-utf8", ["audit", "{d}/list.txt"], write("list.txt", b"\xff\xfe"), ("list.txt",)),
+    ("cases-huge-number", ["check", *CONFIG], write("input_cases.json", '{"cases": [' + "9" * 5000 + "]}"),
+     ("input_cases.json", "not valid JSON")),
+    ("cases-deep-nesting", ["check", *CONFIG], write("input_cases.json", "[" * 100000 + "]" * 100000),
+     ("input_cases.json", "not valid JSON")),
+    ("kernel-nul-byte", ["check", *CONFIG], lambda d: (d / "initial.cu").write_text("\0" + (d / "initial.cu").read_text()),
+     ("initial.cu", "NUL byte")),
+    ("roi-infinite", ["check", *CONFIG], write("experiment.json", (SGEMM / "experiment.json").read_text().replace(
+        '"calls_per_month": 10000000', '"calls_per_month": Infinity')), ("experiment.json", "roi.calls_per_month")),
+    ("tunable-nan", ["check", *CONFIG], write("experiment.json", (SGEMM / "experiment.json").read_text().replace(
+        '"SK": [\n        32,', '"SK": [\n        NaN,')), ("experiment.json", "tune.tunables", "SK")),
+    ("tunable-boolean", ["check", *CONFIG], tune(lambda t: t["tunables"].update(BM=[True])), ("tune.tunables", "BM")),
+    ("restriction-division", ["check", *CONFIG], tune(lambda t: t.update(restrictions=["BM // 0 > 1"])),
+     ("tune.restrictions", "division by zero")),
+    ("signature-flag", ["check", *CONFIG, "--signature", "void f(int"], None, ("--signature",)),
+    ("entry-flag", ["check", *CONFIG, "--entry", "bad name"], None, ("--entry",)),
+    ("ray-empty", ["evaluate", *CONFIG, "--ray", ""], None, ("--ray",)),
+    ("iterations-huge", ["evaluate", *CONFIG, "--iterations", str(10**12)], None, ("--iterations",)),
+    ("docs-empty-query", ["docs", "  "], None, ("QUERY",)),
+    ("audit-out-proc", ["audit", "{d}", "--out", "/proc/audit"], None, ("--out",)),
+    ("kernelbench-out-proc", ["import", "kernelbench", "{d}/p.py", "--out", "/proc/x"], write("p.py", "x = 1\n"),
+     ("--out",)),
+    ("kernelbench-exit", ["import", "kernelbench", "{d}/p.py", "--out", "{d}/o"],
+     write("p.py", "raise SystemExit(3)\n"), ("p.py", "exit(3)")),
+    ("kernelbench-os-exit", ["import", "kernelbench", "{d}/p.py", "--out", "{d}/o"],
+     write("p.py", "import os\nos._exit(0)\n"), ("p.py", "ended the importer")),
     ("verify-missing-run", ["verify", "{d}/nope"], None, ("nope",)),
     ("replay-missing-run", ["replay", "{d}/nope"], None, ("nope",)),
     ("replay-bad-request", ["replay", "{d}/input_cases.json"], None, ("input_cases.json",)),
@@ -189,6 +214,8 @@ def one_line(result) -> str:
 
 @pytest.mark.parametrize("args, setup, names", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_is_one_line_and_exit_2_before_any_worker(folder, no_worker, args, setup, names):
+    if "kernelbench" in args and "--seed" not in args and "/proc/x" not in args:
+        pytest.importorskip("torch")  # the importer needs torch before it reads a problem
     if setup is not None:
         setup(folder)
     result = runner.invoke(app, [a.replace("{d}", str(folder)) for a in args], env={"COLUMNS": "80"})

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .errors import ExperimentError
+from .errors import ExperimentError, shortened
 from .harness import expr
 from .harness.launch import DEVICE_NAMES, NOMINAL_DEVICE, resolve_launch
 from .harness.protocol import CaseSpec, LaunchSpec
@@ -45,8 +45,12 @@ def read_json_file(path: Path, what: str) -> Any:
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise ExperimentError(path, f"line {exc.lineno}", f"not valid JSON: {exc.msg}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ExperimentError(path, "", f"cannot be read: {exc}") from None
+    except UnicodeDecodeError:
+        raise ExperimentError(path, "", "not a UTF-8 text file (JSON is text)") from None
+    except OSError as exc:
+        raise ExperimentError(path, "", f"cannot be read: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError) as exc:  # a number of thousands of digits, nesting thousands deep
+        raise ExperimentError(path, "", f"not valid JSON: {shortened(str(exc), 120)}") from None
 
 
 def read_model_file(path: Path, model, what: str):
@@ -66,11 +70,15 @@ def read_model_file(path: Path, model, what: str):
 def read_text_file(path: Path, field: str) -> str:
     """A source file's text; a binary or non-UTF-8 file is bad input naming the file."""
     try:
-        return path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise ExperimentError(path, field, "not a UTF-8 text file") from None
     except OSError as exc:
         raise ExperimentError(path, field, exc.strerror or str(exc)) from None
+    if "\0" in text:
+        line = text[:text.index("\0")].count("\n") + 1
+        raise ExperimentError(path, field, f"holds a NUL byte (line {line}): not a text file")
+    return text
 
 
 def check_case(path: Path, where: str, case: CaseSpec, default_launch: LaunchSpec | None,

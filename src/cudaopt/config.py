@@ -32,6 +32,15 @@ class CasesFile(Model):
         return {"cases": data} if isinstance(data, list) else data
 
 
+def plain_tunables(value: Any) -> Any:
+    """Tunable values as written: true/false would pass as 1/0, NaN as a number no restriction allows."""
+    for name, values in (value.items() if isinstance(value, dict) else ()):
+        for item in values if isinstance(values, list) else ():
+            if isinstance(item, bool) or (isinstance(item, float) and not math.isfinite(item)):
+                raise ValueError(f"{name}: {json.dumps(item)} is not a value a tunable takes (a number or a string)")
+    return value
+
+
 MAX_CONFIGURATIONS = 100_000  # a tune space above this is refused before anything is built
 MAX_VISITED = 300_000  # partial configurations counting may visit
 _SAMPLE = 2000
@@ -48,6 +57,8 @@ class TuneSpace(Model):
     tunables: dict[str, list[int | float | str]] = Field(min_length=1)
     restrictions: list[str] = Field(default_factory=list)
     launch: LaunchSpec | None = None
+
+    _plain = field_validator("tunables", mode="before")(plain_tunables)
 
     @field_validator("tunables")
     @classmethod
@@ -158,6 +169,17 @@ class TuneSpace(Model):
         return (f"{count} configurations, {why}; narrow it: fewer values per tunable, or restrictions that "
                 "rule out whole ranges")
 
+    def why_empty(self) -> str:
+        """Why the first combination of the lists is refused when a restriction cannot even be
+        evaluated on it (a division by zero, say); empty when every restriction evaluates."""
+        config = {k: v[0] for k, v in self.tunables.items()}
+        for text in self.restrictions:
+            try:
+                expr.evaluate(text, config)
+            except expr.ExprError as exc:
+                return f" ({exc} with {config})"
+        return ""
+
     def first(self) -> dict:
         """The first allowed configuration (a SpaceError when there is none)."""
         for config in self._walk():
@@ -188,6 +210,8 @@ def space_in_source(source: str) -> TuneSpace | None:
         return TuneSpace.model_validate(json.loads(match.group(1)))
     except json.JSONDecodeError as exc:
         raise SpaceError(f"cudaopt-tune block: not valid JSON: {exc.msg}") from None
+    except (ValueError, RecursionError) as exc:  # a number of thousands of digits, nesting thousands deep
+        raise SpaceError(f"cudaopt-tune block: not valid JSON: {str(exc)[:120]}") from None
     except ValidationError as exc:
         err = exc.errors()[0]
         raise SpaceError(f"cudaopt-tune block: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
@@ -200,6 +224,8 @@ class TuneSection(Model):
     kernel: str
     tunables: dict[str, list[int | float | str]] | None = None
     restrictions: list[str] = Field(default_factory=list)
+
+    _plain = field_validator("tunables", mode="before")(plain_tunables)
     launch: LaunchSpec | None = None
 
 
@@ -268,11 +294,11 @@ class TimeoutPolicy(Model):
 class RoiInputs(Model):
     """What only the user knows; given in the experiment's ``roi`` section or as flags."""
 
-    engineer_hours: float = Field(2.0, ge=0)
-    engineer_rate_usd: float = Field(100.0, ge=0)
-    gpu_hour_usd: float = Field(3.0, ge=0)
-    calls_per_month: float = Field(1e6, ge=0)
-    payback_window_months: float = Field(3.0, gt=0)
+    engineer_hours: float = Field(2.0, ge=0, allow_inf_nan=False)
+    engineer_rate_usd: float = Field(100.0, ge=0, allow_inf_nan=False)
+    gpu_hour_usd: float = Field(3.0, ge=0, allow_inf_nan=False)
+    calls_per_month: float = Field(1e6, ge=0, allow_inf_nan=False)
+    payback_window_months: float = Field(3.0, gt=0, allow_inf_nan=False)
     case: str | None = None  # the case whose latency the calls pay; default: the slowest performance case
 
 

@@ -37,7 +37,7 @@ from .config import (
     VendorSection,
     space_in_source,
 )
-from .errors import ExperimentError, validation_message
+from .errors import ExperimentError, shortened, validation_message
 from .harness.launch import tunable_clashes
 from .harness.protocol import (
     HARNESS_VERSION,
@@ -357,7 +357,7 @@ def _load_tuning(tune: TuneSection, base: Path, origin: str, sig: Signature, cas
     except SpaceError as exc:
         raise ExperimentError(where, "tune.tunables", str(exc)) from None
     if count == 0:
-        raise ExperimentError(where, "tune.restrictions", "no configuration satisfies them")
+        raise ExperimentError(where, "tune.restrictions", f"no configuration satisfies them{space.why_empty()}")
     if configs is None:  # a large space: the first configuration and a seeded sample of the others
         configs = [space.first()] + random.Random(0).sample(space.configurations(), CHECKED_CONFIGURATIONS - 1)
     for config in configs:
@@ -388,6 +388,8 @@ def load_launch(text: str) -> LaunchSpec:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ExperimentError(source, "", f"not valid JSON: {exc.msg}") from None
+        except (ValueError, RecursionError) as exc:  # a number of thousands of digits, nesting thousands deep
+            raise ExperimentError(source, "", f"not valid JSON: {shortened(str(exc), 120)}") from None
     try:
         launch = LaunchFile.model_validate(data)
     except ValidationError as exc:

@@ -68,6 +68,8 @@ def parse(text: str, signature: Signature, cases: list[CaseSpec], allow_tunables
             data = json.loads(json_text)
         except json.JSONDecodeError as exc:
             raise ProposalError(f"the JSON block is not valid JSON: {exc.msg} (line {exc.lineno})") from None
+        except (ValueError, RecursionError) as exc:  # a number of thousands of digits, nesting thousands deep
+            raise ProposalError(f"the JSON block is not valid JSON: {str(exc)[:120]}") from None
     else:
         data = _bare_json(text)
     if data is None:

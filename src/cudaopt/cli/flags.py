@@ -16,6 +16,7 @@ from ..errors import ExperimentError
 
 REASONING_EFFORTS = ("minimal", "low", "medium", "high")
 SEED_MAX = 2**32 - 1  # seeds are non-negative 32-bit numbers
+MAX_LAUNCHES = 100_000  # warm-up or timed launches per case a command may ask for
 _SYSTEM_TREES = (Path("/proc"), Path("/sys"), Path("/dev"))
 URL_FLAGS = {"base_url": "http://localhost:8000/v1", "page": "https://docs.nvidia.com/cuda/..."}  # and an example
 WRITTEN_FOLDERS = ("results_dir",)  # options naming a folder the command creates and writes into
@@ -54,6 +55,14 @@ def check_flags(fn, values: dict) -> None:
                 if url.scheme not in ("http", "https") or not url.hostname or any(c.isspace() for c in item):
                     raise ExperimentError(flag_name(fn, name), "", f"{item!r} is not an http(s) URL such as "
                                                                    f"{URL_FLAGS[name]}")
+        if name == "entry" and not value.isidentifier():
+            raise ExperimentError("--entry", "", f"{value!r} is not a kernel name (a C identifier)")
+        if name == "ray" and not value.strip():
+            raise ExperimentError("--ray", "", "empty: give an ADDRESS, auto or local")
+        if name == "query" and not value.strip():
+            raise ExperimentError("QUERY", "", "empty: give words to search for")
+        if name in ("warmup", "iterations") and value > MAX_LAUNCHES:
+            raise ExperimentError(flag_name(fn, name), "", f"{value} launches a case: at most {MAX_LAUNCHES:,}")
         if name == "seed" and not 0 <= value <= SEED_MAX:
             raise ExperimentError(flag_name(fn, name), "", f"{value} is not a seed from 0 to {SEED_MAX}")
         if name in WRITTEN_FOLDERS:

@@ -9,7 +9,7 @@ import typer
 
 from ..errors import ExperimentError
 from .app import app, check_output_path, command, console, say
-from .flags import SEED_MAX
+from .flags import SEED_MAX, check_writable_folder
 
 imports = typer.Typer(help="Turn a problem written for another benchmark into a cudaopt experiment.",
                       no_args_is_help=True)
@@ -38,6 +38,8 @@ def kernelbench(
 
     if name is not None and not name.isidentifier():
         raise ExperimentError("--name", "", f"{name!r} is not a C identifier")
+    if not (out.exists() and not out.is_dir()):  # a file in the way is said by the importer, naming it
+        check_writable_folder(out, "--out")
     imported = import_isolated(problem, out, name=name, seed=seed, rtol=rtol, atol=atol, force=force,
                                timeout_s=time_limit)
     exp = imported.experiment

@@ -64,9 +64,11 @@ def import_isolated(path: Path, out: Path, *, name: str | None = None, seed: int
             lines = [line for line in done.stderr.splitlines() if line.strip()]
             why = f"signal {-done.returncode}" if done.returncode < 0 else f"exit status {done.returncode}"
             last = f": {shortened(lines[-1])}" if lines else ""
-            if done.returncode < 0:  # killed: by the kernel for memory, or a crash in native code the problem called
-                raise ExperimentError(path, "", f"running the problem killed the importer ({why}{last})")
-            raise RuntimeError(f"the KernelBench importer failed ({why}{last})")
+            if "Traceback" in done.stderr:  # the importer's own error: a bug
+                raise RuntimeError(f"the KernelBench importer failed ({why}{last})")
+            # killed (for memory, a crash in native code the problem called) or ended by the problem (os._exit)
+            raise ExperimentError(path, "", f"running the problem ended the importer ({why}{last}) before it "
+                                            "finished")
         result = ImportAnswer.model_validate_json(answer.read_text())
     if result.error is not None:
         raise ExperimentError(*result.error)
@@ -85,6 +87,8 @@ def _child() -> int:
         answer = ImportAnswer(notes=imported.notes)
     except ExperimentError as exc:
         answer = ImportAnswer(error=(exc.file, exc.field, exc.message))
+    except SystemExit as exc:  # the problem's own code called exit()
+        answer = ImportAnswer(error=(job.path, "", f"the problem called exit({exc.code}) while it was imported"))
     Path(job.answer).write_text(answer.to_json())
     return 0
 

@@ -99,7 +99,8 @@ def parse(text: str, signature: Signature, cases: list[CaseSpec], allow_tunables
                 check_launch("launch", "", launch, case, names=candidate_names(case.scalars, config, device),
                              kernel=(source, signature), device=dict(device))
             except ExperimentError as exc:
-                raise ProposalError(f"launch configuration does not work{where}: {exc.field}: {exc.message}") from None
+                why = exc.message.removeprefix(f"case {case.name!r}: ")
+                raise ProposalError(f"launch configuration for case {case.name!r}{where}: {exc.field}: {why}") from None
     return Proposal(source=source, launch=launch, rationale=answer.rationale.strip(), configurations=configurations)
 
 

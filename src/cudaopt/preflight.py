@@ -108,8 +108,9 @@ def check_launches(experiment: Experiment, source: str, launch: LaunchSpec | Non
         elif case.launch is not None:
             check_launch(experiment.cases_path, f"cases[{i}].launch", case.launch, case, kernel=(source, sig),
                          max_shared=limit)
-    what = f"{origin} on" if launch is not None else "the launch of"
-    return f"{what} every case: grid, block, {limit // 1024} KiB of shared memory on {arch}, kernels declared"
+    what = f"{origin} on every case" if launch is not None else "every case's launch"
+    return (f"{what} resolves within a GPU's grid and block limits and {arch}'s {limit // 1024} KiB of shared "
+            "memory; the kernels it names are declared")
 
 
 def memory_estimate(experiment: Experiment) -> str:

@@ -350,3 +350,15 @@ def test_help_keeps_every_option_name_whole_at_80_columns():
         assert max(len(line) for line in text.splitlines()) <= 80, path
         for name in (o for p in command.params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")):
             assert re.search(re.escape(name) + r"(?![\w-])", text), (path, name)
+
+
+def test_replaying_an_edited_request_checks_its_launch_before_any_worker(sgemm, tmp_path, no_worker):
+    from cudaopt.harness.protocol import LaunchSpec
+
+    request = sgemm.request(sgemm.initial_kernel_path.read_text(), launch=LaunchSpec(grid=["n // 0"], block=[16]))
+    path = tmp_path / "best-case-0.json"
+    path.write_text(request.to_json())
+    result = runner.invoke(app, ["replay", str(path)])
+    assert not no_worker
+    assert result.exit_code == 2 and "best-case-0.json: launch.grid[0]" in one_line(result)
+    assert "division by zero" in one_line(result)

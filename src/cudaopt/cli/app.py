@@ -160,14 +160,15 @@ def gpu_pool(chosen: list[int] | None, ray: str | None):
 
 
 def check_output_path(path: Path, option: str) -> None:
-    from .flags import writable
-
     """Refuse, before any work, an output path that cannot take a regular file: a device, a
-    folder, a missing or read-only folder (a symlink such as /dev/stdout is never replaced)."""
+    folder, a missing or read-only folder, a system folder (a symlink such as /dev/stdout is
+    never replaced)."""
+    from .flags import in_system_tree, writable
+
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise ExperimentError(option, "", f"{path}: exists and is not a regular file (use - for standard output)")
     folder = path.parent
-    if any(part in ("/proc", "/sys", "/dev") for part in (str(folder.resolve()), *map(str, folder.resolve().parents))):
+    if in_system_tree(folder):
         raise ExperimentError(option, "", f"{path}: a system folder, not one to write results in")
     if not folder.is_dir():
         raise ExperimentError(option, "", f"{path}: folder {folder} does not exist")

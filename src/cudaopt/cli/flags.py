@@ -73,7 +73,7 @@ def check_writable_folder(path: Path, flag: str) -> None:
     """A folder that will be created (with its parents) and written: not in /proc, /sys or /dev,
     not a file, and its nearest existing folder writable (a read-only mount is not)."""
     resolved = path.expanduser().resolve()
-    if any(resolved == tree or tree in resolved.parents for tree in _SYSTEM_TREES):
+    if in_system_tree(resolved):
         raise ExperimentError(flag, "", f"{path}: a system folder, not one to write results in")
     existing = resolved
     while not existing.exists():
@@ -82,6 +82,12 @@ def check_writable_folder(path: Path, flag: str) -> None:
         raise ExperimentError(flag, "", f"{path}: {existing} exists and is not a folder")
     if not writable(existing):
         raise ExperimentError(flag, "", f"{path}: {existing} is not writable")
+
+
+def in_system_tree(path: Path) -> bool:
+    """Whether ``path`` lies in /proc, /sys or /dev (where root may "write" and nothing lands)."""
+    resolved = path.expanduser().resolve()
+    return any(resolved == tree or tree in resolved.parents for tree in _SYSTEM_TREES)
 
 
 def writable(folder: Path) -> bool:

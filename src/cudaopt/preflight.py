@@ -1,7 +1,10 @@
 """``cudaopt check``: everything about an experiment that can be checked without a GPU.
 
 Loading an experiment already checks its files, fields, signature and every expression on every
-case (experiment.py). Here come the checks that run code: each kernel (the initial one, a
+case (experiment.py). Here come the checks that need the kernel or the target: every case's
+launch (or a ``--launch``) against the kernel's entries and the target's shared memory, and each
+case's device memory against the GPU's (NVML; an assumed 80 GiB where there is none); then the
+checks that run code: each kernel (the initial one, a
 ``--kernel``, the tunable kernel with its first configuration) and a ``.cu`` reference compiled
 with NVRTC for the target architecture; a NumPy reference called on the smallest case, in a
 subprocess with a timeout, its outputs' shapes compared with the case's; a PyTorch reference the

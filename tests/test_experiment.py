@@ -78,12 +78,12 @@ def test_malformed_json_names_the_line(example):
         (lambda d: d["cases"][0]["inputs"]["b"]["init"].update(std=float("inf")), "cases[0].inputs.b.init.std", "finite"),
         (lambda d: d["cases"][1]["scalars"].update(m=2**40), "cases[1].scalars.m", "does not fit int m"),
         (lambda d: d["cases"][1]["scalars"].update(m=2.5), "cases[1].scalars.m", "not an integer"),
-        (lambda d: d["cases"][1]["scalars"].update(n=0), "cases[1].outputs.c.shape", "has no elements"),
+        (lambda d: d["cases"][1]["scalars"].update(n=0), "cases[1].inputs.b.shape[1]", "gives 0: every dimension"),
         (lambda d: d["cases"][1].update(flops="sqrt(-1)"), "cases[1].flops", "sqrt() failed"),
         (lambda d: d["cases"][1].update(bytes="m*q"), "cases[1].bytes", "unknown name 'q'"),
         (lambda d: d["cases"][1].update(launch={"grid": [1], "block": [64, 64]}), "cases[1].launch.block", "4096 threads"),
-        (lambda d: d["cases"][1].update(launch={"grid": [-1], "block": [32]}), "cases[1].launch", "below 1"),
-        (lambda d: d["cases"][1].update(launch={"grid": [1, 70000], "block": [32]}), "cases[1].launch.grid", "exceeds"),
+        (lambda d: d["cases"][1].update(launch={"grid": [-1], "block": [32]}), "cases[1].launch.grid[0]", "at least 1"),
+        (lambda d: d["cases"][1].update(launch={"grid": [1, 70000], "block": [32]}), "cases[1].launch.grid[1]", "above the 65535"),
     ],
 )
 def test_bad_input_cases_name_file_and_field(example, change, field, message):

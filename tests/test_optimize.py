@@ -276,7 +276,7 @@ def test_refused_credentials_stop_at_once(tmp_path):
     ("lock.json", "{garbage", "lock.json: line 1"),
     ("history.json", '{"attempts": [{"id": 0', "history.json: line 1"),
     ("history.json", '{"attempts": [{"id": "zero"}]}', "history.json: attempts[0].id"),
-    ("settings.json", "[]", "settings.json: (top level)"),
+    ("settings.json", "[]", "settings.json: Input should be an object"),
 ])
 def test_resuming_a_broken_run_is_bad_input_before_the_gpu(tmp_path, name, content, field):
     from cudaopt.errors import ExperimentError

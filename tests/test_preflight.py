@@ -83,4 +83,6 @@ def test_a_bad_arch_is_refused():
 
 def test_preflight_lists_what_it_checked(sgemm):
     done = preflight(sgemm, arch="sm_90", tune=False)
-    assert [c.what for c in done] == ["experiment", "reference", "controls", "kernel"]
+    assert [c.what for c in done] == ["experiment", "launches", "memory", "reference", "controls", "kernel"]
+    memory = next(c.detail for c in done if c.what == "memory")
+    assert "GiB" in memory or "MiB" in memory

@@ -59,7 +59,8 @@ def test_the_experiment_sets_the_policy(example):
     edit("experiment.json", lambda d: d.update(timeouts={"check_s": 60, "multiple": 5, "floor_s": 2}))
     exp = load_experiment(folder / "experiment.json")
     assert exp.timeouts == TimeoutPolicy(compile_s=60, check_s=60, timing_s=300, multiple=5, floor_s=2)
-    assert exp.request("// source").timeouts == Timeouts(compile_s=60, check_s=60, timing_s=300)
+    assert exp.request("// source").timeouts == Timeouts(compile_s=60, check_s=60, timing_s=300, launch_multiple=5,
+                                                         launch_floor_s=2)
 
 
 @pytest.mark.parametrize(

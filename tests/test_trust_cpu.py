@@ -63,6 +63,7 @@ def test_an_experiment_tune_space_that_shadows_a_scalar_is_refused(tmp_path):
     config["vendor"]["file"] = str((SGEMM / config["vendor"]["file"]).resolve())
     config["tune"]["kernel"] = str((SGEMM / config["tune"]["kernel"]).resolve())
     config["tune"]["tunables"] = {"k": [8, 16]}
+    config["tune"]["restrictions"] = []  # they name the example's tunables
     config["tune"]["launch"] = {"grid": ["cdiv(n, 16)", "cdiv(m, 16)"], "block": [16, 16]}
     path = tmp_path / "experiment.json"
     path.write_text(json.dumps(config))

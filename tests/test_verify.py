@@ -142,7 +142,7 @@ def test_a_shape_sweep_times_every_shape_of_a_grid(run, tmp_path):
     ('{"m": [64], "q": [2]}', "shapes[0]: q: not a scalar"),
     ('{"template": "nope", "shapes": [{"m": 4}]}', "template: no case named 'nope'"),
     ('{"m": [4294967296]}', "shapes[0].scalars.m: 4294967296 does not fit int m"),
-    ('[{"m": 0}]', "shapes[0].outputs.c.shape"),
+    ('[{"m": 0}]', "shapes[0].inputs.a.shape[0]"),
     ('{"shapes": []}', "shapes: "),
     ("[{", "not valid JSON"),
 ])

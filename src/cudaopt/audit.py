@@ -74,7 +74,16 @@ def discover(source: Path) -> list[Path]:
             raise ExperimentError(source, "", "no experiment.json below it")
         return found
     configs = []
-    for number, line in enumerate(source.read_text().splitlines(), start=1):
+    raw = source.read_bytes()
+    if b"\0" in raw:
+        line = raw[:raw.index(b"\0")].count(b"\n") + 1
+        raise ExperimentError(source, f"line {line}", "holds a NUL byte: a list file is text, one path a line")
+    try:
+        listing = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ExperimentError(source, "", "not a UTF-8 text file (a list file names one experiment.json a "
+                                          "line)") from None
+    for number, line in enumerate(listing.splitlines(), start=1):
         text = line.split("#", 1)[0].strip()
         if not text:
             continue

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .errors import ExperimentError
+from .errors import ExperimentError, shortened
 from .harness import expr
 from .harness.launch import DEVICE_NAMES, NOMINAL_DEVICE, resolve_launch
 from .harness.protocol import CaseSpec, LaunchSpec
@@ -25,6 +25,12 @@ from .harness.signature import Signature, SignatureError, find_entry, other_entr
 MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK = (1024, 1024, 64)
 MAX_GRID = (2**31 - 1, 65535, 65535)
+# Dynamic shared memory one block may have, by architecture (the opt-in maximum); before the
+# target is known, the largest of them (sm_90's 227 KiB).
+SHARED_BY_ARCH = {"sm_70": 96 * 1024, "sm_72": 96 * 1024, "sm_75": 64 * 1024, "sm_80": 163 * 1024,
+                  "sm_86": 99 * 1024, "sm_87": 163 * 1024, "sm_89": 99 * 1024, "sm_90": 227 * 1024,
+                  "sm_100": 227 * 1024, "sm_103": 227 * 1024, "sm_120": 99 * 1024}
+MAX_SHARED_BYTES = max(SHARED_BY_ARCH.values())
 
 _SCALAR_RANGES = {
     "int8": (-2**7, 2**7 - 1), "uint8": (0, 2**8 - 1), "int16": (-2**15, 2**15 - 1), "uint16": (0, 2**16 - 1),
@@ -39,8 +45,12 @@ def read_json_file(path: Path, what: str) -> Any:
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise ExperimentError(path, f"line {exc.lineno}", f"not valid JSON: {exc.msg}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ExperimentError(path, "", f"cannot be read: {exc}") from None
+    except UnicodeDecodeError:
+        raise ExperimentError(path, "", "not a UTF-8 text file (JSON is text)") from None
+    except OSError as exc:
+        raise ExperimentError(path, "", f"cannot be read: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError) as exc:  # a number of thousands of digits, nesting thousands deep
+        raise ExperimentError(path, "", f"not valid JSON: {shortened(str(exc), 120)}") from None
 
 
 def read_model_file(path: Path, model, what: str):
@@ -60,11 +70,15 @@ def read_model_file(path: Path, model, what: str):
 def read_text_file(path: Path, field: str) -> str:
     """A source file's text; a binary or non-UTF-8 file is bad input naming the file."""
     try:
-        return path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise ExperimentError(path, field, "not a UTF-8 text file") from None
     except OSError as exc:
         raise ExperimentError(path, field, exc.strerror or str(exc)) from None
+    if "\0" in text:
+        line = text[:text.index("\0")].count("\n") + 1
+        raise ExperimentError(path, field, f"holds a NUL byte (line {line}): not a text file")
+    return text
 
 
 def check_case(path: Path, where: str, case: CaseSpec, default_launch: LaunchSpec | None,
@@ -93,20 +107,24 @@ def check_case(path: Path, where: str, case: CaseSpec, default_launch: LaunchSpe
     shapes = {}
     for kind, specs in (("inputs", case.inputs), ("outputs", case.outputs)):
         for name, spec in specs.items():
-            try:
-                dims = [expr.evaluate_int(d, case.scalars) for d in spec.shape]
-            except expr.ExprError as exc:
-                raise ExperimentError(path, f"{where}.{kind}.{name}.shape", str(exc)) from None
-            if any(d < 0 for d in dims):
-                raise ExperimentError(path, f"{where}.{kind}.{name}.shape", f"negative dimension in {dims}")
+            dims = []
+            for d, text in enumerate(spec.shape):
+                try:
+                    dims.append(dim := expr.evaluate_int(text, case.scalars))
+                except expr.ExprError as exc:
+                    raise ExperimentError(path, f"{where}.{kind}.{name}.shape[{d}]", str(exc)) from None
+                if dim < 1:
+                    what = "output" if kind == "outputs" else "input"
+                    said = f"{dim}" if isinstance(text, (int, float)) else f"{text!r} gives {dim}"
+                    raise ExperimentError(path, f"{where}.{kind}.{name}.shape[{d}]",
+                                          f"{said}: every dimension must be at least 1 (an empty "
+                                          f"{what} checks nothing)")
             shapes[name] = tuple(dims)
-    for name in case.outputs:
-        if 0 in shapes[name]:
-            raise ExperimentError(path, f"{where}.outputs.{name}.shape", f"{list(shapes[name])} has no elements: "
-                                                                         "nothing would be checked")
+    dtypes = {a.name: a.dtype for a in signature.args}
     for name, spec in case.inputs.items():
         if spec.init.file:
-            check_npy(path, f"{where}.inputs.{name}.init.file", path.parent / spec.init.file, shapes[name])
+            check_npy(path, f"{where}.inputs.{name}.init.file", path.parent / spec.init.file, shapes[name],
+                      dtypes.get(name))
     for field in ("flops", "bytes"):
         value = getattr(case, field)
         if value is not None:
@@ -123,25 +141,45 @@ def check_case(path: Path, where: str, case: CaseSpec, default_launch: LaunchSpe
 
 
 def check_launch(path: Path, field: str, launch: LaunchSpec, case: CaseSpec, names: dict | None = None,
-                 kernel: tuple[str, Signature] | None = None) -> None:
+                 kernel: tuple[str, Signature] | None = None, max_shared: int = MAX_SHARED_BYTES,
+                 device: dict | None = None) -> None:
     """The launch resolves on the case's scalars (and ``names``: tunables) and fits what any CUDA
-    GPU launches; the GPU's facts (``num_sms``) take their nominal values here. With ``kernel``
-    (its source and the signature), a kernel the launch names is declared there."""
+    GPU launches (``max_shared``: the target's dynamic shared memory); the GPU's facts
+    (``num_sms``) take their nominal values unless ``device`` gives them. Each problem names its field, down to the
+    dimension (``grid[1]``). With ``kernel`` (its source and the signature), a kernel the launch
+    names is declared there."""
+    scope = {**(names or {}), **(device or NOMINAL_DEVICE), **case.scalars}
+    sep = "." if field else ""
+    for label, values, limits in (("grid", launch.grid, MAX_GRID), ("block", launch.block, MAX_BLOCK)):
+        for d, text in enumerate(values):
+            where = f"{field}{sep}{label}[{d}]"
+            try:
+                value = expr.evaluate_int(text, scope)
+            except expr.ExprError as exc:
+                raise ExperimentError(path, where, f"case {case.name!r}: {exc}") from None
+            said = f"{value}" if isinstance(text, (int, float)) else f"{text!r} gives {value}"
+            if value < 1:
+                raise ExperimentError(path, where, f"case {case.name!r}: {said}: a launch dimension must be at "
+                                                   "least 1")
+            if value > limits[d]:
+                raise ExperimentError(path, where, f"case {case.name!r}: {said}, above the {limits[d]} every GPU "
+                                                   f"allows in {label} dimension {d}")
     try:
-        resolved = resolve_launch(launch, {**(names or {}), **NOMINAL_DEVICE, **case.scalars})
+        resolved = resolve_launch(launch, scope)
     except ValueError as exc:
-        raise ExperimentError(path, field, f"case {case.name!r}: {exc}") from None
+        raise ExperimentError(path, f"{field}{sep}shared_bytes", f"case {case.name!r}: {exc}") from None
+    if resolved.shared_bytes > max_shared:
+        raise ExperimentError(path, f"{field}{sep}shared_bytes", f"case {case.name!r}: {resolved.shared_bytes} bytes "
+                                                                 f"of dynamic shared memory, above the {max_shared} "
+                                                                 "a block may have")
     if kernel is not None:
         problem = other_entry_problem(kernel[0], resolved.entry, kernel[1])
         if problem:
-            raise ExperimentError(path, f"{field}.entry", f"case {case.name!r}: {problem}")
-    block, grid = resolved.block, resolved.grid
-    if resolved.threads > MAX_THREADS_PER_BLOCK or any(b > m for b, m in zip(block, MAX_BLOCK, strict=True)):
-        raise ExperimentError(path, f"{field}.block", f"case {case.name!r}: block {list(block)} ({resolved.threads} "
-                                                      f"threads) exceeds what a GPU launches ({MAX_THREADS_PER_BLOCK} "
-                                                      f"threads, {list(MAX_BLOCK)} per dimension)")
-    if any(g > m for g, m in zip(grid, MAX_GRID, strict=True)):
-        raise ExperimentError(path, f"{field}.grid", f"case {case.name!r}: grid {list(grid)} exceeds {list(MAX_GRID)}")
+            raise ExperimentError(path, f"{field}{sep}entry", f"case {case.name!r}: {problem}")
+    if resolved.threads > MAX_THREADS_PER_BLOCK:
+        raise ExperimentError(path, f"{field}{sep}block", f"case {case.name!r}: block {list(resolved.block)} "
+                                                          f"({resolved.threads} threads) exceeds the "
+                                                          f"{MAX_THREADS_PER_BLOCK} threads a block may have")
 
 
 def check_scalars(path: Path, where: str, case: CaseSpec, signature: Signature) -> None:
@@ -159,18 +197,35 @@ def check_scalars(path: Path, where: str, case: CaseSpec, signature: Signature) 
             raise ExperimentError(path, field, f"{value} is not a finite number ({arg.c_decl()})")
 
 
-def check_npy(path: Path, field: str, file: Path, shape: tuple[int, ...]) -> None:
-    """An input file exists, is a .npy array, and has the case's shape (read from its header only)."""
+def shared_limit(arch: str) -> int:
+    """The dynamic shared memory a block may have on ``arch`` (sm_90a counts as sm_90)."""
+    return SHARED_BY_ARCH.get(re.sub(r"[a-z]$", "", arch), MAX_SHARED_BYTES)
+
+
+def check_npy(path: Path, field: str, file: Path, shape: tuple[int, ...], dtype: str | None = None) -> None:
+    """An input file exists, is a .npy array, has the case's shape and a type the argument's
+    converts from without losing its kind (read from its header only)."""
     import numpy as np
+
+    from .harness.signature import DTYPES
 
     if not file.is_file():
         raise ExperimentError(path, field, f"{file.name} not found")
     try:
         data = np.load(file, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError) as exc:
-        raise ExperimentError(path, field, f"{file.name} is not a .npy array ({exc})".replace("\n", " ")) from None
+        reason = str(exc).split(". ")[0].replace("\n", " ")
+        raise ExperimentError(path, field, f"{file.name} is not a .npy array of numbers ({reason})") from None
     if tuple(data.shape) != shape:
         raise ExperimentError(path, field, f"{file.name} has shape {list(data.shape)}, the case says {list(shape)}")
+    if dtype in DTYPES:
+        target = np.dtype("float32" if dtype == "bfloat16" else DTYPES[dtype].numpy)
+        bits = dtype == "bfloat16" and data.dtype == np.uint16  # bfloat16 given as its bits
+        kinds = {"f": "f", "i": "iu", "u": "iu", "b": "b"}.get(target.kind, target.kind)
+        if not bits and data.dtype.kind not in kinds:
+            raise ExperimentError(path, field, f"{file.name} holds {data.dtype}, the argument is {dtype}: save "
+                                               f"it as {target} (or another {'float' if 'f' in kinds else 'integer'} "
+                                               "type)")
 
 
 def check_kernel_entry(path: Path, source: str, entry: str, sig: Signature, plain: bool = False) -> None:

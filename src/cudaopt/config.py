@@ -8,8 +8,9 @@ experiment.py.
 
 from __future__ import annotations
 
-import itertools
 import json
+import math
+import random
 import re
 from typing import Any, Literal
 
@@ -31,6 +32,20 @@ class CasesFile(Model):
         return {"cases": data} if isinstance(data, list) else data
 
 
+def plain_tunables(value: Any) -> Any:
+    """Tunable values as written: true/false would pass as 1/0, NaN as a number no restriction allows."""
+    for name, values in (value.items() if isinstance(value, dict) else ()):
+        for item in values if isinstance(values, list) else ():
+            if isinstance(item, bool) or (isinstance(item, float) and not math.isfinite(item)):
+                raise ValueError(f"{name}: {json.dumps(item)} is not a value a tunable takes (a number or a string)")
+    return value
+
+
+MAX_CONFIGURATIONS = 100_000  # a tune space above this is refused before anything is built
+MAX_VISITED = 300_000  # partial configurations counting may visit
+_SAMPLE = 2000
+
+
 class TuneSpace(Model):
     """Tunable parameters: the values each may take and the restrictions between them.
 
@@ -42,6 +57,8 @@ class TuneSpace(Model):
     tunables: dict[str, list[int | float | str]] = Field(min_length=1)
     restrictions: list[str] = Field(default_factory=list)
     launch: LaunchSpec | None = None
+
+    _plain = field_validator("tunables", mode="before")(plain_tunables)
 
     @field_validator("tunables")
     @classmethod
@@ -60,17 +77,121 @@ class TuneSpace(Model):
             expr.parse(text)
         return value
 
+    @model_validator(mode="after")
+    def _known_names(self) -> TuneSpace:
+        for i, text in enumerate(self.restrictions):
+            unknown = sorted(expr.names_in(text) - set(self.tunables))
+            if unknown:
+                raise ValueError(f"restrictions[{i}]: {', '.join(unknown)} in {text!r} is not a tunable "
+                                 f"({', '.join(self.tunables)})")
+            for name in sorted(expr.names_in(text)):
+                strings = [v for v in self.tunables[name] if isinstance(v, str)]
+                if strings:
+                    raise ValueError(f"restrictions[{i}]: {name} takes the string {strings[0]!r}, and a restriction "
+                                     "compares numbers (write numbers without quotes)")
+        return self
+
     def allows(self, config: dict) -> bool:
         try:
             return all(bool(expr.evaluate(r, config)) for r in self.restrictions)
         except expr.ExprError:
             return False  # e.g. a division by zero for this combination: not a valid point
 
-    def configurations(self) -> list[dict]:
-        """Every combination that satisfies the restrictions, in declaration order."""
+    def combinations(self) -> int:
+        """The size of the lists' product (the space before its restrictions)."""
+        return math.prod(len(v) for v in self.tunables.values())
+
+    def _walk(self):
+        """Every allowed configuration, in declaration order, each restriction tested as soon as
+        the tunables it names are set (so whole branches are cut at once); yields None for each
+        partial configuration visited, so a caller can bound the work."""
         names = list(self.tunables)
-        combos = (dict(zip(names, values, strict=True)) for values in itertools.product(*self.tunables.values()))
-        return [c for c in combos if self.allows(c)]
+        at: dict[int, list[str]] = {}
+        for text in self.restrictions:
+            depth = max((names.index(n) for n in expr.names_in(text)), default=0)
+            at.setdefault(depth, []).append(text)
+
+        def ok(config: dict, depth: int) -> bool:
+            try:
+                return all(bool(expr.evaluate(r, config)) for r in at.get(depth, ()))
+            except expr.ExprError:
+                return False
+
+        def visit(depth: int, config: dict):
+            for value in self.tunables[names[depth]]:
+                config[names[depth]] = value
+                yield None
+                if not ok(config, depth):
+                    continue
+                if depth + 1 == len(names):
+                    yield dict(config)
+                else:
+                    yield from visit(depth + 1, config)
+            del config[names[depth]]
+
+        yield from visit(0, {})
+
+    def count(self, limit: int | None = None) -> int:
+        """How many configurations the restrictions allow, counted without building them; a
+        :class:`SpaceError` (with the count, or an estimate, and how to narrow it) above ``limit``
+        (default :data:`MAX_CONFIGURATIONS`)."""
+        limit = MAX_CONFIGURATIONS if limit is None else limit
+        total = self.combinations()
+        if not self.restrictions:
+            if total > limit:
+                raise SpaceError(self._too_large(f"{total:,}"))
+            return total
+        found = visited = 0
+        for config in self._walk():
+            if config is None:
+                visited += 1
+                if visited > MAX_VISITED:
+                    raise SpaceError(self._too_large(self._estimate(), visited=True))
+            else:
+                found += 1
+                if found > limit:
+                    raise SpaceError(self._too_large(f"more than {limit:,}"))
+        return found
+
+    def _estimate(self) -> str:
+        """The allowed count, estimated from a seeded sample of the lists' product."""
+        rng = random.Random(0)
+        sample = [{k: rng.choice(v) for k, v in self.tunables.items()} for _ in range(_SAMPLE)]
+        share = sum(self.allows(c) for c in sample) / _SAMPLE
+        if share == 0:
+            return f"an unknown number of (none in a sample of {_SAMPLE})"
+        return f"about {share * self.combinations():,.0f} (estimated from a sample)"
+
+    def _too_large(self, count: str, visited: bool = False) -> str:
+        sizes = " x ".join(str(len(v)) for v in self.tunables.values())
+        why = (f"too many to search: the lists give {self.combinations():,} combinations ({sizes}) and the "
+               f"restrictions cut too few of them early") if visited else f"above the limit of {MAX_CONFIGURATIONS:,}"
+        return (f"{count} configurations, {why}; narrow it: fewer values per tunable, or restrictions that "
+                "rule out whole ranges")
+
+    def why_empty(self) -> str:
+        """Why the first combination of the lists is refused when a restriction cannot even be
+        evaluated on it (a division by zero, say); empty when every restriction evaluates."""
+        config = {k: v[0] for k, v in self.tunables.items()}
+        for text in self.restrictions:
+            try:
+                expr.evaluate(text, config)
+            except expr.ExprError as exc:
+                return f" ({exc} with {config})"
+        return ""
+
+    def first(self) -> dict:
+        """The first allowed configuration (a SpaceError when there is none)."""
+        for config in self._walk():
+            if config is not None:
+                return config
+        raise SpaceError("no configuration satisfies the restrictions")
+
+    def configurations(self) -> list[dict]:
+        """Every combination that satisfies the restrictions, in declaration order (counted
+        first: a SpaceError above :data:`MAX_CONFIGURATIONS`)."""
+        self.count()
+        return [c for c in self._walk() if c is not None]
 
 
 class SpaceError(ValueError):
@@ -89,6 +210,8 @@ def space_in_source(source: str) -> TuneSpace | None:
         return TuneSpace.model_validate(json.loads(match.group(1)))
     except json.JSONDecodeError as exc:
         raise SpaceError(f"cudaopt-tune block: not valid JSON: {exc.msg}") from None
+    except (ValueError, RecursionError) as exc:  # a number of thousands of digits, nesting thousands deep
+        raise SpaceError(f"cudaopt-tune block: not valid JSON: {str(exc)[:120]}") from None
     except ValidationError as exc:
         err = exc.errors()[0]
         raise SpaceError(f"cudaopt-tune block: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
@@ -101,6 +224,8 @@ class TuneSection(Model):
     kernel: str
     tunables: dict[str, list[int | float | str]] | None = None
     restrictions: list[str] = Field(default_factory=list)
+
+    _plain = field_validator("tunables", mode="before")(plain_tunables)
     launch: LaunchSpec | None = None
 
 
@@ -139,7 +264,10 @@ class TimeoutPolicy(Model):
     floor_s: float = Field(10.0, gt=0, allow_inf_nan=False)
 
     def fixed(self) -> Timeouts:
-        return Timeouts(compile_s=self.compile_s, check_s=self.check_s, timing_s=self.timing_s)
+        """The limits before a baseline: fixed, but a candidate's checked launches are held to
+        ``multiple`` times the reference's time on the case (``floor_s`` at least)."""
+        return Timeouts(compile_s=self.compile_s, check_s=self.check_s, timing_s=self.timing_s,
+                        launch_multiple=self.multiple, launch_floor_s=self.floor_s)
 
     def scaled(self, cases: list) -> Timeouts:
         """Limits from a passing evaluation's cases (``CaseResult`` with ``phases``)."""
@@ -166,11 +294,11 @@ class TimeoutPolicy(Model):
 class RoiInputs(Model):
     """What only the user knows; given in the experiment's ``roi`` section or as flags."""
 
-    engineer_hours: float = Field(2.0, ge=0)
-    engineer_rate_usd: float = Field(100.0, ge=0)
-    gpu_hour_usd: float = Field(3.0, ge=0)
-    calls_per_month: float = Field(1e6, ge=0)
-    payback_window_months: float = Field(3.0, gt=0)
+    engineer_hours: float = Field(2.0, ge=0, allow_inf_nan=False)
+    engineer_rate_usd: float = Field(100.0, ge=0, allow_inf_nan=False)
+    gpu_hour_usd: float = Field(3.0, ge=0, allow_inf_nan=False)
+    calls_per_month: float = Field(1e6, ge=0, allow_inf_nan=False)
+    payback_window_months: float = Field(3.0, gt=0, allow_inf_nan=False)
     case: str | None = None  # the case whose latency the calls pay; default: the slowest performance case
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from .config import (
     VendorSection,
     space_in_source,
 )
-from .errors import ExperimentError, validation_message
+from .errors import ExperimentError, shortened, validation_message
 from .harness.launch import tunable_clashes
 from .harness.protocol import (
     HARNESS_VERSION,
@@ -55,6 +56,7 @@ from .harness.protocol import (
 from .harness.signature import Signature, SignatureError, find_entry, parse_signature
 
 LOCK_SCHEMA_VERSION = 1
+CHECKED_CONFIGURATIONS = 256  # a tune launch is checked on every configuration up to this many, a sample beyond
 
 
 class ExperimentLock(Model):
@@ -233,16 +235,21 @@ def load_experiment(
     for field, value in (("signature", sig_text), ("reference", ref_path), ("input_cases", cases_path)):
         if value is None:
             raise ExperimentError(origin, field, f"missing (give --{field.replace('_', '-')} or set it in --config)")
+
+    def blamed(field: str, flag_value) -> tuple[str, str]:
+        """The flag that gave a value, else the config file's field."""
+        return (f"--{field.replace('_', '-')}", "") if flag_value is not None else (origin, field)
+
     try:
         sig = parse_signature(sig_text)
     except SignatureError as exc:
-        raise ExperimentError(origin, "signature", str(exc)) from None
+        raise ExperimentError(*blamed("signature", signature), str(exc)) from None
     assert ref_path is not None and cases_path is not None
     if not ref_path.is_file():
-        raise ExperimentError(origin, "reference", f"{ref_path} not found")
+        raise ExperimentError(*blamed("reference", reference), f"{ref_path} not found")
     if ref_path.suffix not in (".cu", ".py"):
-        raise ExperimentError(origin, "reference", f"{ref_path} must be a .cu kernel or a .py NumPy or PyTorch "
-                                                   "function")
+        raise ExperimentError(*blamed("reference", reference), f"{ref_path} must be a .cu kernel or a .py NumPy or "
+                                                                "PyTorch function")
     ref_entry = model.reference_entry or sig.name
     ref_source = read_text_file(ref_path, "reference")
     if ref_path.suffix == ".cu":
@@ -258,7 +265,7 @@ def load_experiment(
         ref_kind = "torch" if kind == "torch" else "py"
     if init_path is not None:
         if not init_path.is_file():
-            raise ExperimentError(origin, "initial_kernel", f"{init_path} not found")
+            raise ExperimentError(*blamed("initial_kernel", initial_kernel), f"{init_path} not found")
         check_kernel_entry(init_path, read_text_file(init_path, "initial_kernel"), sig.name, sig)
     cases = load_cases(cases_path, sig)
     tuning = _load_tuning(model.tune, base, origin, sig, cases) if model.tune else None
@@ -336,7 +343,7 @@ def _load_tuning(tune: TuneSection, base: Path, origin: str, sig: Signature, cas
             space = TuneSpace(tunables=tune.tunables, restrictions=tune.restrictions)
         except ValidationError as exc:
             field, message = validation_message(exc)
-            raise ExperimentError(origin, f"tune.{field}", message) from None
+            raise ExperimentError(origin, f"tune.{field}" if field else "tune", message) from None
     elif in_source is not None:
         space = in_source
     else:
@@ -347,12 +354,23 @@ def _load_tuning(tune: TuneSection, base: Path, origin: str, sig: Signature, cas
     clashes = tunable_clashes(space.tunables, sig, {n for c in cases for n in c.scalars})
     if clashes:
         raise ExperimentError(origin if tune.tunables else path, "tune.tunables", "; ".join(clashes))
-    configs = space.configurations()
-    if not configs:
-        raise ExperimentError(origin, "tune.restrictions", "no configuration satisfies them")
-    for case in cases:
-        if case.role != "holdout":
-            check_launch(origin, "tune.launch", launch, case, names=configs[0], kernel=(source, sig))
+    where = origin if tune.tunables else path
+    try:
+        count = space.count()
+        configs = space.configurations() if count <= CHECKED_CONFIGURATIONS else None
+    except SpaceError as exc:
+        raise ExperimentError(where, "tune.tunables", str(exc)) from None
+    if count == 0:
+        raise ExperimentError(where, "tune.restrictions", f"no configuration satisfies them{space.why_empty()}")
+    if configs is None:  # a large space: the first configuration and a seeded sample of the others
+        configs = [space.first()] + random.Random(0).sample(space.configurations(), CHECKED_CONFIGURATIONS - 1)
+    for config in configs:
+        for case in cases:
+            if case.role != "holdout":
+                try:
+                    check_launch(origin, "tune.launch", launch, case, names=config, kernel=(source, sig))
+                except ExperimentError as exc:
+                    raise ExperimentError(exc.file, exc.field, f"{exc.message} (configuration {config})") from None
     return Tuning(path=path, source=source, space=space, launch=launch)
 
 
@@ -374,6 +392,8 @@ def load_launch(text: str) -> LaunchSpec:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ExperimentError(source, "", f"not valid JSON: {exc.msg}") from None
+        except (ValueError, RecursionError) as exc:  # a number of thousands of digits, nesting thousands deep
+            raise ExperimentError(source, "", f"not valid JSON: {shortened(str(exc), 120)}") from None
     try:
         launch = LaunchFile.model_validate(data)
     except ValidationError as exc:

@@ -83,6 +83,11 @@ def stored_iterations(path: Path) -> int:
     return read_run_json(open_run(path), "settings.json", RunSettings).budget.max_iterations
 
 
+def stored_strategy(path: Path) -> str:
+    """The strategy a run was started with: a resume needs what it needs (a tune run, no model)."""
+    return read_run_json(open_run(path), "settings.json", RunSettings).strategy
+
+
 def start_or_resume(args: ExperimentArgs, settings, budget: Budget, results: Path, evaluator: Evaluator,
                     options: Options | None = None, *, resume: Path | None = None,
                     on_progress: OnProgress = ignore) -> tuple[RunDir, Summary]:

@@ -1,7 +1,10 @@
 """``cudaopt check``: everything about an experiment that can be checked without a GPU.
 
 Loading an experiment already checks its files, fields, signature and every expression on every
-case (experiment.py). Here come the checks that run code: each kernel (the initial one, a
+case (experiment.py). Here come the checks that need the kernel or the target: every case's
+launch (or a ``--launch``) against the kernel's entries and the target's shared memory, and each
+case's device memory against the GPU's (NVML; an assumed 80 GiB where there is none); then the
+checks that run code: each kernel (the initial one, a
 ``--kernel``, the tunable kernel with its first configuration) and a ``.cu`` reference compiled
 with NVRTC for the target architecture; a NumPy reference called on the smallest case, in a
 subprocess with a timeout, its outputs' shapes compared with the case's; a PyTorch reference the
@@ -15,6 +18,7 @@ same way, on one line naming the file and the field, with or without a GPU.
 from __future__ import annotations
 
 import importlib.util
+import math
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -22,15 +26,17 @@ from pathlib import Path
 
 import numpy as np
 
+from .checks import check_launch, read_text_file, shared_limit
 from .cpu_controls import cpu_controls, cpu_tensor
 from .errors import ExperimentError
 from .experiment import Experiment
 from .harness.compiler import DEFAULT_ARCH, CompileError, compile_kernel
 from .harness.inputs import shape_of
 from .harness.launch import NOMINAL_DEVICE, device_defines
-from .harness.protocol import CaseSpec, KernelSpec, Model, ReferenceSpec
+from .harness.protocol import CaseSpec, KernelSpec, LaunchSpec, Model, ReferenceSpec
 
 REFERENCE_TIMEOUT_S = 120.0
+DEFAULT_GPU_MEMORY = 80 * 2**30  # what a case may need when no GPU says how much it has
 
 
 @dataclass
@@ -51,11 +57,21 @@ def local_arch() -> str:
 
 
 def preflight(experiment: Experiment, *, kernel: Path | None = None, entry: str | None = None,
-              arch: str | None = None, tune: bool = True) -> list[Checked]:
+              arch: str | None = None, tune: bool = True, launch: LaunchSpec | None = None,
+              launch_origin: str = "--launch") -> list[Checked]:
     """Run every check; raise :class:`ExperimentError` (file and field) at the first failure.
-    ``kernel`` replaces the initial kernel; ``tune`` includes the tunable kernel."""
+    ``kernel`` replaces the initial kernel; ``tune`` includes the tunable kernel; ``launch``
+    (given by ``launch_origin``: a flag or a file) replaces every case's launch."""
     arch = arch or local_arch()
     done = [Checked("experiment", f"{len(experiment.case_specs)} cases, signature {experiment.signature}")]
+    sources = [(kernel, entry)] if kernel else []
+    if experiment.initial_kernel_path and not kernel:
+        sources.append((experiment.initial_kernel_path, None))
+    for path, _ in sources:
+        launches = check_launches(experiment, read_text_file(path, "kernel"), launch, launch_origin, arch)
+    if sources:
+        done.append(Checked("launches", launches))
+    done.append(Checked("memory", memory_estimate(experiment)))
     name = experiment.reference_path.name
     if experiment.reference_kind == "cu":
         _compile(experiment.reference_path, experiment.reference_source, experiment.reference_entry, {}, arch)
@@ -72,19 +88,82 @@ def preflight(experiment: Experiment, *, kernel: Path | None = None, entry: str 
         done.append(Checked("reference", f"{name} ({kind}) ran on case {case.name!r}{where}, "
                                          "outputs of the right shapes"))
     done += [Checked("controls", line) for line in cpu_controls(experiment).lines()]
-    sources = [(kernel, entry)] if kernel else []
-    if experiment.initial_kernel_path and not kernel:
-        sources.append((experiment.initial_kernel_path, None))
     for path, name in sources:
         info = _compile(path, path.read_text(), name or experiment.signature.name, {}, arch)
+        if info.registers is None:
+            raise ExperimentError(path, "entry", f"{name or experiment.signature.name} is not in the compiled code: "
+                                                 'declare it extern "C" __global__ (C++ names are mangled)')
         done.append(Checked("kernel", f"{path.name} compiles for {arch}: {info.registers} registers, "
                                       f"{info.spill_stores or 0} B spilled"))
     if tune and experiment.tuning is not None:
         tuning = experiment.tuning
-        configs = tuning.space.configurations()
-        _compile(tuning.path, tuning.source, experiment.signature.name, configs[0], arch)
-        done.append(Checked("tune", f"{tuning.path.name}: {len(configs)} configurations; the first compiles"))
+        first = tuning.space.first()
+        _compile(tuning.path, tuning.source, experiment.signature.name, first, arch)
+        done.append(Checked("tune", f"{tuning.path.name}: {tuning.space.count()} configurations; the first compiles"))
     return done
+
+
+def check_launches(experiment: Experiment, source: str, launch: LaunchSpec | None, origin: str, arch: str) -> str:
+    """Every case's launch (or ``launch``, for every case) resolved on the case, the kernel it
+    names declared in ``source``, within what a GPU of ``arch`` launches; what was checked."""
+    sig = experiment.signature
+    limit = shared_limit(arch)
+    for i, case in enumerate(experiment.case_specs):
+        if launch is not None:
+            check_launch(origin, "", launch, case, kernel=(source, sig), max_shared=limit)
+        elif case.launch is not None:
+            check_launch(experiment.cases_path, f"cases[{i}].launch", case.launch, case, kernel=(source, sig),
+                         max_shared=limit)
+    what = f"{origin} on every case" if launch is not None else "every case's launch"
+    return (f"{what} resolves within a GPU's grid and block limits and {arch}'s {limit // 1024} KiB of shared "
+            "memory; the kernels it names are declared")
+
+
+def memory_estimate(experiment: Experiment) -> str:
+    """Each case's device memory (inputs and outputs, an input set each, the reference's answers,
+    guard bands) against the GPU's; bad input when a case cannot fit."""
+    from .harness.buffers import guard_size
+    from .harness.signature import DTYPES
+
+    total, origin = gpu_memory()
+    sets = experiment.timing.input_sets
+    largest, name = 0, ""
+    for i, case in enumerate(experiment.case_specs):
+        need = 0
+        for arg in experiment.signature.args:
+            spec = case.inputs.get(arg.name) or case.outputs.get(arg.name)
+            if spec is None:
+                continue
+            count = math.prod(shape_of(spec.shape, case.scalars, arg.name))
+            copies = sets + 1 if arg.is_input else 3  # inputs: each set and a pristine copy; outputs: own, answer, spare
+            nbytes = count * DTYPES[arg.dtype].itemsize
+            need += copies * (nbytes + 2 * guard_size(nbytes))
+        if need > total:
+            raise ExperimentError(experiment.cases_path, f"cases[{i}]", f"case {case.name!r} needs about "
+                                                                       f"{_gib(need)} of device memory, more than the "
+                                                                       f"{_gib(total)} {origin}")
+        if need > largest:
+            largest, name = need, case.name
+    return f"largest case {name!r}: about {_gib(largest)} of the {_gib(total)} {origin}"
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.3g} GiB" if size >= 2**26 else f"{size / 2**20:.3g} MiB"
+
+
+def gpu_memory() -> tuple[int, str]:
+    """The first GPU's memory (NVML), or the assumed default where no GPU answers."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total), "of this machine's GPU"
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML, no driver, no GPU: the stated assumption
+        return DEFAULT_GPU_MEMORY, "assumed (no GPU here: an 80 GiB H100)"
 
 
 def _compile(path: Path, source: str, entry: str, defines: dict, arch: str):

@@ -30,9 +30,11 @@ import statistics
 from collections.abc import Iterator
 from pathlib import Path
 
-from .checks import read_model_file
+from .checks import check_launch, read_model_file
+from .errors import ExperimentError
 from .harness.protocol import EvalRequest
 from .harness.results import DeviceInfo, EvalResult, TimingStats
+from .harness.signature import SignatureError, parse_signature
 from .harness.stats import geomean
 from .record.events import AttemptStarted
 from .record.recorder import Evaluator, Recorder, score
@@ -66,6 +68,36 @@ def interleaved(evaluator: Evaluator, requests: list[EvalRequest], repeats: int,
         order = turn_order(len(requests), repeat) if alternate else range(len(requests))
         results = {i: evaluator.evaluate(requests[i]) for i in order}
         yield [results[i] for i in range(len(requests))]
+
+
+def check_request(path: Path, request: EvalRequest) -> None:
+    """A request file's signature parses and its kernel's launch resolves on each of its cases,
+    within a GPU's limits (an edited request is the user's input like any other)."""
+    try:
+        signature = parse_signature(request.signature)
+    except SignatureError as exc:
+        raise ExperimentError(path, "signature", str(exc)) from None
+    if request.kernel is None:
+        return
+    defines = {k: v for k, v in request.kernel.defines.items() if isinstance(v, (int, float))}
+    for i, case in enumerate(request.cases):
+        launch = request.launch or case.launch
+        if launch is not None:
+            check_launch(path, "launch" if request.launch else f"cases[{i}].launch", launch, case, names=defines,
+                         kernel=(request.kernel.source, signature))
+
+
+def check_target(target: Path) -> None:
+    """Read everything a replay of ``target`` reads, before any GPU work (bad input: exit 2)."""
+    if target.is_file():
+        check_request(target, read_model_file(target, EvalRequest, "evaluation request"))
+        return
+    run = open_run(target)
+    load_run_experiment(run)
+    winner(run, "replay")
+    read_run_json(run, "env.json", Environment)
+    for path in sorted(run.path.glob("best-case-*.json")):
+        read_run_json(run, path.name, EvalRequest)
 
 
 def replay(target: Path, evaluator: Evaluator, repeats: int = 5) -> ReplayOutcome:

@@ -14,6 +14,7 @@ to its median). One slower repeat is noise; slower every time, beyond the spread
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,7 @@ from .record.recorder import Evaluator
 from .record.schema import TimedCase
 
 MIN_MARGIN = 0.02
+MAX_SHAPES = 512  # a sweep checks and times every shape: a larger grid is refused before it is built
 # a sweep's protocol: fewer launches per shape, correctness on one input set (the timed launches'
 # hidden checks still run on fresh inputs)
 SWEEP_PROTOCOL = {"warmup": 5, "iterations": 30, "input_sets": 1, "checked_launches": 2}
@@ -50,6 +52,12 @@ class ShapesFile(Model):
         if isinstance(data, dict) and "shapes" not in data and "template" not in data:
             return {"shapes": data}  # a bare grid
         return data
+
+    def count(self) -> int:
+        """How many shapes, counted before any is built (a grid is the product of its lists)."""
+        if isinstance(self.shapes, list):
+            return len(self.shapes)
+        return math.prod(len(v) for v in self.shapes.values())
 
     def scalar_sets(self) -> list[Scalars]:
         if isinstance(self.shapes, list):
@@ -78,6 +86,11 @@ def load_shapes(path: Path, experiment: Experiment) -> list[CaseSpec]:
         if template is None:
             raise ExperimentError(path, "template", f"no case named {spec.template!r} in the experiment "
                                                     f"({', '.join(c.name for c in cases)})")
+    count = spec.count()
+    if count > MAX_SHAPES:
+        sizes = " x ".join(str(len(v)) for v in spec.shapes.values()) if isinstance(spec.shapes, dict) else ""
+        raise ExperimentError(path, "shapes", f"{count:,} shapes{f' ({sizes})' if sizes else ''}, above the limit of "
+                                              f"{MAX_SHAPES}: each is checked and timed; list fewer values")
     known = set(template.scalars)
     out = []
     for i, scalars in enumerate(spec.scalar_sets()):

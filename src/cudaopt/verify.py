@@ -30,13 +30,9 @@ def fresh_cases(cases: list[CaseSpec], seed: int) -> list[CaseSpec]:
     return [case.model_copy(update={"seed": seed + i}) for i, case in enumerate(cases)]
 
 
-def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed: int | None = None,
-           sanitize_device: int | None = None, on_tool: Callable[[str], None] = lambda tool: None,
-           shapes: Path | None = None, repeats: int = 3,
-           on_step: Callable[[str, int, int], None] = lambda what, done, total: None) -> VerifyOutcome:
-    """Check the winner on the holdout (and extra) cases and time what should be timed; with
-    ``sanitize_device``, also run it under compute-sanitizer on that GPU, on the correctness and
-    holdout cases. ``on_step(what, done, total)`` follows the timed part."""
+def prepare(run_dir: Path, extra: Path | None = None, shapes: Path | None = None):
+    """Everything verify reads (the run, its experiment and winner, the extra cases, the shapes),
+    read and checked before any GPU work: the run, experiment, winner, sweep and cases."""
     run = open_run(run_dir)
     experiment = load_run_experiment(run)
     best = winner(run)
@@ -44,6 +40,17 @@ def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed:
     cases = experiment.cases({"holdout"}) + (experiment.extra_cases(extra) if extra else [])
     if not cases and not sweep:
         raise ExperimentError(experiment.cases_path, "cases", "no holdout case to verify on (give --cases FILE)")
+    return run, experiment, best, sweep, cases
+
+
+def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed: int | None = None,
+           sanitize_device: int | None = None, on_tool: Callable[[str], None] = lambda tool: None,
+           shapes: Path | None = None, repeats: int = 3,
+           on_step: Callable[[str, int, int], None] = lambda what, done, total: None) -> VerifyOutcome:
+    """Check the winner on the holdout (and extra) cases and time what should be timed; with
+    ``sanitize_device``, also run it under compute-sanitizer on that GPU, on the correctness and
+    holdout cases. ``on_step(what, done, total)`` follows the timed part."""
+    run, experiment, best, sweep, cases = prepare(run_dir, extra, shapes)
     seed = secrets.randbits(31) if seed is None else seed
     fresh = fresh_cases(cases, seed)
     request = experiment.request(best.source, launch=best.launch, defines=best.defines, roles={"holdout"},

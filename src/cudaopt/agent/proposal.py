@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..checks import check_launch
+from ..errors import ExperimentError
 from ..harness import expr
-from ..harness.launch import NOMINAL_DEVICE, candidate_names, resolve_launch, tunable_clashes
+from ..harness.launch import NOMINAL_DEVICE, candidate_names, tunable_clashes
 from ..harness.protocol import CaseSpec, LaunchSpec
-from ..harness.signature import Signature, SignatureError, entry_names, find_entry, other_entry_problem
+from ..harness.signature import Signature, SignatureError, entry_names, find_entry
 
 
 class ProposalError(ValueError):
@@ -66,6 +68,8 @@ def parse(text: str, signature: Signature, cases: list[CaseSpec], allow_tunables
             data = json.loads(json_text)
         except json.JSONDecodeError as exc:
             raise ProposalError(f"the JSON block is not valid JSON: {exc.msg} (line {exc.lineno})") from None
+        except (ValueError, RecursionError) as exc:  # a number of thousands of digits, nesting thousands deep
+            raise ProposalError(f"the JSON block is not valid JSON: {str(exc)[:120]}") from None
     else:
         data = _bare_json(text)
     if data is None:
@@ -89,15 +93,14 @@ def parse(text: str, signature: Signature, cases: list[CaseSpec], allow_tunables
     configurations = _configurations(answer, allow_tunables, max_configurations)
     launch = answer.launch
     for config in configurations or [{}]:
-        for case in cases:  # the launch must resolve on every case the model may see
+        for case in cases:  # the launch must resolve on every case the model may see, within a GPU's limits
             where = f" with {config}" if config else ""
             try:
-                resolved = resolve_launch(launch, candidate_names(case.scalars, config, device))
-            except (ValueError, expr.ExprError) as exc:
-                raise ProposalError(f"launch configuration does not work for case {case.name!r}{where}: {exc}") from None
-            problem = other_entry_problem(source, resolved.entry, signature)
-            if problem:
-                raise ProposalError(f"launch configuration for case {case.name!r}{where}: {problem}")
+                check_launch("launch", "", launch, case, names=candidate_names(case.scalars, config, device),
+                             kernel=(source, signature), device=dict(device))
+            except ExperimentError as exc:
+                why = exc.message.removeprefix(f"case {case.name!r}: ")
+                raise ProposalError(f"launch configuration for case {case.name!r}{where}: {exc.field}: {why}") from None
     return Proposal(source=source, launch=launch, rationale=answer.rationale.strip(), configurations=configurations)
 
 
@@ -106,13 +109,16 @@ def _configurations(answer: _Answer, allowed: bool, limit: int) -> list[dict]:
         return []
     if not allowed:
         raise ProposalError("tunables are only swept with --strategy agent+tune; give fixed values in the source")
-    from ..config import TuneSpace
+    from ..config import SpaceError, TuneSpace
 
     try:
         space = TuneSpace(tunables=answer.tunables, restrictions=answer.restrictions)
     except (ValidationError, expr.ExprError) as exc:
         raise ProposalError(f"bad tunables: {exc}".splitlines()[0]) from None
-    configs = space.configurations()
+    try:
+        configs = space.configurations()
+    except SpaceError as exc:
+        raise ProposalError(f"bad tunables: {exc}") from None
     if not configs:
         raise ProposalError("no combination of the tunables satisfies the restrictions")
     if len(configs) > limit:

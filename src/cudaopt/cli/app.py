@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import typer.rich_utils
 from rich.console import Console
 from rich.markup import escape
 
-from ..errors import ExperimentError
+from ..errors import ExperimentError, shortened
 from ..evaluation.dispatch import WorkerError
 
 app = typer.Typer(
@@ -56,11 +57,15 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
 
 
 def command(interrupted: str = "interrupted"):
-    """Wrap a command so that every error a user can act on ends with one line and its exit status."""
+    """Wrap a command so that every error a user can act on ends with one line and its exit status;
+    the options' values are checked (:func:`~.flags.check_flags`) before the command does anything."""
     def wrap(fn):
         @functools.wraps(fn)
         def run(*args, **kwargs):
+            from .flags import check_flags
+
             try:
+                check_flags(fn, kwargs)
                 return fn(*args, **kwargs)
             except ExperimentError as exc:
                 raise fail(str(exc), EXIT_BAD_INPUT) from None
@@ -75,6 +80,32 @@ def command(interrupted: str = "interrupted"):
                 raise typer.Exit(EXIT_INTERRUPTED) from None
         return run
     return wrap
+
+
+def _usage_error(exc) -> None:
+    """A mistyped option, like any bad input, is one line: what is wrong and where --help is."""
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        return
+    ctx = getattr(exc, "ctx", None)
+    hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+    Console(stderr=True).print(f"[bold red]error:[/] {escape(' '.join(exc.format_message().split()))}{hint}",
+                               highlight=False, soft_wrap=True)
+
+
+typer.rich_utils.rich_format_error = _usage_error  # typer prints these as a boxed usage screen otherwise
+
+
+def _folded(highlight):
+    """Option names in --help wrap instead of being cut (``--payback-window-mont…``) on a narrow terminal."""
+    def fold(text):
+        made = highlight(text)
+        made.overflow = "fold"
+        return made
+    return fold
+
+
+typer.rich_utils.highlighter = _folded(typer.rich_utils.highlighter)
+typer.rich_utils.negative_highlighter = _folded(typer.rich_utils.negative_highlighter)
 
 
 def _version(value: bool) -> None:
@@ -130,13 +161,18 @@ def gpu_pool(chosen: list[int] | None, ray: str | None):
 
 def check_output_path(path: Path, option: str) -> None:
     """Refuse, before any work, an output path that cannot take a regular file: a device, a
-    folder, a missing or read-only folder (a symlink such as /dev/stdout is never replaced)."""
+    folder, a missing or read-only folder, a system folder (a symlink such as /dev/stdout is
+    never replaced)."""
+    from .flags import in_system_tree, writable
+
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise ExperimentError(option, "", f"{path}: exists and is not a regular file (use - for standard output)")
     folder = path.parent
+    if in_system_tree(folder):
+        raise ExperimentError(option, "", f"{path}: a system folder, not one to write results in")
     if not folder.is_dir():
         raise ExperimentError(option, "", f"{path}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+    if not writable(folder) or (path.exists() and not os.access(path, os.W_OK)):
         raise ExperimentError(option, "", f"{path}: not writable")
 
 
@@ -146,6 +182,11 @@ def preflight(exp, **kwargs):
 
     with Console(stderr=True).status("checking the experiment…"):
         return run_checks(exp, **kwargs)
+
+
+def launch_origin(text: str | None) -> str:
+    """How errors name a ``--launch``: the flag for JSON written inline, else its file."""
+    return "--launch" if text is None or text.lstrip().startswith("{") else text
 
 
 def experiment(config, description, signature, reference, initial_kernel, input_cases):
@@ -162,7 +203,7 @@ def check_model(settings) -> None:
     try:
         make_chat_model(settings)
     except Exception as exc:
-        raise ExperimentError(f"--model {settings.model}", "", " ".join(str(exc).split())[:300]) from None
+        raise ExperimentError(f"--model {settings.model}", "", shortened(str(exc))) from None
 
 
 def resolve_strategy(requested: str, settings) -> str:

@@ -23,6 +23,7 @@ from .app import (
     resolve_strategy,
     say,
 )
+from .flags import check_writable_folder
 
 
 @app.command()
@@ -73,6 +74,8 @@ def audit(
                               "budgets the runs of --optimize; give --optimize too")
     if out is not None and out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExperimentError("--out", "", f"{out}: exists and is not an empty folder")
+    if out is not None:
+        check_writable_folder(out, "--out")
     for member in members:  # a member that fails its checks is its row's outcome, not the audit's end
         if not member.error:
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Annotated
@@ -30,10 +31,12 @@ from .app import (
     experiment,
     gpu_pool,
     gpus_chosen,
+    launch_origin,
     preflight,
     resolve_strategy,
     say,
 )
+from .flags import SEED_MAX
 
 
 @app.command()
@@ -81,7 +84,8 @@ def evaluate(
     device: DeviceOpt = None,
     devices: DevicesOpt = None,
     ray: RayOpt = None,
-    time_reference: Annotated[bool, typer.Option(help="Also time a .cu reference, for the speed-up column.")] = True,
+    no_time_reference: Annotated[bool, typer.Option("--no-time-reference", help="Do not time a .cu reference (no "
+                                                    "speed-up column).")] = False,
 ) -> None:
     """Check a kernel on every correctness and performance case, and time it honestly."""
     from ..checks import kernel_file
@@ -106,12 +110,12 @@ def evaluate(
     to_stdout = json_out is not None and str(json_out) == "-"
     if json_out is not None and not to_stdout:
         check_output_path(json_out, "--json")
-    preflight(exp, kernel=path, entry=entry, tune=False)
+    preflight(exp, kernel=path, entry=entry, tune=False, launch=launch_spec, launch_origin=launch_origin(launch))
     out = console(stderr=to_stdout)
     with gpu_pool(chosen, ray) as pool:
         with out.status(f"evaluating {path.name} on {len(exp.cases({'correctness', 'performance'}))} cases…"):
             result = evaluate_kernel(exp, source, pool, entry=entry, launch=launch_spec,
-                                     protocol=protocol, time_reference=time_reference)
+                                     protocol=protocol, time_reference=not no_time_reference)
     if json_out is not None and not to_stdout and result.candidate.status == "non_discriminating":
         write_atomic(json_out, result.to_json(indent=2) + "\n")  # what was measured is kept, then refused
     refuse_results(exp, result.candidate.cases)
@@ -142,7 +146,8 @@ def optimize(
     input_cases: CasesOpt = None,
     max_iterations: Annotated[int | None, typer.Option(min=1, help="Improvement attempts (default 7, or the config's).")] = None,
     model: Annotated[str, typer.Option(help="provider:model for LangChain's init_chat_model.")] = "openai:gpt-5-mini",
-    reasoning_effort: Annotated[str, typer.Option(help="For reasoning models (gpt-5, o-series).")] = "medium",
+    reasoning_effort: Annotated[str, typer.Option(help="minimal | low | medium | high, for reasoning models "
+                                                      "(gpt-5, o-series).")] = "medium",
     base_url: Annotated[str | None, typer.Option(help="An OpenAI-compatible server (vLLM, Ollama, llama.cpp).")] = None,
     results_dir: Annotated[Path, typer.Option(help="Where run-NNN directories go.")] = Path("results"),
     max_model_calls: Annotated[int | None, typer.Option(min=1, help="Stop after this many requests to the model.")] = None,
@@ -162,7 +167,7 @@ def optimize(
     strategy: Annotated[str, typer.Option(help="auto | agent | agent+tune | tune. auto: agent+tune when the model's "
                                                 "credentials are set, tune otherwise.")] = "auto",
     max_evals: Annotated[int, typer.Option(min=1, help="Configurations the tuner may evaluate.")] = 40,
-    seed: Annotated[int, typer.Option(help="Seed of the tuner's sampler.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, max=SEED_MAX, help="Seed of the tuner's sampler.")] = 0,
     ablation: Annotated[bool, typer.Option(help="Also tune only, and report what the agent added beyond tuning.")] = False,
     cache: Annotated[bool, typer.Option(help="Reuse results of identical configurations (results/cache/).")] = True,
     nvidia_research: Annotated[bool, typer.Option("--nvidia-research", help="Give the model a search tool over "
@@ -177,7 +182,7 @@ def optimize(
     from .. import strategies
     from ..agent.graph import MODEL_FAILURE
     from ..agent.model import ModelSettings
-    from ..optimize import Options, start_or_resume, stored_iterations
+    from ..optimize import Options, start_or_resume, stored_iterations, stored_strategy
     from ..record.runs import Budget, ExperimentArgs
     from ..render import OptimizeProgress, summary_lines, summary_table
 
@@ -200,6 +205,7 @@ def optimize(
         strategy = resolve_strategy(strategy, settings)
     else:
         iterations = max_iterations or stored_iterations(resume)
+        strategy = stored_strategy(resume)
     if (proposals or 1) > 1 and strategy == "tune":
         raise ExperimentError("--proposals", "", "the tune strategy asks no model for proposals (it needs "
                                                  "agent or agent+tune, and the model's credentials)")
@@ -240,6 +246,17 @@ def _read_prices(path: Path) -> dict:
     from ..errors import validation_message
 
     try:
-        return TypeAdapter(dict[str, dict[str, float]]).validate_python(read_json_file(path, "price file"))
+        prices = TypeAdapter(dict[str, dict[str, float]]).validate_python(read_json_file(path, "price file"))
     except ValidationError as exc:
         raise ExperimentError(path, *validation_message(exc)) from None
+    for model, entry in prices.items():
+        missing = [k for k in ("input", "output") if k not in entry]
+        if missing:
+            raise ExperimentError(path, model, f"missing {' and '.join(missing)} (USD per million tokens)")
+        for kind, value in entry.items():
+            if kind not in ("input", "output"):
+                raise ExperimentError(path, f"{model}.{kind}", "not input or output (USD per million tokens)")
+            if not (math.isfinite(value) and value >= 0):
+                raise ExperimentError(path, f"{model}.{kind}", f"{value} is not a price (USD per million tokens, "
+                                                               "0 or more)")
+    return prices

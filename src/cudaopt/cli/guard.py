@@ -22,9 +22,11 @@ from .app import (
     command,
     console,
     gpu_pool,
+    launch_origin,
     preflight,
     say,
 )
+from .flags import SEED_MAX
 
 guard_app = typer.Typer(help="A kernel regression guard for CI: record a kernel's figures once (guard.json, "
                              "committed), then check every change against them or against the old kernel.",
@@ -50,7 +52,7 @@ def record(
     repeats: Annotated[int, typer.Option(min=2, help="Timed evaluations of each performance case.")] = 5,
     warmup: Annotated[int | None, typer.Option(min=0, help="Warm-up launches per case (default: the experiment's).")] = None,
     iterations: Annotated[int | None, typer.Option(min=1, help="Timed launches per case (default: the experiment's).")] = None,
-    seed: Annotated[int | None, typer.Option(help="Base seed for the checked inputs (default: a fresh random one).")] = None,
+    seed: Annotated[int | None, typer.Option(min=0, max=SEED_MAX, help="Base seed for the checked inputs (default: a fresh random one).")] = None,
     device: DeviceOpt = 0,
 ) -> None:
     """Check a kernel on every case (holdout included) and record its figures in a guard file."""
@@ -80,7 +82,8 @@ def record(
     if iterations is not None:
         protocol.iterations = iterations
     check_output_path(out, "--out")
-    preflight(exp, kernel=path, entry=entry, tune=False)
+    preflight(exp, kernel=path, entry=entry, tune=False, launch=launch_spec,
+              launch_origin=launch_origin(launch) if launch else "best-launch.json")
     err = console(stderr=True)
     with gpu_pool([device], None) as supervisor, err.status("recording") as status:
         done = run_record(exp, args, path, source, supervisor, out=out, entry=entry, launch=launch_spec,
@@ -115,7 +118,7 @@ def check(
     other_gpu: Annotated[str, typer.Option("--other-gpu", help="Without --against/--against-ref, when the figures "
                                            "were recorded on another GPU model or driver: fail, or skip the timing "
                                            "(correctness is still checked).")] = "fail",
-    seed: Annotated[int | None, typer.Option(help="Base seed for the checked inputs (default: a fresh random one).")] = None,
+    seed: Annotated[int | None, typer.Option(min=0, max=SEED_MAX, help="Base seed for the checked inputs (default: a fresh random one).")] = None,
     junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML here (one test case per experiment case).")] = None,
     markdown: Annotated[Path | None, typer.Option("--markdown", help="Write a Markdown summary here (a CI job summary).")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the full report here (- for standard output; "

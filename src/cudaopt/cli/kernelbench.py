@@ -9,6 +9,7 @@ import typer
 
 from ..errors import ExperimentError
 from .app import app, check_output_path, command, console, say
+from .flags import SEED_MAX, check_writable_folder
 
 imports = typer.Typer(help="Turn a problem written for another benchmark into a cudaopt experiment.",
                       no_args_is_help=True)
@@ -21,21 +22,26 @@ def kernelbench(
     problem: Annotated[Path, typer.Argument(help="A KernelBench problem file (Model, get_inputs, get_init_inputs).")],
     out: Annotated[Path, typer.Option("--out", help="The experiment directory to write.")],
     name: Annotated[str | None, typer.Option(help="The kernel's name (default: from the file name).")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the Model's construction (KernelBench's: 42).")] = 42,
+    seed: Annotated[int, typer.Option(min=0, max=SEED_MAX, help="Seed of the Model's construction (KernelBench's: 42).")] = 42,
     rtol: Annotated[float | None, typer.Option(min=0, help="Relative tolerance of every output (default: the "
                                                            "problem's TASK_CONFIG, else KernelBench's 1e-2).")] = None,
     atol: Annotated[float | None, typer.Option(min=0, help="Absolute tolerance of every output (default: the "
                                                            "problem's TASK_CONFIG, else KernelBench's 1e-2).")] = None,
     force: Annotated[bool, typer.Option(help="Replace the experiment files already in --out.")] = False,
+    time_limit: Annotated[float, typer.Option(min=1, help="Seconds the import may take: the problem runs in a "
+                                                          "process of its own, stopped at this limit.")] = 300.0,
 ) -> None:
     """Write a complete experiment for a KernelBench problem: the PyTorch reference, PyTorch eager and
     torch.compile as vendors, the problem's sizes as the performance case, smaller odd correctness
     cases and a holdout; no initial kernel (a model writes the first one)."""
-    from ..kernelbench.importer import import_problem
+    from ..kernelbench.isolated import import_isolated
 
     if name is not None and not name.isidentifier():
         raise ExperimentError("--name", "", f"{name!r} is not a C identifier")
-    imported = import_problem(problem, out, name=name, seed=seed, rtol=rtol, atol=atol, force=force)
+    if not (out.exists() and not out.is_dir()):  # a file in the way is said by the importer, naming it
+        check_writable_folder(out, "--out")
+    imported = import_isolated(problem, out, name=name, seed=seed, rtol=rtol, atol=atol, force=force,
+                               timeout_s=time_limit)
     exp = imported.experiment
     shown = console()
     say(shown, f"imported {problem.name} into {out}: {exp.signature}")

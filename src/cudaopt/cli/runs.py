@@ -9,6 +9,7 @@ import typer
 
 from ..errors import ExperimentError
 from .app import EXIT_FAILED, DeviceOpt, DevicesOpt, RayOpt, app, command, console, gpu_pool, gpus_chosen, say
+from .flags import SEED_MAX, writable
 
 
 @app.command()
@@ -23,9 +24,11 @@ def replay(
     """Measure the winner again beside the baseline; exit 1 if a check fails or the GPU/driver differ.
     On several GPUs the cases are shared out, each case's pairs on one GPU."""
     from ..render import replay_lines, replay_table
+    from ..replay import check_target
     from ..replay import replay as run_replay
     from ..report.build import build
 
+    check_target(target)
     with gpu_pool(gpus_chosen(device, devices, ray), ray) as pool:
         outcome = run_replay(target, pool, repeats)
     out = console()
@@ -43,7 +46,7 @@ def replay(
 def verify(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (results/run-NNN).")],
     cases: Annotated[Path | None, typer.Option("--cases", help="Extra input cases (JSON) besides the holdout.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Base seed for the inputs (default: a fresh random one).")] = None,
+    seed: Annotated[int | None, typer.Option(min=0, max=SEED_MAX, help="Base seed for the inputs (default: a fresh random one).")] = None,
     sanitize: Annotated[bool, typer.Option("--sanitize", help="Also run the winner under compute-sanitizer "
                                            "(memcheck, racecheck, initcheck, synccheck) on the correctness and "
                                            "holdout cases; any error fails verification.")] = False,
@@ -65,10 +68,12 @@ def verify(
 
     from ..render import timed_table, verify_lines, verify_table
     from ..report.build import build
+    from ..verify import prepare
     from ..verify import verify as run_verify
 
     err = console(stderr=True)
     chosen = gpus_chosen(device, devices, ray)
+    prepare(run_dir, cases, shapes)
     if sanitize:
         from ..sanitize import find_sanitizer
 
@@ -106,18 +111,38 @@ def report(
     engineer_rate_usd: Annotated[float | None, typer.Option(min=0, help="Engineer cost per hour.")] = None,
     gpu_hour_usd: Annotated[float | None, typer.Option(min=0, help="Price of one GPU hour.")] = None,
     calls_per_month: Annotated[float | None, typer.Option(min=0, help="Kernel calls per month in production.")] = None,
-    payback_window_months: Annotated[float | None, typer.Option(min=0.01, help="Longest acceptable payback.")] = None,
+    payback_window_months: Annotated[float | None, typer.Option(help="Longest acceptable payback, in months "
+                                                                   "(above 0).")] = None,
     roi_case: Annotated[str | None, typer.Option(help="The case whose latency the calls pay (default: the slowest).")] = None,
 ) -> None:
     """Rebuild report.html for a run: verdict, per-case table, charts, attempts, usage, ROI."""
+    from pydantic import ValidationError
+
     from ..config import RoiInputs
-    from ..record.runs import open_run
+    from ..errors import validation_message
+    from ..record.runs import open_run, read_run_json
+    from ..record.schema import Summary
     from ..report.build import build, run_roi
 
     if not (run_dir / "summary.json").is_file() or not (run_dir / "history.json").is_file():
         raise ExperimentError(run_dir, "", "not a run directory (no summary.json)")
+    if not writable(run_dir):
+        raise ExperimentError(run_dir, "", "not writable: report.html is written in the run directory")
+    if roi_case is not None:
+        cases = [c.name for c in read_run_json(open_run(run_dir), "summary.json", Summary).cases]
+        if roi_case not in cases:
+            raise ExperimentError("--roi-case", "", f"{roi_case!r} is not a case of the run ({', '.join(cases)})")
     given = {"engineer_hours": engineer_hours, "engineer_rate_usd": engineer_rate_usd, "gpu_hour_usd": gpu_hour_usd,
              "calls_per_month": calls_per_month, "payback_window_months": payback_window_months, "case": roi_case}
     base = run_roi(open_run(run_dir)).model_dump()
-    inputs = RoiInputs(**{**base, **{k: v for k, v in given.items() if v is not None}})
-    say(console(), f"report written to {build(run_dir, inputs)}")
+    try:
+        inputs = RoiInputs(**{**base, **{k: v for k, v in given.items() if v is not None}})
+    except ValidationError as exc:
+        field, message = validation_message(exc)
+        raise ExperimentError(f"--{field.replace('_', '-')}" if given.get(field) is not None else run_dir,
+                              "" if given.get(field) is not None else f"roi.{field}", message) from None
+    try:
+        written = build(run_dir, inputs)
+    except PermissionError as exc:  # writable by the check above, yet refused (a mount's rules, say)
+        raise ExperimentError(run_dir, "", f"report.html cannot be written: {exc.strerror}") from None
+    say(console(), f"report written to {written}")

@@ -131,7 +131,7 @@ class Worker:
         start = time.monotonic()
         partial = EvalResult(status="ok", request_id=request.id, device=self.info)
         timeouts = request.timeouts
-        phase, case = "compile", ""
+        phase, case, measure = "compile", "", None
         deadline = start + timeouts.limit(phase)
         try:
             self.proc.stdin.write((request.to_json() + "\n").encode())
@@ -140,15 +140,17 @@ class Worker:
                 message = self._read(deadline)
                 if message is None:
                     self.kill()
-                    basis = f" ({timeouts.basis})" if timeouts.basis and phase != "compile" else ""
-                    reason = (f"{phase} phase ran past its {timeouts.limit(phase, case):.3g} s timeout{basis}; "
+                    why = timeouts.why(phase, case, measure)
+                    basis = f" ({why})" if why else ""
+                    limit = timeouts.limit(phase, case, measure)
+                    reason = (f"{phase} phase ran past its {limit:.3g} s timeout{basis}; "
                               "the worker was killed")
                     return unfinished(request, "timeout", reason, case, partial, start)
                 if on_event is not None:
                     on_event(message)
                 if isinstance(message, PhaseStarted):
-                    phase, case = message.phase, message.case
-                    deadline = time.monotonic() + timeouts.limit(phase, case)
+                    phase, case, measure = message.phase, message.case, message.reference_s
+                    deadline = time.monotonic() + timeouts.limit(phase, case, measure)
                 elif isinstance(message, Compiled):
                     partial.compile = message.compile
                 elif isinstance(message, CaseDone):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..checks import check_kernel_entry, kernel_file
+from ..checks import check_kernel_entry, check_launch, kernel_file
 from ..errors import ExperimentError, validation_message
 from ..experiment import Experiment
 from ..harness.protocol import CaseSpec, EvalRequest, LaunchSpec, TimingProtocol
@@ -88,6 +88,13 @@ def load_guard(path: Path, against: Path | None = None, against_ref: str | None 
                      baseline.kernel.entry, baseline.kernel.launch, shown(against))
     elif against_ref is not None:
         old = _kernel_at(against_ref, path, baseline, experiment, notes)
+    for measured in (kernel, old):
+        if measured is not None:  # every case's launch resolves and fits a GPU, before any worker starts
+            for i, case in enumerate(experiment.case_specs):
+                launch = measured.launch or case.launch
+                field = "kernel.launch" if measured.launch else f"{shown(experiment.cases_path)}: cases[{i}].launch"
+                if launch is not None:
+                    check_launch(path, field, launch, case, kernel=(measured.source, experiment.signature))
     return Guarded(path, baseline, experiment, kernel, old, notes)
 
 

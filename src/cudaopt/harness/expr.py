@@ -11,6 +11,7 @@ a fixed set of functions are allowed; nothing is ever passed to ``eval``. A kern
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import operator
 import re
@@ -71,7 +72,22 @@ _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 def parse(text: str, names: bool = False) -> ast.Expression:
     """Parse and validate an expression; raise :class:`ExprError` on anything not allowed.
-    With ``names``, the result may be a quoted kernel name, chosen by conditionals."""
+    With ``names``, the result may be a quoted kernel name, chosen by conditionals. Parsed once
+    per text (a tune space evaluates its restrictions on many configurations)."""
+    if not isinstance(text, str):
+        raise ExprError(f"expected an expression string, got {type(text).__name__}")
+    return _parse(text, names)
+
+
+def names_in(text: str) -> set[str]:
+    """The names an expression uses (function names excluded)."""
+    tree = parse(text)
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in called}
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(text: str, names: bool) -> ast.Expression:
     if not isinstance(text, str):
         raise ExprError(f"expected an expression string, got {type(text).__name__}")
     if len(text) > _MAX_LENGTH:
@@ -166,7 +182,10 @@ def _eval(node: ast.AST, names: Mapping[str, Number], text: str):
     if isinstance(node, ast.Name):
         if node.id not in names:
             raise ExprError(f"unknown name {node.id!r} in {text!r}")
-        return names[node.id]
+        value = names[node.id]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ExprError(f"{node.id} is {value!r}, not a number, in {text!r}")
+        return value
     if isinstance(node, ast.UnaryOp):
         return _UNARY[type(node.op)](_eval(node.operand, names, text))
     if isinstance(node, ast.BinOp):
@@ -178,7 +197,11 @@ def _eval(node: ast.AST, names: Mapping[str, Number], text: str):
             result = _BINOPS[type(node.op)](left, right)
         except ZeroDivisionError:
             raise ExprError(f"division by zero in {text!r}") from None
-        if abs(result) >= _LIMIT:
+        except (TypeError, OverflowError) as exc:
+            raise ExprError(f"{exc} in {text!r}") from None
+        if isinstance(result, complex):  # a fractional power of a negative number
+            raise ExprError(f"not a real number in {text!r}")
+        if abs(result) >= _LIMIT or result != result:
             raise ExprError(f"value out of range in {text!r}")
         return result
     if isinstance(node, ast.BoolOp):

@@ -16,7 +16,7 @@ from pydantic import Field, TypeAdapter
 from .protocol import EvalRequest, KernelSpec, Model
 from .results import CaseResult, CompileInfo, DeviceInfo, EvalResult
 
-Phase = Literal["compile", "check", "timing"]
+Phase = Literal["compile", "check", "launch", "timing"]  # launch: the candidate's checked launches
 
 
 class Ready(Model):
@@ -33,6 +33,7 @@ class PhaseStarted(Model):
     type: Literal["phase"] = "phase"
     phase: Phase
     case: str = ""
+    reference_s: float | None = None  # launch: how long the reference took on this case, a measure of the launches
 
 
 class Compiled(Model):

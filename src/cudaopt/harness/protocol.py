@@ -11,6 +11,7 @@ JSON, and ``best-case-N.json`` holds one. What comes back is declared in ``resul
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serial
 from . import expr
 
 HARNESS_VERSION = "2"
+MAX_SEED = 2**63 - 1  # seeds are non-negative and fit 64 bits (numpy's generators take them)
 
 Role = Literal["correctness", "performance", "holdout"]
 Expr = str | int | float
@@ -111,7 +113,10 @@ class LaunchSpec(Model):
     @field_validator("grid", "block", mode="before")
     @classmethod
     def _listify(cls, value: Any) -> Any:
-        return [value] if isinstance(value, (int, str)) else value
+        value = [value] if isinstance(value, (int, str)) else value
+        if isinstance(value, list) and any(isinstance(v, bool) for v in value):
+            raise ValueError("true/false is not a launch dimension (give a number or an expression)")
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> LaunchSpec:
@@ -133,7 +138,7 @@ class CaseSpec(Model):
     flops: Expr | None = None
     bytes: Expr | None = None
     timed: bool | None = None  # holdout: timed by verify (default: when it declares flops or bytes)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     trivial_ok: str | None = None  # why this case may accept a trivial output (negative controls waived)
 
     @model_serializer(mode="wrap")
@@ -149,6 +154,17 @@ class CaseSpec(Model):
         if value is not None and not value.strip():
             raise ValueError("needs a written reason (why this case may accept a trivial output), not an empty string")
         return value.strip() if value is not None else None
+
+
+    @field_validator("scalars", mode="before")
+    @classmethod
+    def _numbers(cls, value: Any) -> Any:
+        """A scalar is a JSON number: ``"31"`` or ``true`` would be quietly converted otherwise."""
+        if isinstance(value, dict):
+            for name, item in value.items():
+                if isinstance(item, (str, bool)) or item is None:
+                    raise ValueError(f"{name}: {json.dumps(item)} is not a number (write it without quotes)")
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> CaseSpec:
@@ -253,14 +269,30 @@ class Timeouts(Model):
     timing_s: float = 300.0
     cases: dict[str, CaseTimeouts] = Field(default_factory=dict)
     basis: str = ""
+    # before anything of the candidate's was measured, its checked launches of a case may take this
+    # multiple of the reference's time on the case (at least the floor, at most check_s); None: check_s
+    launch_multiple: float | None = None
+    launch_floor_s: float = 10.0
 
-    def limit(self, phase: str, case: str = "") -> float:
+    def limit(self, phase: str, case: str = "", reference_s: float | None = None) -> float:
         if phase == "compile":
             return self.compile_s
         scaled = self.cases.get(case)
-        if phase == "check":
+        if phase == "launch" and not scaled and self.launch_multiple is not None and reference_s is not None:
+            return round(min(self.check_s, max(self.launch_floor_s, self.launch_multiple * reference_s)), 3)
+        if phase in ("check", "launch"):
             return scaled.check_s if scaled else self.check_s
         return scaled.timing_s if scaled else self.timing_s
+
+    def why(self, phase: str, case: str = "", reference_s: float | None = None) -> str:
+        """Where the limit of ``phase`` came from, for a timeout's reason."""
+        if phase == "compile":
+            return ""
+        if phase == "launch" and case not in self.cases and self.launch_multiple is not None and \
+                reference_s is not None:
+            return (f"{self.launch_multiple:g}x the reference's {reference_s:.3g} s on this case, at least "
+                    f"{self.launch_floor_s:g} s")
+        return self.basis
 
 
 class EvalRequest(Model):

@@ -180,6 +180,8 @@ class Runner:
                 clock.lap("controls_s")
             args = buffers.kernel_args(case.scalars)
             if req.check and kernel is not None:
+                measure = None if req.sanitize else out.phases["reference_s"]  # a sanitizer slows the kernel alone
+                self.on_event(PhaseStarted(phase="launch", case=case.name, reference_s=measure))
                 for s in check_order(n_sets):
                     self.leftovers.poison()
                     buffers.stage(s)

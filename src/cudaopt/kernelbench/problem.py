@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ExperimentError
+from ..errors import ExperimentError, shortened
 
 # torch dtype name -> the signature's element type; bool travels as uint8 (viewed back as bool)
 DTYPES = {"float32": "float32", "float64": "float64", "float16": "float16", "bfloat16": "bfloat16",
@@ -102,8 +102,7 @@ class Problem:
         self.defaults = self.values()
 
     def error(self, field: str, what: str, exc: BaseException) -> ExperimentError:
-        text = " ".join(str(exc).split())[:300]
-        return ExperimentError(self.path, field, f"{what} {type(exc).__name__}: {text}")
+        return ExperimentError(self.path, field, f"{what} {type(exc).__name__}: {shortened(str(exc))}")
 
     # --- sizes -----------------------------------------------------------------------------
 

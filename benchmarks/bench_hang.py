@@ -42,7 +42,8 @@ def evaluate_cli(kernel: Path) -> dict:
     command = [sys.executable, "-m", "cudaopt", "evaluate", "--config", str(ROOT / "examples" / "sgemm" /
                "experiment.json"), "--kernel", str(kernel), "--no-time-reference", "--iterations", "10"]
     start = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])})
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     return {"evaluate_cli_s": round(time.monotonic() - start, 3), "evaluate_cli_exit": done.returncode,
             "evaluate_cli_last_line": lines[-1] if lines else ""}

@@ -271,14 +271,12 @@ class Runner:
 
     def _judge_controls(self, out: CaseResult, req: EvalRequest, signature: Signature, case: CaseSpec,
                         buffers: CaseBuffers, answers: list[dict[str, LockedAnswer]]) -> None:
-        """Negative controls (controls.py), once per case and reference, before anything is judged:
-        a case that accepts a trivial output is refused, unless its ``trivial_ok`` says why."""
+        """Negative controls (controls.py) once per case and reference: refused unless ``trivial_ok`` says why."""
         key = self._answer_key(req, buffers)
         if self._controls.get(key) is None:
             self._controls.put(key, answer_controls(case, signature, buffers.sets, answers), 1)
         out.controls = Controls.model_validate(self._controls.get(key).to_data())
-        refusal = judge(case, out.controls)
-        if refusal:
+        if refusal := judge(case, out.controls):
             raise CaseFailure("non_discriminating", refusal)
 
     def _python_answer(self, req: EvalRequest, signature, case, buffers, host_set) -> dict[str, np.ndarray]:

@@ -14,6 +14,7 @@ logarithm of a non-positive number) sets an error flag instead.
 from __future__ import annotations
 
 import ast
+import copy
 import keyword
 import re
 from collections.abc import Mapping
@@ -61,7 +62,8 @@ def to_python(text: str | int | float, names: set[str], *, entry: bool = False) 
     """Python source for one expression (a kernel name with ``entry``); its names must be in ``names``."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return repr(text)
-    tree = expr.parse(text, names=entry) if not (entry and text.strip().isidentifier()) else None
+    # a copy: expr.parse returns the tree it keeps for every later evaluation of the same text
+    tree = copy.deepcopy(expr.parse(text, names=entry)) if not (entry and text.strip().isidentifier()) else None
     if tree is None:
         return repr(text.strip())
 

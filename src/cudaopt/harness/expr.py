@@ -73,7 +73,8 @@ _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 def parse(text: str, names: bool = False) -> ast.Expression:
     """Parse and validate an expression; raise :class:`ExprError` on anything not allowed.
     With ``names``, the result may be a quoted kernel name, chosen by conditionals. Parsed once
-    per text (a tune space evaluates its restrictions on many configurations)."""
+    per text (a tune space evaluates its restrictions on many configurations): the tree is shared, never
+    change it."""
     if not isinstance(text, str):
         raise ExprError(f"expected an expression string, got {type(text).__name__}")
     return _parse(text, names)

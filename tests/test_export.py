@@ -287,3 +287,24 @@ def test_the_launch_goes_to_the_driver_with_the_computed_config_and_arguments(ve
     assert (func, tuple(dims[:3]), tuple(dims[3:]), shared, stream, extra) == \
         (f"fn:{entry}", grid, block, want_shared, 4242, 0)
     assert scalars == [515, 261, 1031] and pointers[:2] == [a.data_ptr(), b.data_ptr()]
+
+
+def test_the_torch_module_compiles_as_the_harness_does_host_macros_included(tmp_path):
+    """A kernel written for nvcc (INFINITY, uint32_t, <cstdint>) passed the harness through its prelude;
+    the exported module compiles it with the same prelude and headers, with NVRTC and no GPU."""
+    pytest.importorskip("torch")
+    from cudaopt.experiment import load_experiment
+
+    kernel = tmp_path / "nvcc_style.cu"
+    kernel.write_text("#include <cstdint>\n" + (SGEMM / "initial.cu").read_text() + """
+extern "C" __global__ void uses_host_names(float* out) {
+    uint32_t i = threadIdx.x;
+    out[i] = i == 0 ? INFINITY : (float)M_PI;
+}
+""")
+    exp = load_experiment(SGEMM / "experiment.json")
+    src = from_flags(exp, kernel=kernel, entry=None, launch=None, unverified=True)
+    (path,) = write(src, "torch", tmp_path / "out")
+    module = _load(path, "export_nvcc_style")
+    cubin = module.compile_cubin("sm_90", 132)
+    assert cubin[:4] == b"\x7fELF"

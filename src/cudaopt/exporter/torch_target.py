@@ -13,7 +13,9 @@ expressions (lower.py); inputs are checked for device, dtype, shape and contigui
 from __future__ import annotations
 
 from ..errors import ExperimentError
+from ..harness.host_headers import HEADERS, PRELUDE_NAME
 from ..harness.launch import DEVICE_NAMES
+from ..harness.nvrtc_build import HEADER_LIBS
 from ..harness.protocol import Expr
 from .lower import PY_HELPERS, py_name, to_python
 from .source import ExportSource
@@ -43,23 +45,39 @@ def _check(result, what):
     return result[1] if isinstance(result, tuple) and len(result) == 2 else result
 
 
-def _header_options():
-    """Where NVRTC finds the CUDA headers: a toolkit's include directory, else NVRTC's own."""
+def _include_dirs():
+    """The CUDA header roots cuda.pathfinder finds, in the order the harness searched them."""
+    found = []
     try:
         from cuda.pathfinder import find_nvidia_header_directory
-        found = find_nvidia_header_directory("cudart")
-    except Exception:
-        found = None
-    return {"include_path": [found]} if found else {"use_bundled_headers": True}
+    except ImportError:
+        return found
+    for lib in HEADER_LIBS:
+        try:
+            directory = find_nvidia_header_directory(lib)
+        except Exception:  # pathfinder could not search for this library: NVRTC says what is missing
+            directory = None
+        if directory and directory not in found:
+            found.append(directory)
+    return found
 
 
 def compile_cubin(arch, num_sms):
-    """The kernel compiled by NVRTC for ``arch`` (e.g. "sm_90"), as the harness compiled it."""
+    """The kernel compiled by NVRTC for ``arch`` (e.g. "sm_90"), as the harness compiled it: C++17, the
+    same host-macro prelude and C headers (written to a temporary folder), the same header roots."""
+    import os
+    import tempfile
+
     from cuda.core import Program, ProgramOptions
 
-    options = ProgramOptions(name="kernel.cu", arch=arch, std="c++17",
-                             define_macro=[("CUDAOPT_NUM_SMS", str(num_sms))], **_header_options())
-    return bytes(Program(KERNEL_SOURCE, "c++", options).compile("cubin").code)
+    with tempfile.TemporaryDirectory(prefix="cudaopt-export-") as folder:
+        for header, text in HOST_HEADERS.items():
+            with open(os.path.join(folder, header), "w") as f:
+                f.write(text)
+        options = ProgramOptions(name="kernel.cu", arch=arch, std="c++17",
+                                 define_macro=[("CUDAOPT_NUM_SMS", str(num_sms))],
+                                 include_path=[folder, *_include_dirs()], pre_include=PRELUDE_NAME)
+        return bytes(Program(KERNEL_SOURCE, "c++", options).compile("cubin").code)
 
 
 class _Loaded:
@@ -192,7 +210,8 @@ def generate(src: ExportSource) -> str:
              "import ctypes as _ctypes", "import math as _math", "import threading as _threading", "",
              "import torch as _torch", "", f"ENTRY = {name!r}", f"SIGNATURE = {str(sig)!r}",
              f"KERNELS = {tuple(src.kernels)!r}", f"VERIFIED_ON_NUM_SMS = {src.num_sms}",
-             f"KERNEL_SOURCE = {_literal(src.source)}", PY_HELPERS, _RUNTIME]
+             f"KERNEL_SOURCE = {_literal(src.source)}", f"HEADER_LIBS = {HEADER_LIBS!r}",
+             f"PRELUDE_NAME = {PRELUDE_NAME!r}", f"HOST_HEADERS = {HEADERS!r}", PY_HELPERS, _RUNTIME]
     params = ", ".join([*sp, *facts])
     lines += ["", f"def launch_config({params}):",
               '    """The kernel, grid, block and dynamic shared bytes for these scalars (the exported launch)."""',

@@ -61,7 +61,7 @@ def sanitize(request: EvalRequest, device: int, log_dir: Path, tools: tuple[str,
         log_file.unlink(missing_ok=True)
         # API errors are the harness's business (cuda-core probes parameter counts until one fails)
         command = [executable, "--tool", tool, "--log-file", str(log_file), "--print-limit", "20",
-                   "--report-api-errors", "no",
+                   "--report-api-errors", "no", "--target-processes", "application-only",  # not the compiler process
                    *(["--racecheck-report", "all"] if tool == "racecheck" else []), *WORKER_COMMAND]
         # peaks measured under a tool would be wrong: the worker only reads the cache
         with Supervisor(devices=[device], log_dir=log_dir, command=command,

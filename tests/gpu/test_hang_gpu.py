@@ -32,7 +32,8 @@ def test_cudaopt_evaluate_of_a_hanging_kernel_ends_in_seconds():
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "cudaopt", "evaluate", "--config", str(SGEMM / "experiment.json"),
                            "--kernel", str(KERNELS / "spin_forever.cu"), "--no-time-reference", "--iterations", "10"],
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])},
                           timeout=120)
     wall = time.monotonic() - start
     assert done.returncode == 1, done.stdout + done.stderr

@@ -31,7 +31,7 @@ def test_tune_the_example_end_to_end(tmp_path):
     print(result.output)
 
 
-def test_a_configuration_that_needs_too_much_shared_memory_is_a_launch_error_and_never_wins(tmp_path):
+def test_a_configuration_that_needs_too_much_shared_memory_is_refused_before_any_worker(tmp_path):
     folder = tmp_path / "exp"
     shutil.copytree(SGEMM, folder)
     shutil.copy(KERNELS / "big_smem.cu", folder / "big_smem.cu")
@@ -41,11 +41,6 @@ def test_a_configuration_that_needs_too_much_shared_memory_is_a_launch_error_and
     (folder / "experiment.json").write_text(json.dumps(config))
     result = runner.invoke(app, ["optimize", "--config", str(folder / "experiment.json"), "--strategy", "tune",
                                  "--results-dir", str(tmp_path / "results")])
-    assert result.exit_code == 0, result.output
-    run = tmp_path / "results" / "run-001"
-    attempts = {a.defines.get("SMEM"): a for a in
-                History.model_validate_json((run / "history.json").read_text()).attempts if a.kind == "tune"}
-    assert attempts[300000].status == "launch_error" and attempts[300000].score_us is None
-    assert all(c.timing is None for c in attempts[300000].cases)
-    summary = Summary.model_validate_json((run / "summary.json").read_text())
-    assert summary.best_defines.get("SMEM") != 300000
+    assert result.exit_code == 2, result.output
+    assert "tune.launch.shared_bytes" in result.output and "{'SMEM': 300000}" in result.output
+    assert not (tmp_path / "results" / "run-001").exists()

@@ -85,3 +85,16 @@ def test_bad_calls_are_bad_input(folder, tmp_path):
         api.export(to="torch", out=tmp_path)
     with pytest.raises(ExperimentError, match="come from the run"):
         api.export(tmp_path, kernel="k.cu", to="torch", out=tmp_path)
+
+
+def test_evaluate_checks_a_launch_before_the_gpu_as_the_cli_does(folder):
+    class NoGpu(ScriptedEvaluator):
+        def evaluate(self, *args, **kwargs):
+            raise AssertionError("bad input reached the evaluator")
+
+        evaluate_all = evaluate
+
+    exp = api.load(folder / "experiment.json")
+    with pytest.raises(ExperimentError) as refused:
+        api.evaluate(exp, launch={"grid": [1, 70000], "block": [32]}, evaluator=NoGpu())
+    assert refused.value.field.endswith("grid[1]") and "65535" in refused.value.message

@@ -102,6 +102,7 @@ CASES = [
           ("grid-x-2**31", '{"grid": [2147483648], "block": [32]}', "grid[0]"),
           ("shared-1GB", '{"grid": [1], "block": [32], "shared_bytes": 1000000000}', "shared_bytes"),
           ("missing-entry", '{"grid": [1], "block": [32], "entry": "nope"}', "entry"),
+          ("entry-unknown-name", '{"grid": [1], "block": [32], "entry": "\'a\' if zz > 1 else \'b\'"}', "entry"),
           ("unknown-name", '{"grid": ["q * 2"], "block": [32]}', "grid[0]"),
           ("fraction", '{"grid": ["n / 3"], "block": [32]}', "grid[0]"),
           ("boolean", '{"grid": [true], "block": [32]}', "grid"),
@@ -200,6 +201,12 @@ CASES = [
      write("p.py", "raise SystemExit(3)\n"), ("p.py", "exit(3)")),
     ("kernelbench-os-exit", ["import", "kernelbench", "{d}/p.py", "--out", "{d}/o"],
      write("p.py", "import os\nos._exit(0)\n"), ("p.py", "ended the importer")),
+    ("tune-block-unknown-tunable", ["check", "--config", "{d}/experiment.json"], lambda d: (
+        edit(d / "experiment.json", lambda data: data["tune"].pop("tunables")),
+        (d / "tunable.cu").write_text('/* cudaopt-tune {"tunables": {"A": [1, 2]}, "restrictions": ["B > 1"]} */\n'
+                                      + (d / "tunable.cu").read_text())), ("cudaopt-tune block", "restrictions")),
+    ("export-out-under-a-file", ["export", *CONFIG, "--unverified", "--to", "cuda", "--out", "{d}/initial.cu/x"],
+     None, ("--out", "initial.cu/x")),
     ("verify-missing-run", ["verify", "{d}/nope"], None, ("nope",)),
     ("replay-missing-run", ["replay", "{d}/nope"], None, ("nope",)),
     ("replay-bad-request", ["replay", "{d}/input_cases.json"], None, ("input_cases.json",)),

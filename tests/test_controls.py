@@ -227,6 +227,15 @@ def test_check_and_evaluate_refuse_a_non_discriminating_case_on_one_line_exit_2(
                                "accepts a copy of input x"), lines[0]
 
 
+def test_a_reference_that_prints_does_not_disturb_the_controls(tmp_path):
+    """What the user's reference prints (a line that looks like JSON too) is not taken for an answer."""
+    config = relu_experiment(tmp_path, low=-1.0)
+    (tmp_path / "relu.py").write_text(RELU.replace("    return", "    print('{debug}', n)\n    return"))
+    result = runner.invoke(app, ["check", "--config", str(config), "--arch", "sm_90"])
+    assert result.exit_code == 0, result.output
+    assert "2 case(s) discriminate on the CPU" in result.output
+
+
 def test_check_shows_the_controls_and_a_waiver_with_its_reason(tmp_path):
     ok = runner.invoke(app, ["check", "--config", str(relu_experiment(tmp_path, low=-1.0)), "--arch", "sm_90"])
     assert ok.exit_code == 0, ok.output

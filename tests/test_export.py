@@ -308,3 +308,23 @@ extern "C" __global__ void uses_host_names(float* out) {
     module = _load(path, "export_nvcc_style")
     cubin = module.compile_cubin("sm_90", 132)
     assert cubin[:4] == b"\x7fELF"
+
+
+def test_a_scalar_the_operator_cannot_pass_is_refused_on_one_line(relu):
+    import dataclasses
+
+    from cudaopt.harness.signature import parse_signature
+
+    half = parse_signature('extern "C" __global__ void kb_19_relu(const float* x, float* out, int batch_size, '
+                           'int dim, __half scale)')
+    with pytest.raises(ExperimentError, match="scalar scale is float16: the operator passes scalars of"):
+        files(dataclasses.replace(relu, signature=half), "torch")
+
+
+def test_a_run_without_its_winner_s_source_is_one_line(verified, tmp_path):
+    copy = tmp_path / verified.name
+    shutil.copytree(verified, copy)
+    (copy / "best.cu").unlink()
+    with pytest.raises(ExperimentError) as refused:
+        from_run(copy)
+    assert refused.value.field == "best.cu" and "No such file" in refused.value.message

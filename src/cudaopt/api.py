@@ -64,6 +64,7 @@ def evaluate(experiment: Experiment, kernel: str | Path | None = None, *, entry:
     """Check and time a kernel file (default: the initial kernel) on the correctness and performance cases."""
     from .checks import kernel_file
     from .errors import ExperimentError
+    from .preflight import preflight
 
     path = Path(kernel) if kernel is not None else experiment.initial_kernel_path
     if path is None:
@@ -74,8 +75,10 @@ def evaluate(experiment: Experiment, kernel: str | Path | None = None, *, entry:
         if isinstance(message, PhaseStarted):
             on_progress(PhaseProgress(phase=message.phase, case=message.case))
 
+    spec = _launch(launch)
+    preflight(experiment, kernel=path, entry=entry, tune=False, launch=spec)  # as `cudaopt evaluate`: before any GPU
     with _pool(evaluator, devices) as pool:
-        return evaluate_kernel(experiment, source, pool, entry=entry, launch=_launch(launch), on_event=event)
+        return evaluate_kernel(experiment, source, pool, entry=entry, launch=spec, on_event=event)
 
 
 class RunResult:

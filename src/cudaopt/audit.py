@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import strategies
+from .checks import read_text_file
 from .errors import ExperimentError
 from .evaluation.dispatch import Evaluator
 from .experiment import Experiment
@@ -74,15 +75,7 @@ def discover(source: Path) -> list[Path]:
             raise ExperimentError(source, "", "no experiment.json below it")
         return found
     configs = []
-    raw = source.read_bytes()
-    if b"\0" in raw:
-        line = raw[:raw.index(b"\0")].count(b"\n") + 1
-        raise ExperimentError(source, f"line {line}", "holds a NUL byte: a list file is text, one path a line")
-    try:
-        listing = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ExperimentError(source, "", "not a UTF-8 text file (a list file names one experiment.json a "
-                                          "line)") from None
+    listing = read_text_file(source, "")
     for number, line in enumerate(listing.splitlines(), start=1):
         text = line.split("#", 1)[0].strip()
         if not text:

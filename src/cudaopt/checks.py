@@ -17,7 +17,7 @@ from typing import Any
 
 from .errors import ExperimentError, shortened
 from .harness import expr
-from .harness.launch import DEVICE_NAMES, NOMINAL_DEVICE, resolve_launch
+from .harness.launch import DEVICE_NAMES, NOMINAL_DEVICE, LaunchError, resolve_launch
 from .harness.protocol import CaseSpec, LaunchSpec
 from .harness.signature import Signature, SignatureError, find_entry, other_entry_problem
 
@@ -32,7 +32,7 @@ SHARED_BY_ARCH = {"sm_70": 96 * 1024, "sm_72": 96 * 1024, "sm_75": 64 * 1024, "s
                   "sm_100": 227 * 1024, "sm_103": 227 * 1024, "sm_120": 99 * 1024}
 MAX_SHARED_BYTES = max(SHARED_BY_ARCH.values())
 
-_SCALAR_RANGES = {
+SCALAR_RANGES = {
     "int8": (-2**7, 2**7 - 1), "uint8": (0, 2**8 - 1), "int16": (-2**15, 2**15 - 1), "uint16": (0, 2**16 - 1),
     "int32": (-2**31, 2**31 - 1), "uint32": (0, 2**32 - 1), "int64": (-2**63, 2**63 - 1), "uint64": (0, 2**64 - 1),
 }
@@ -150,24 +150,17 @@ def check_launch(path: Path, field: str, launch: LaunchSpec, case: CaseSpec, nam
     names is declared there."""
     scope = {**(names or {}), **(device or NOMINAL_DEVICE), **case.scalars}
     sep = "." if field else ""
-    for label, values, limits in (("grid", launch.grid, MAX_GRID), ("block", launch.block, MAX_BLOCK)):
-        for d, text in enumerate(values):
-            where = f"{field}{sep}{label}[{d}]"
-            try:
-                value = expr.evaluate_int(text, scope)
-            except expr.ExprError as exc:
-                raise ExperimentError(path, where, f"case {case.name!r}: {exc}") from None
-            said = f"{value}" if isinstance(text, (int, float)) else f"{text!r} gives {value}"
-            if value < 1:
-                raise ExperimentError(path, where, f"case {case.name!r}: {said}: a launch dimension must be at "
-                                                   "least 1")
-            if value > limits[d]:
-                raise ExperimentError(path, where, f"case {case.name!r}: {said}, above the {limits[d]} every GPU "
-                                                   f"allows in {label} dimension {d}")
     try:
         resolved = resolve_launch(launch, scope)
-    except ValueError as exc:
-        raise ExperimentError(path, f"{field}{sep}shared_bytes", f"case {case.name!r}: {exc}") from None
+    except LaunchError as exc:
+        raise ExperimentError(path, f"{field}{sep}{exc.field}", f"case {case.name!r}: {exc}") from None
+    for label, values, dims, limits in (("grid", launch.grid, resolved.grid, MAX_GRID),
+                                        ("block", launch.block, resolved.block, MAX_BLOCK)):
+        for d, text in enumerate(values):
+            if dims[d] > limits[d]:
+                said = f"{dims[d]}" if isinstance(text, (int, float)) else f"{text!r} gives {dims[d]}"
+                raise ExperimentError(path, f"{field}{sep}{label}[{d}]", f"case {case.name!r}: {said}, above the "
+                                      f"{limits[d]} every GPU allows in {label} dimension {d}")
     if resolved.shared_bytes > max_shared:
         raise ExperimentError(path, f"{field}{sep}shared_bytes", f"case {case.name!r}: {resolved.shared_bytes} bytes "
                                                                  f"of dynamic shared memory, above the {max_shared} "
@@ -187,8 +180,8 @@ def check_scalars(path: Path, where: str, case: CaseSpec, signature: Signature) 
     for arg in signature.scalars:
         value = case.scalars[arg.name]
         field = f"{where}.scalars.{arg.name}"
-        if arg.dtype in _SCALAR_RANGES:
-            low, high = _SCALAR_RANGES[arg.dtype]
+        if arg.dtype in SCALAR_RANGES:
+            low, high = SCALAR_RANGES[arg.dtype]
             if isinstance(value, float) and not value.is_integer():
                 raise ExperimentError(path, field, f"{value} is not an integer ({arg.c_decl()})")
             if not low <= value <= high:

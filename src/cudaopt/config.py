@@ -135,23 +135,31 @@ class TuneSpace(Model):
         """How many configurations the restrictions allow, counted without building them; a
         :class:`SpaceError` (with the count, or an estimate, and how to narrow it) above ``limit``
         (default :data:`MAX_CONFIGURATIONS`)."""
-        limit = MAX_CONFIGURATIONS if limit is None else limit
-        total = self.combinations()
         if not self.restrictions:
-            if total > limit:
-                raise SpaceError(self._too_large(f"{total:,}"))
+            total = self.combinations()
+            if total > self._limit(limit):
+                raise SpaceError(self._too_large(f"{total:,}", self._limit(limit)))
             return total
+        return sum(1 for _ in self._bounded(limit))
+
+    def _limit(self, limit: int | None) -> int:
+        return MAX_CONFIGURATIONS if limit is None else limit
+
+    def _bounded(self, limit: int | None):
+        """The allowed configurations, one walk: a SpaceError past ``limit`` of them, or when the
+        restrictions refuse too many partial configurations to finish."""
+        limit = self._limit(limit)
         found = visited = 0
         for config in self._walk():
             if config is None:
                 visited += 1
                 if visited > MAX_VISITED:
-                    raise SpaceError(self._too_large(self._estimate(), visited=True))
+                    raise SpaceError(self._too_large(self._estimate(), limit, visited=True))
             else:
                 found += 1
                 if found > limit:
-                    raise SpaceError(self._too_large(f"more than {limit:,}"))
-        return found
+                    raise SpaceError(self._too_large(f"more than {limit:,}", limit))
+                yield config
 
     def _estimate(self) -> str:
         """The allowed count, estimated from a seeded sample of the lists' product."""
@@ -162,10 +170,10 @@ class TuneSpace(Model):
             return f"an unknown number of (none in a sample of {_SAMPLE})"
         return f"about {share * self.combinations():,.0f} (estimated from a sample)"
 
-    def _too_large(self, count: str, visited: bool = False) -> str:
+    def _too_large(self, count: str, limit: int, visited: bool = False) -> str:
         sizes = " x ".join(str(len(v)) for v in self.tunables.values())
         why = (f"too many to search: the lists give {self.combinations():,} combinations ({sizes}) and the "
-               f"restrictions cut too few of them early") if visited else f"above the limit of {MAX_CONFIGURATIONS:,}"
+               f"restrictions cut too few of them early") if visited else f"above the limit of {limit:,}"
         return (f"{count} configurations, {why}; narrow it: fewer values per tunable, or restrictions that "
                 "rule out whole ranges")
 
@@ -187,11 +195,12 @@ class TuneSpace(Model):
                 return config
         raise SpaceError("no configuration satisfies the restrictions")
 
-    def configurations(self) -> list[dict]:
-        """Every combination that satisfies the restrictions, in declaration order (counted
-        first: a SpaceError above :data:`MAX_CONFIGURATIONS`)."""
-        self.count()
-        return [c for c in self._walk() if c is not None]
+    def configurations(self, limit: int | None = None) -> list[dict]:
+        """Every combination that satisfies the restrictions, in declaration order (a SpaceError
+        above ``limit``, by default :data:`MAX_CONFIGURATIONS`)."""
+        if not self.restrictions:
+            self.count(limit)  # the lists' product, refused before it is built
+        return list(self._bounded(limit))
 
 
 class SpaceError(ValueError):
@@ -210,11 +219,11 @@ def space_in_source(source: str) -> TuneSpace | None:
         return TuneSpace.model_validate(json.loads(match.group(1)))
     except json.JSONDecodeError as exc:
         raise SpaceError(f"cudaopt-tune block: not valid JSON: {exc.msg}") from None
-    except (ValueError, RecursionError) as exc:  # a number of thousands of digits, nesting thousands deep
-        raise SpaceError(f"cudaopt-tune block: not valid JSON: {str(exc)[:120]}") from None
-    except ValidationError as exc:
+    except ValidationError as exc:  # before ValueError, which it is
         err = exc.errors()[0]
         raise SpaceError(f"cudaopt-tune block: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+    except (ValueError, RecursionError) as exc:  # a number of thousands of digits, nesting thousands deep
+        raise SpaceError(f"cudaopt-tune block: not valid JSON: {str(exc)[:120]}") from None
 
 
 class TuneSection(Model):

@@ -14,6 +14,7 @@ not finish in time are left to the GPU, said in the same way.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -208,14 +209,16 @@ def _controls_from_stdin() -> int:
 
     request = ControlsCall.model_validate_json(sys.stdin.read())
     ref, signature = request.reference, parse_signature(request.signature)
+    answers = sys.stdout  # the reference's own prints go to stderr: this pipe carries the answers alone
     try:
-        fn = load_python(ref.source, ref.path, ref.entry)
-        for case in request.cases:
-            sets = reference_sets(fn, ref.kind, signature, case, request.allow_tf32)
-            print(CaseControls(case=case.name, controls=negative_controls(case, signature, sets)).to_json(),
-                  flush=True)
+        with contextlib.redirect_stdout(sys.stderr):
+            fn = load_python(ref.source, ref.path, ref.entry)
+            for case in request.cases:
+                sets = reference_sets(fn, ref.kind, signature, case, request.allow_tf32)
+                print(CaseControls(case=case.name, controls=negative_controls(case, signature, sets)).to_json(),
+                      file=answers, flush=True)
     except (ReferenceFailure, InputError) as exc:
-        print(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        print(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, file=answers)
         return 1
     return 0
 

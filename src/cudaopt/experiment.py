@@ -356,14 +356,13 @@ def _load_tuning(tune: TuneSection, base: Path, origin: str, sig: Signature, cas
         raise ExperimentError(origin if tune.tunables else path, "tune.tunables", "; ".join(clashes))
     where = origin if tune.tunables else path
     try:
-        count = space.count()
-        configs = space.configurations() if count <= CHECKED_CONFIGURATIONS else None
+        configs = space.configurations()
     except SpaceError as exc:
         raise ExperimentError(where, "tune.tunables", str(exc)) from None
-    if count == 0:
+    if not configs:
         raise ExperimentError(where, "tune.restrictions", f"no configuration satisfies them{space.why_empty()}")
-    if configs is None:  # a large space: the first configuration and a seeded sample of the others
-        configs = [space.first()] + random.Random(0).sample(space.configurations(), CHECKED_CONFIGURATIONS - 1)
+    if len(configs) > CHECKED_CONFIGURATIONS:  # a large space: the first configuration and a seeded sample of the others
+        configs = [configs[0]] + random.Random(0).sample(configs[1:], CHECKED_CONFIGURATIONS - 1)
     for config in configs:
         for case in cases:
             if case.role != "holdout":

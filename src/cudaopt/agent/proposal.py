@@ -116,13 +116,11 @@ def _configurations(answer: _Answer, allowed: bool, limit: int) -> list[dict]:
     except (ValidationError, expr.ExprError) as exc:
         raise ProposalError(f"bad tunables: {exc}".splitlines()[0]) from None
     try:
-        configs = space.configurations()
+        configs = space.configurations(limit)  # a SpaceError past the limit, never built beyond it
     except SpaceError as exc:
-        raise ProposalError(f"bad tunables: {exc}") from None
+        raise ProposalError(f"bad tunables: {exc}; at most {limit} configurations are swept") from None
     if not configs:
         raise ProposalError("no combination of the tunables satisfies the restrictions")
-    if len(configs) > limit:
-        raise ProposalError(f"the tunables give {len(configs)} configurations; at most {limit} are swept")
     return configs
 
 

@@ -63,8 +63,6 @@ def check_flags(fn, values: dict) -> None:
             raise ExperimentError("QUERY", "", "empty: give words to search for")
         if name in ("warmup", "iterations") and value > MAX_LAUNCHES:
             raise ExperimentError(flag_name(fn, name), "", f"{value} launches a case: at most {MAX_LAUNCHES:,}")
-        if name == "seed" and not 0 <= value <= SEED_MAX:
-            raise ExperimentError(flag_name(fn, name), "", f"{value} is not a seed from 0 to {SEED_MAX}")
         if name in WRITTEN_FOLDERS:
             check_writable_folder(Path(value), flag_name(fn, name))
 

@@ -9,16 +9,14 @@ run's verified winner, or a kernel given by flags) and records where it came fro
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from ..errors import ExperimentError
 from .lower import LowerError
 from .source import ExportSource, from_flags, from_run
 
-Target = Literal["torch", "cuda", "kernelbench"]
 TARGETS: tuple[str, ...] = ("torch", "cuda", "kernelbench")
 
-__all__ = ["TARGETS", "ExportSource", "Target", "files", "from_flags", "from_run", "write"]
+__all__ = ["TARGETS", "ExportSource", "files", "from_flags", "from_run", "write"]
 
 
 def files(src: ExportSource, to: str) -> dict[str, str]:
@@ -49,7 +47,10 @@ def write(src: ExportSource, to: str, out: Path, *, force: bool = False) -> list
     from ..record.rundir import write_atomic
 
     paths = []
-    for name, text in made.items():
-        write_atomic(out / name, text)
-        paths.append(out / name)
+    try:
+        for name, text in made.items():
+            write_atomic(out / name, text)
+            paths.append(out / name)
+    except OSError as exc:
+        raise ExperimentError("--out", "", f"{out}: {exc.strerror or exc}") from None
     return paths

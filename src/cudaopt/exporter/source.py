@@ -13,7 +13,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..checks import kernel_file
+from ..checks import kernel_file, read_text_file
 from ..errors import ExperimentError
 from ..experiment import Experiment, load_launch
 from ..harness.launch import DEVICE_NAMES, NOMINAL_DEVICE
@@ -111,16 +111,15 @@ def from_run(path: Path, *, unverified: bool = False) -> ExportSource:
     launch_file = run.file("best-launch.json")
     launch = load_launch(str(launch_file)) if launch_file.is_file() else _cases_launch(experiment)
     env = read_run_json(run, "env.json", Environment) if run.file("env.json").is_file() else None
-    lock = read_run_json(run, "lock.json")
     gpu = env.gpu if env else None
     provenance = Provenance(
         origin=f"run {run.path.resolve()} (attempt {chosen.attempt.id}, {summary.strategy})",
         verified=verdict or "passed (verify.json: every case, holdout included)",
-        lock={k: lock[k] for k in ("lock", "reference", "input_cases") if isinstance(lock, dict) and k in lock},
+        lock=_lock_hashes(experiment),
         gpu=f"{gpu.name} ({gpu.arch}, {gpu.sm_count} SMs)" if gpu else "",
         figures=_figures(summary))
     return ExportSource(signature=experiment.signature, entry=experiment.signature.name,
-                        source=run.file("best.cu").read_text(),
+                        source=read_text_file(run.file("best.cu"), "best.cu"),
                         launch=launch, cases=experiment.case_specs, provenance=provenance, experiment=experiment,
                         num_sms=(gpu.sm_count if gpu and gpu.sm_count else NOMINAL_DEVICE["num_sms"]))
 
@@ -137,12 +136,17 @@ def from_flags(experiment: Experiment, *, kernel: Path | None, entry: str | None
     name = entry or experiment.signature.name
     source = kernel_file(path, name, experiment.signature)
     spec = load_launch(launch) if launch else _cases_launch(experiment)
-    lock = experiment.lock()
     provenance = Provenance(origin=f"kernel {path.resolve()} (experiment {experiment.cases_path.parent.resolve()})",
-                            verified="not verified: given by flags (--unverified)",
-                            lock={"lock": lock.lock, "reference": lock.reference, "input_cases": lock.input_cases})
+                            verified="not verified: given by flags (--unverified)", lock=_lock_hashes(experiment))
     return ExportSource(signature=experiment.signature, entry=name, source=source, launch=spec,
                         cases=experiment.case_specs, provenance=provenance, experiment=experiment)
+
+
+def _lock_hashes(experiment: Experiment) -> dict[str, str]:
+    """The hashes a header names: the lock, the reference's and the input cases' (a run's lock.json
+    matched them when the run was opened)."""
+    lock = experiment.lock()
+    return {"lock": lock.lock, "reference": lock.reference, "input_cases": lock.input_cases}
 
 
 def _verdict(run, attempt: int) -> str | None:

@@ -12,6 +12,7 @@ expressions (lower.py); inputs are checked for device, dtype, shape and contigui
 
 from __future__ import annotations
 
+from ..checks import SCALAR_RANGES
 from ..errors import ExperimentError
 from ..harness.host_headers import HEADERS, PRELUDE_NAME
 from ..harness.launch import DEVICE_NAMES
@@ -25,9 +26,6 @@ TORCH_DTYPES = {"float32": "float32", "float64": "float64", "float16": "float16"
                 "uint32": "uint32", "int64": "int64", "uint64": "uint64"}
 C_SCALARS = {"float32": "c_float", "float64": "c_double", "int8": "c_int8", "uint8": "c_uint8", "int16": "c_int16",
              "uint16": "c_uint16", "int32": "c_int32", "uint32": "c_uint32", "int64": "c_int64", "uint64": "c_uint64"}
-SCALAR_RANGES = {"int8": (-2**7, 2**7 - 1), "uint8": (0, 2**8 - 1), "int16": (-2**15, 2**15 - 1),
-                 "uint16": (0, 2**16 - 1), "int32": (-2**31, 2**31 - 1), "uint32": (0, 2**32 - 1),
-                 "int64": (-2**63, 2**63 - 1), "uint64": (0, 2**64 - 1)}
 
 _RUNTIME = '''
 _STATE = {}
@@ -236,6 +234,10 @@ def _op_code(src: ExportSource, sp: list[str], inferred: dict) -> list[str]:
     if not ins or not outs:
         raise ExperimentError("--to", "torch", f"{name} needs at least one input (const T*) and one output (T*) "
                                                "to become an operator")
+    for a in scalars:
+        if a.dtype not in C_SCALARS:
+            raise ExperimentError("--to", "torch", f"scalar {a.name} is {a.dtype}: the operator passes scalars of "
+                                                   f"{', '.join(C_SCALARS)} only")
     p = py_name
     kind = lambda a: "SymInt" if a.dtype in SCALAR_RANGES else "float"
     alias = "abcdefghijklmnopqrstuvwxyz"

@@ -89,8 +89,6 @@ def names_in(text: str) -> set[str]:
 
 @functools.lru_cache(maxsize=4096)
 def _parse(text: str, names: bool) -> ast.Expression:
-    if not isinstance(text, str):
-        raise ExprError(f"expected an expression string, got {type(text).__name__}")
     if len(text) > _MAX_LENGTH:
         raise ExprError(f"expression longer than {_MAX_LENGTH} characters")
     try:

@@ -43,22 +43,36 @@ def device_defines(spec: KernelSpec, device: Mapping) -> KernelSpec:
     return spec.model_copy(update={"defines": {**spec.defines, **extra}})
 
 
+class LaunchError(ValueError):
+    """A launch that cannot be used; ``field`` names the part at fault (``grid[1]``, ``shared_bytes``)."""
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field
+
+
 def resolve_launch(spec: LaunchSpec, names: Mapping) -> ResolvedLaunch:
-    """Evaluate grid, block, shared bytes and the entry; raise ValueError on anything unusable."""
-    try:
-        grid = [expr.evaluate_int(v, names) for v in spec.grid]
-        block = [expr.evaluate_int(v, names) for v in spec.block]
-        shared = expr.evaluate_int(spec.shared_bytes, names)
-        entry = expr.evaluate_name(spec.entry, names) if spec.entry is not None else None
-    except expr.ExprError as exc:
-        raise ValueError(str(exc)) from None
-    for label, dims in (("grid", grid), ("block", block)):
-        if not 1 <= len(dims) <= 3:
-            raise ValueError(f"{label} needs 1 to 3 dimensions, got {len(dims)}")
-        if any(d < 1 for d in dims):
-            raise ValueError(f"{label} {dims} has a dimension below 1")
+    """Evaluate grid, block, shared bytes and the entry; raise :class:`LaunchError` on anything unusable."""
+    def evaluated(field: str, text, evaluate=expr.evaluate_int):
+        try:
+            return evaluate(text, names)
+        except expr.ExprError as exc:
+            raise LaunchError(str(exc), field) from None
+
+    dims = {}
+    for label, written in (("grid", spec.grid), ("block", spec.block)):
+        if not 1 <= len(written) <= 3:
+            raise LaunchError(f"{label} needs 1 to 3 dimensions, got {len(written)}", label)
+        dims[label] = [evaluated(f"{label}[{d}]", text) for d, text in enumerate(written)]
+        for d, (text, value) in enumerate(zip(written, dims[label], strict=True)):
+            if value < 1:
+                said = f"{value}" if isinstance(text, (int, float)) else f"{text!r} gives {value}"
+                raise LaunchError(f"{said}: a launch dimension must be at least 1", f"{label}[{d}]")
+    grid, block = dims["grid"], dims["block"]
+    shared = evaluated("shared_bytes", spec.shared_bytes)
     if shared < 0:
-        raise ValueError(f"shared_bytes {shared} is negative")
+        raise LaunchError(f"shared_bytes {shared} is negative", "shared_bytes")
+    entry = evaluated("entry", spec.entry, expr.evaluate_name) if spec.entry is not None else None
 
     def pad(dims: list[int]) -> tuple[int, ...]:
         return tuple(dims) + (1,) * (3 - len(dims))

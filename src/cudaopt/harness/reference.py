@@ -123,7 +123,7 @@ class CudaReference:
         """Launch the reference on the staged inputs; its outputs widened to float64 on the device
         (:class:`answers.DeviceAnswer`, the caller scrubs them)."""
         from .answers import DeviceAnswer
-        from .launch import resolve_launch
+        from .launch import LaunchError, resolve_launch
         from .launcher import CaseFailure
 
         spec = ref.launch or case.launch
@@ -131,8 +131,8 @@ class CudaReference:
             raise ReferenceFailure(f"case {case.name!r}: no launch configuration for the reference kernel")
         try:
             launch = resolve_launch(spec, {**self.launcher.gpu.facts(), **case.scalars})
-        except ValueError as exc:
-            raise ReferenceFailure(f"case {case.name!r}: reference launch: {exc}") from None
+        except LaunchError as exc:
+            raise ReferenceFailure(f"case {case.name!r}: reference launch {exc.field}: {exc}") from None
         gpu = self.launcher.gpu
         try:
             self.launcher.launch(self.kernel(ref), launch, buffers.kernel_args(case.scalars))

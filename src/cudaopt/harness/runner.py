@@ -25,7 +25,7 @@ from .controls import judge
 from .entries import Entries
 from .gpu import Gpu
 from .inputs import InputError
-from .launch import candidate_names, device_defines, resolve_launch, tunable_clashes
+from .launch import LaunchError, candidate_names, device_defines, resolve_launch, tunable_clashes
 from .launcher import CaseFailure, Launcher, is_cuda_error, occupancy
 from .leftovers import Leftovers
 from .lru import Lru
@@ -219,8 +219,8 @@ class Runner:
             raise CaseFailure("bad_launch_config", "no launch configuration for this case")
         try:
             launch = resolve_launch(spec, candidate_names(case.scalars, req.kernel.defines, self.facts))
-        except ValueError as exc:
-            raise CaseFailure("bad_launch_config", str(exc)) from None
+        except LaunchError as exc:
+            raise CaseFailure("bad_launch_config", f"{exc.field}: {exc}") from None
         out.launch = launch
         kernel = entries.get(launch.entry)
         out.occupancy = occupancy(kernel, launch, int(self.gpu.props.max_threads_per_multiprocessor))

@@ -271,17 +271,28 @@ def test_the_launch_goes_to_the_driver_with_the_computed_config_and_arguments(ve
     monkeypatch.setattr(torch.cuda, "init", lambda: None)
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda index: types.SimpleNamespace(multi_processor_count=132, major=9, minor=0))
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda index: types.SimpleNamespace(cuda_stream=4242))
+    monkeypatch.setattr(module, "_current_stream", lambda index: 4242)
     compiled = []
     monkeypatch.setattr(module, "compile_cubin", lambda arch, sms: compiled.append((arch, sms)) or b"cubin")
     module._DEVICE_TYPE = "cpu"
     a, b = torch.randn(515, 1031), torch.randn(1031, 261)
-    for _ in range(2):
-        c = torch.empty(515, 261)
+    outputs = [torch.empty(515, 261) for _ in range(2)]
+    for c in outputs:
         module._run(a, b, c, 515, 261, 1031)
     assert compiled == [("sm_90", 132)]  # once per device
     launches = [args for name, args in calls if name == "cuLaunchKernel"]
-    assert len(launches) == 2
+    assert len(launches) == 2 and len(module._PLANS) == 1  # the second call reused the checked plan
+    assert [args[-3][2] for args in launches] == [c.data_ptr() for c in outputs]  # each call's own output
+    with pytest.raises(TypeError, match="c has dtype torch.float64"):  # a reused plan still checks tensors
+        module._run(a, b, torch.empty(515, 261, dtype=torch.float64), 515, 261, 1031)
+    module._run(a, b, outputs[0], 515, 261, 1031.0)  # an equal scalar of another type: same plan, same bytes
+    module._PLANS.clear()
+    module._run(a, b, outputs[0], 515, 261, 1031.0)  # planned from a whole float: passed as the int it is
+    launches = [args for name, args in calls if name == "cuLaunchKernel"]
+    assert len(launches) == 4 and launches[-1][-2] == [515, 261, 1031]
+    c, version = outputs[1], outputs[1]._version
+    assert module.matmul_f32(a, b, out=c) is c  # eager: launched directly, the write seen by autograd's counter
+    assert c._version == version + 1 and len([n for n, _ in calls if n == "cuLaunchKernel"]) == 5
     func, *dims, shared, stream, pointers, scalars, extra = launches[0]
     entry, grid, block, want_shared = module.launch_config(515, 261, 1031, 132)
     assert (func, tuple(dims[:3]), tuple(dims[3:]), shared, stream, extra) == \

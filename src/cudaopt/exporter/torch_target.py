@@ -124,18 +124,73 @@ def loaded(index):
     return state
 
 
-def _launch(index, entry, grid, block, shared_bytes, params):
-    from cuda.bindings import driver
+_PLANS = {}  # (device, *scalars) -> _Plan: a call like an earlier one skips every check but the tensors'
+_MAX_PLANS = 1024
+_THREAD = _threading.local()  # the context this thread last made current for the kernel
+_PLAIN = (_torch.Tensor, _torch.nn.Parameter)  # what the eager call launches directly
+_RAW_STREAM = getattr(_torch._C, "_cuda_getCurrentRawStream", None)
 
-    state = loaded(index)
-    func = state.function(entry, shared_bytes)
-    current = driver.cuCtxGetCurrent()[1]
-    if int(current) != state.context_id:
-        _check(driver.cuCtxSetCurrent(state.context), "cuCtxSetCurrent")
-    stream = _torch.cuda.current_stream(index).cuda_stream
-    array = (_ctypes.c_void_p * len(params))(*[_ctypes.addressof(p) for p in params])
-    _check(driver.cuLaunchKernel(func, *grid, *block, shared_bytes, stream, _ctypes.addressof(array), 0),
-           f"launching {entry}")
+
+def _current_stream(index):
+    """PyTorch's current stream on ``index`` as a raw handle (the call torch's own generated code makes)."""
+    if _RAW_STREAM is not None:
+        return _RAW_STREAM(index)
+    return _torch.cuda.current_stream(index).cuda_stream
+
+
+class _Plan:
+    """One launch checked for one device and one set of scalars: the function, the dimensions, the
+    expected tensors and a parameter array whose pointer slots each call fills (under a lock, as
+    cuLaunchKernel copies the parameters before it returns)."""
+
+    def __init__(self, device, dtypes, shapes, config, values):
+        entry, grid, block, shared = config
+        self.device, self.dtypes, self.shapes = device, dtypes, tuple(_torch.Size(s) for s in shapes)
+        self.state = loaded(device.index)
+        self.func = self.state.function(entry, shared)
+        self.entry, self.dims, self.shared = entry, (*grid, *block), shared
+        self.values = values  # ctypes objects in the signature's order; pointers are c_void_p
+        self.slots = [v for v in values if isinstance(v, _ctypes.c_void_p)]
+        self.array = (_ctypes.c_void_p * len(values))(*[_ctypes.addressof(v) for v in values])
+        self.address = _ctypes.addressof(self.array)
+        self.lock = _threading.Lock()
+
+    def launch(self, pointers):
+        from cuda.bindings import driver
+
+        state = self.state
+        if getattr(_THREAD, "context", None) != state.context_id:
+            _check(driver.cuCtxSetCurrent(state.context), "cuCtxSetCurrent")
+            _THREAD.context = state.context_id
+        stream = _current_stream(self.device.index)
+        with self.lock:
+            for slot, pointer in zip(self.slots, pointers):
+                slot.value = pointer
+            result = driver.cuLaunchKernel(self.func, *self.dims, self.shared, stream, self.address, 0)
+        _check(result, f"launching {self.entry}")
+
+
+def _same(value, plan, i):
+    """Whether ``value`` is the tensor the plan was checked for (dtype, shape, device, row-major)."""
+    return (isinstance(value, _torch.Tensor) and value.dtype is plan.dtypes[i] and value.shape == plan.shapes[i]
+            and value.device == plan.device and value.is_contiguous())
+
+
+def _remember(key, plan):
+    if len(_PLANS) >= _MAX_PLANS:
+        _PLANS.clear()
+    try:
+        _PLANS[key] = plan
+    except TypeError:  # an unhashable scalar was refused by its check already; nothing to keep
+        pass
+    return plan
+
+
+def _planned(key):
+    try:
+        return _PLANS.get(key)
+    except TypeError:  # an unhashable scalar: the full checks say what is wrong with it
+        return None
 
 
 def _tensor(name, value, dtype, shape, device, scalars):
@@ -251,21 +306,35 @@ def _op_code(src: ExportSource, sp: list[str], inferred: dict) -> list[str]:
     out_names = ", ".join(p(a.name) for a in outs)
     dt = lambda a: f"_torch.{TORCH_DTYPES[a.dtype]}"
     ctype = lambda a: (f"_ctypes.c_void_p({p(a.name)}.data_ptr())" if a.pointer
+                       else f"_ctypes.{C_SCALARS[a.dtype]}(int({p(a.name)}))" if a.dtype in SCALAR_RANGES
                        else f"_ctypes.{C_SCALARS[a.dtype]}({p(a.name)})")
     first = p(ins[0].name)
-    lines = [f"def _run({all_args}):", '    """Check every argument, then launch on the current stream."""',
+    checked = [*ins, *outs]
+    key = _tuple(["getattr(" + first + ', "device", None)', *sp])
+    lines = [f"def _prepare({all_args}):", '    """Every check of the arguments, then the launch planned for this device and these scalars."""',
              "    _device = None", "    _scalars = {" + ", ".join(f"{a.name!r}: {p(a.name)}" for a in scalars) + "}"]
     for a in scalars:
         low, high = SCALAR_RANGES.get(a.dtype, (None, None))
         lines.append(f"    _scalar({a.name!r}, {p(a.name)}, {low}, {high})")
     lines.append(f"    _expected = shapes({', '.join(sp)})")
-    for a in [*ins, *outs]:
+    for a in checked:
         lines.append(f"    _device = _tensor({a.name!r}, {p(a.name)}, {dt(a)}, _expected[{a.name!r}], _device, "
                      "_scalars)")
     lines += [f"    if all(_t.numel() == 0 for _t in {_tuple([p(a.name) for a in outs])}):",
-              "        return  # nothing to write",
+              "        return None  # nothing to write",
               f"    _config = launch_config({', '.join(sp + ['loaded(_device.index).num_sms'])})",
-              f"    _launch(_device.index, *_config, {_tuple([ctype(a) for a in sig.args])})", "", "",
+              f"    _plan = _Plan(_device, {_tuple([dt(a) for a in checked])}, "
+              f"{_tuple([f'_expected[{a.name!r}]' for a in checked])}, _config, [{', '.join(ctype(a) for a in sig.args)}])",
+              f"    return _remember({key}, _plan)", "", "",
+              f"def _run({all_args}):", '    """Check every argument, then launch on the current stream (a call like an '
+              'earlier one checks only its tensors)."""',
+              f"    _plan = _planned({key})",
+              "    if _plan is None or not (" + " and ".join(f"_same({p(a.name)}, _plan, {i})"
+                                                     for i, a in enumerate(checked)) + "):",
+              f"        _plan = _prepare({all_args})",
+              "    if _plan is not None:",
+              f"        _plan.launch({_tuple([f'{p(a.name)}.data_ptr()' for a in sig.args if a.pointer])})", "", ""]
+    lines += [
               f"def _op({in_args}):", f"    _expected = shapes({', '.join(sp)})"]
     lines += [f"    {p(a.name)} = _torch.empty(_expected[{a.name!r}], dtype={dt(a)}, device={first}.device)"
               for a in outs]
@@ -293,5 +362,11 @@ def _op_code(src: ExportSource, sp: list[str], inferred: dict) -> list[str]:
     lines += [f"    if {out_kw} is None:", f"        return _torch.ops.cudaopt.{name}({in_args})",
               f"    {out_names}{',' if len(outs) == 1 else ''} = {out_kw} if isinstance({out_kw}, (tuple, list)) "
               f"else ({out_kw},)",
-              f"    _torch.ops.cudaopt.{name}_out({all_args})", f"    return {out_kw}"]
+              "    if _torch.compiler.is_compiling() or not (" + " and ".join(
+                  f"type({p(a.name)}) in _PLAIN" for a in checked) + "):",
+              f"        _torch.ops.cudaopt.{name}_out({all_args})  # traced, or a tensor subclass: the registered op",
+              "    else:  # eager on plain tensors: straight to the launch, without the dispatcher's cost per call",
+              f"        _run({all_args})",
+              *[f"        _torch.autograd.graph.increment_version({p(a.name)})" for a in outs],
+              f"    return {out_kw}"]
     return lines

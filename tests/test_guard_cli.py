@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaopt.cli import app
-from cudaopt.record.guard_file import GuardReport, read_guard
+from cudaopt.guard.files import GuardReport, read_guard
 from tests.conftest import gpu_present
 from tests.scripted import ScriptedEvaluator, kernel
 

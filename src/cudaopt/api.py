@@ -119,7 +119,7 @@ def verify(run: str | Path, *, cases: str | Path | None = None, shapes: str | Pa
            on_progress: OnProgress = ignore) -> VerifyOutcome:
     """Check a run's winner on the holdout cases (and ``cases``) with fresh seeds, time what should be
     timed; ``verify.json`` is written into the run."""
-    from .verify import verify as run_verify
+    from .winner.verify import verify as run_verify
 
     with _pool(evaluator, devices) as pool:
         return run_verify(Path(run), pool, Path(cases) if cases else None, seed,
@@ -131,7 +131,7 @@ def verify(run: str | Path, *, cases: str | Path | None = None, shapes: str | Pa
 def replay(target: str | Path, *, repeats: int = 5, evaluator: Evaluator | None = None,
            devices: list[int] | None = None) -> ReplayOutcome:
     """Measure a run's winner (or one best-case-N.json) again beside its baseline."""
-    from .replay import replay as run_replay
+    from .winner.replay import replay as run_replay
 
     with _pool(evaluator, devices) as pool:
         return run_replay(Path(target), pool, repeats)

@@ -18,18 +18,18 @@ from pathlib import Path
 
 from . import strategies
 from .cpu_controls import refuse_results
+from .engine.recorder import Recorder
 from .errors import ExperimentError
 from .evaluation.dispatch import Evaluator, GpuRef
 from .harness.results import DeviceInfo
 from .record.cache import ResultCache
 from .record.events import OnProgress, ignore
-from .record.recorder import Recorder
 from .record.rundir import RunDir
 from .record.runs import Budget, ExperimentArgs, RunSettings, open_resumable, open_run, read_run_json
 from .record.schema import Environment, Summary
-from .replay import replay_finalists
 from .report.build import build as build_report
 from .strategies.tune import TuneStrategy, need_tuning
+from .winner.replay import replay_finalists
 
 PACKAGES = ("cudaopt", "cuda-core", "cuda-bindings", "numpy", "pydantic", "langgraph", "langchain",
             "langchain-core", "langchain-openai", "openai", "matplotlib", "nvidia-ml-py")

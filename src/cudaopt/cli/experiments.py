@@ -55,7 +55,7 @@ def check(
     """Check an experiment without a GPU: files, fields, every expression on every case, the
     reference (a .py one is called on the smallest case), the kernels compiled with NVRTC."""
     from ..checks import kernel_file
-    from ..render import check_table
+    from .render_experiments import check_table
 
     exp = experiment(config, description, signature, reference, initial_kernel, input_cases)
     if kernel is not None:
@@ -93,7 +93,7 @@ def evaluate(
     from ..evaluate import evaluate_kernel
     from ..experiment import load_launch
     from ..record.rundir import write_atomic
-    from ..render import evaluation_table, failure_lines
+    from .render_experiments import evaluation_table, failure_lines
 
     chosen = gpus_chosen(device, devices, ray)
     exp = experiment(config, description, signature, reference, initial_kernel, input_cases)
@@ -184,7 +184,7 @@ def optimize(
     from ..agent.model import ModelSettings
     from ..optimize import Options, start_or_resume, stored_iterations, stored_strategy
     from ..record.runs import Budget, ExperimentArgs
-    from ..render import OptimizeProgress, summary_lines, summary_table
+    from .render_experiments import OptimizeProgress, summary_lines, summary_table
 
     settings = ModelSettings(model=model, reasoning_effort=reasoning_effort, base_url=base_url)
     if prices is not None:

@@ -60,7 +60,7 @@ def record(
     from ..experiment import load_launch
     from ..guard.record import record as run_record
     from ..record.rundir import write_atomic
-    from ..render import guard_record_table
+    from .render_guard import guard_record_table
 
     if run_dir is not None:
         if any(v is not None for v in (config, description, signature, reference, initial_kernel, input_cases, kernel,
@@ -128,11 +128,11 @@ def check(
     """Check kernels against their guard files: correct on every case, and not slower beyond --max-slowdown."""
     from ..guard.check import Settings
     from ..guard.check import check as run_check
+    from ..guard.files import GuardReport
     from ..guard.junit import junit_xml
     from ..guard.load import load_guard
-    from ..record.guard_file import GuardReport
     from ..record.rundir import write_atomic
-    from ..render import guard_lines, guard_markdown, guard_table
+    from .render_guard import guard_lines, guard_markdown, guard_table
 
     if against is not None and against_ref is not None:
         raise ExperimentError("--against", "", "give --against or --against-ref, not both")

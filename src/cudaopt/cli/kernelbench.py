@@ -68,7 +68,7 @@ def fast_p(
     """KernelBench's fast_p over a set of runs: the fraction correct and faster than PyTorch by more than p."""
     from ..kernelbench.metrics import THRESHOLDS, report
     from ..record.rundir import write_atomic
-    from ..render import fast_p_tables
+    from .render_kernelbench import fast_p_tables
 
     if baseline not in ("eager", "compile"):
         raise ExperimentError("--baseline", "", f"{baseline!r} is not eager or compile")

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__
+from ..engine.recorder import Evaluator
 from ..experiment import Experiment
 from ..harness.protocol import LaunchSpec, TimingProtocol
 from ..harness.results import EvalResult
-from ..record.guard_file import GuardBaseline, GuardCase, GuardKernel, relative_args
-from ..record.recorder import Evaluator
 from ..record.runs import ExperimentArgs
-from ..verify import fresh_cases
+from ..winner.verify import fresh_cases
+from .files import GuardBaseline, GuardCase, GuardKernel, relative_args
 from .load import Kernel, sha256
 
 

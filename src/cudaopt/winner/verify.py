@@ -17,11 +17,11 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 
-from .errors import ExperimentError
-from .harness.protocol import CaseSpec, EvalRequest, TimingProtocol
-from .record.recorder import Evaluator
-from .record.runs import Winner, load_run_experiment, open_run, winner
-from .record.schema import VerifiedCase, VerifyOutcome
+from ..engine.recorder import Evaluator
+from ..errors import ExperimentError
+from ..harness.protocol import CaseSpec, EvalRequest, TimingProtocol
+from ..record.runs import Winner, load_run_experiment, open_run, winner
+from ..record.schema import VerifiedCase, VerifyOutcome
 from .shapes import load_shapes, sweep_protocol, time_shapes
 
 

@@ -22,12 +22,12 @@ from ..harness.messages import PhaseStarted, WorkerMessage
 from ..harness.protocol import LaunchSpec, Timeouts
 from ..harness.results import CaseResult, EvalResult
 from ..harness.stats import geomean
-from .bake import bake, bake_launch
-from .cache import ResultCache
-from .events import AttemptFinished, AttemptStarted, OnProgress, PhaseProgress, UsageProgress, ignore
-from .rundir import RunDir
-from .runs import model_calls, read_run_json
-from .schema import (
+from ..record.bake import bake, bake_launch
+from ..record.cache import ResultCache
+from ..record.events import AttemptFinished, AttemptStarted, OnProgress, PhaseProgress, UsageProgress, ignore
+from ..record.rundir import RunDir
+from ..record.runs import model_calls, read_run_json
+from ..record.schema import (
     Attempt,
     CaseBest,
     CaseSummary,
@@ -238,7 +238,7 @@ class Recorder:
         return out
 
     def settle(self, finalists: Finalists) -> None:
-        """The finalists' measurement on one GPU declares the winner (replay.py measures them)."""
+        """The finalists' measurement on one GPU declares the winner (winner/replay.py measures them)."""
         previous = self.best
         self.finalists = finalists
         self.disqualified |= {f.attempt for f in finalists.finalists if f.score_us is None}
@@ -397,7 +397,7 @@ class Recorder:
         return summary
 
     def finish(self, stop_reason: str) -> Summary:
-        from .heatmap import Row, draw
+        from ..record.heatmap import Row, draw
 
         self.stop_reason = stop_reason
         summary = self.write_summary()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from ..engine.recorder import medians
+from ..engine.scoring import medians
 from ..harness.check import shown
 from ..harness.protocol import CaseSpec
 from ..harness.results import CaseResult

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from ..engine.recorder import Evaluator
+from ..evaluation.dispatch import Evaluator
 from ..harness.protocol import CaseSpec, TimingProtocol
 from ..harness.results import CaseResult, EvalResult
 from ..harness.stats import geomean

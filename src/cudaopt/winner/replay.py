@@ -31,8 +31,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..checks import check_launch, read_model_file
-from ..engine.recorder import Evaluator, Recorder, score
+from ..engine.recorder import Recorder
+from ..engine.scoring import score
 from ..errors import ExperimentError
+from ..evaluation.dispatch import Evaluator
 from ..harness.protocol import EvalRequest
 from ..harness.results import DeviceInfo, EvalResult, TimingStats
 from ..harness.signature import SignatureError, parse_signature

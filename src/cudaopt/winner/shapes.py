@@ -22,8 +22,8 @@ from pathlib import Path
 from pydantic import Field, ValidationError, model_validator
 
 from ..checks import check_case, read_json_file
-from ..engine.recorder import Evaluator
 from ..errors import ExperimentError, validation_message
+from ..evaluation.dispatch import Evaluator
 from ..experiment import Experiment
 from ..harness.protocol import CaseSpec, EvalRequest, Model, TimingProtocol
 from ..harness.results import CaseResult, TimingStats

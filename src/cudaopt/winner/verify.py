@@ -17,8 +17,8 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 
-from ..engine.recorder import Evaluator
 from ..errors import ExperimentError
+from ..evaluation.dispatch import Evaluator
 from ..harness.protocol import CaseSpec, EvalRequest, TimingProtocol
 from ..record.runs import Winner, load_run_experiment, open_run, winner
 from ..record.schema import VerifiedCase, VerifyOutcome

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from ..errors import ExperimentError
-from .app import app, check_output_path, command, console, say
+from ..paths import check_output_path
+from .app import app, command, console, say
 from .flags import SEED_MAX, check_writable_folder
 
 imports = typer.Typer(help="Turn a problem written for another benchmark into a cudaopt experiment.",

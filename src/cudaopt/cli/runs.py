@@ -73,7 +73,7 @@ def verify(
 
     err = console(stderr=True)
     chosen = gpus_chosen(device, devices, ray)
-    prepare(run_dir, cases, shapes)
+    prepared = prepare(run_dir, cases, shapes)  # read once, before any GPU work
     if sanitize:
         from ..winner.sanitize import find_sanitizer
 
@@ -90,7 +90,7 @@ def verify(
 
         outcome = run_verify(run_dir, pool, cases, seed, sanitize_device=pool.gpus()[0].index if sanitize else None,
                              on_tool=lambda tool: bar.update(task, description=f"compute-sanitizer --tool {tool}"),
-                             shapes=shapes, repeats=repeats, on_step=step)
+                             shapes=shapes, repeats=repeats, on_step=step, prepared=prepared)
     out = console()
     out.print(verify_table(outcome))
     if outcome.timed:

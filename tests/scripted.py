@@ -202,3 +202,12 @@ class _Lane(ScriptedEvaluator):
             if case.timing:
                 case.timing = stats(case.timing.median_us * self.speed, case.timing.method)
         return result
+
+
+def trial_of(args, path, source: str):
+    """A Trial of ``source`` as if read from ``path`` (nothing read, no preflight: what is under test
+    is what measures it)."""
+    from cudaopt.trial import Trial
+
+    experiment = args.load()
+    return Trial(experiment=experiment, kernel=path, source=source, protocol=experiment.protocol(), args=args)

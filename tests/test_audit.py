@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaopt.agent.model import ModelSettings
-from cudaopt.audit import Plan, audit, load_fleet
 from cudaopt.errors import ExperimentError
-from cudaopt.record.fleet import AuditReport
+from cudaopt.fleet.audit import Plan, audit, load_fleet
+from cudaopt.fleet.files import AuditReport
 from tests.conftest import SGEMM
 from tests.scripted import ScriptedEvaluator, ScriptedPool, kernel
 
@@ -171,7 +171,7 @@ def test_an_experiment_without_a_kernel_is_its_vendor_against_the_roofline(tmp_p
 
 
 def test_optimize_takes_experiments_without_a_kernel_and_a_failed_run_is_its_row(tmp_path, monkeypatch):
-    from cudaopt import audit as audit_module
+    from cudaopt.fleet import audit as audit_module
 
     source = make_fleet(tmp_path / "fleet", {"imported": FLEET["gemm-slow"], "gemm-slow": FLEET["gemm-slow"]})
     _without_kernel(source / "imported")

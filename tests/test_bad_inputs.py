@@ -264,7 +264,7 @@ def test_restrictions_cut_branches_so_a_large_product_counts_fast():
 
 def test_a_shape_grid_is_counted_before_it_is_built(sgemm, tmp_path):
     from cudaopt.errors import ExperimentError
-    from cudaopt.shapes import load_shapes
+    from cudaopt.winner.shapes import load_shapes
 
     grid = tmp_path / "shapes.json"
     grid.write_text(json.dumps({"m": list(range(1, 200)), "n": list(range(1, 200)), "k": list(range(1, 200))}))

@@ -18,7 +18,7 @@ from cudaopt.exporter import files, from_flags, from_run, write
 from cudaopt.harness import expr
 from cudaopt.optimize import Options, start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs
-from cudaopt.verify import verify
+from cudaopt.winner.verify import verify
 from tests.conftest import SGEMM
 from tests.scripted import ScriptedEvaluator
 

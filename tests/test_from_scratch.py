@@ -15,7 +15,7 @@ from cudaopt.errors import ExperimentError
 from cudaopt.optimize import Options, start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs
 from cudaopt.record.schema import History, Summary
-from cudaopt.replay import replay
+from cudaopt.winner.replay import replay
 from tests.conftest import SGEMM
 from tests.fake_openai import FakeOpenAI
 from tests.scripted import BASE_US, ScriptedEvaluator, answer
@@ -76,7 +76,7 @@ def test_the_model_writes_the_first_kernel_and_is_measured_against_the_first_ven
     html = " ".join(run.file("report.html").read_text().split())
     assert 'id="baseline"' in html and "the baseline every speed-up is over is the vendor: PyTorch eager" in html
     assert 'id="kernelbench"' in html and "3.00×" in html
-    from cudaopt.render import summary_lines, summary_table
+    from cudaopt.cli.render_experiments import summary_lines, summary_table
     from tests.test_report import _text
 
     assert "baseline: PyTorch eager (no initial kernel)" in _text(summary_table(summary))

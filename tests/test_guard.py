@@ -12,12 +12,12 @@ import pytest
 
 from cudaopt.errors import ExperimentError
 from cudaopt.guard.check import Settings, check
+from cudaopt.guard.files import GuardBaseline, read_guard
 from cudaopt.guard.load import load_guard
 from cudaopt.guard.record import record
 from cudaopt.harness.results import DeviceInfo
-from cudaopt.record.guard_file import GuardBaseline, read_guard
 from cudaopt.record.runs import ExperimentArgs
-from tests.scripted import BASE_US, VENDOR, ScriptedEvaluator, kernel
+from tests.scripted import BASE_US, VENDOR, ScriptedEvaluator, kernel, trial_of
 
 CASES = ["odd-31x37x29", "square-256", "rect-384x256x320", "square-4096", "holdout-515x261x1031",
          "holdout-96x3072x1536"]
@@ -31,7 +31,7 @@ def write_guard(folder, source: str = kernel("ok 0.5"), evaluator=None, **option
     path.write_text(source)
     args = ExperimentArgs(config=str(folder / "experiment.json"))
     out = folder / "guards" / "k.json"
-    done = record(args.load(), args, path, source, evaluator or ScriptedEvaluator(), out=out, **options)
+    done = record(trial_of(args, path, source), evaluator or ScriptedEvaluator(), out=out, **options)
     assert done.baseline is not None, done.failures
     out.parent.mkdir(exist_ok=True)
     out.write_text(done.baseline.to_json(indent=2))
@@ -77,7 +77,7 @@ def test_a_kernel_that_fails_a_case_is_not_recorded(example):
     folder, _ = example
     args = ExperimentArgs(config=str(folder / "experiment.json"))
     source = kernel("mismatch")
-    done = record(args.load(), args, folder / "k.cu", source, ScriptedEvaluator(), out=folder / "g.json")
+    done = record(trial_of(args, folder / "k.cu", source), ScriptedEvaluator(), out=folder / "g.json")
     assert done.baseline is None and done.failures == ["odd-31x37x29: mismatch: c: 37/1147 wrong"]
 
 

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaopt.cli import app
-from cudaopt.record.guard_file import GuardReport, read_guard
+from cudaopt.guard.files import GuardReport, read_guard
 from tests.conftest import gpu_present
 from tests.scripted import ScriptedEvaluator, kernel
 
@@ -196,12 +196,12 @@ def test_a_broken_guard_file_among_many_stops_before_any_gpu_work(recorded, requ
 def test_check_without_a_gpu_exits_3(example):
     from cudaopt.guard.record import record
     from cudaopt.record.runs import ExperimentArgs
-    from tests.scripted import ScriptedEvaluator
+    from tests.scripted import ScriptedEvaluator, trial_of
 
     folder, _ = example
     (folder / "k.cu").write_text(kernel("ok 0.5"))
     args = ExperimentArgs(config=str(folder / "experiment.json"))
-    done = record(args.load(), args, folder / "k.cu", kernel("ok 0.5"), ScriptedEvaluator(), out=folder / "g.json")
+    done = record(trial_of(args, folder / "k.cu", kernel("ok 0.5")), ScriptedEvaluator(), out=folder / "g.json")
     (folder / "g.json").write_text(done.baseline.to_json())
     result = runner.invoke(app, ["guard", "check", str(folder / "g.json")])
     assert result.exit_code == 3 and "did not start" in result.output

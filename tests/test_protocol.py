@@ -99,18 +99,18 @@ def test_history_before_schema_2_still_reads():
 
 
 def test_the_published_json_schemas_match_the_models(tmp_path):
-    """docs/schemas/ is what `python -m cudaopt.record.schemas` writes; regenerate after changing a model."""
-    from cudaopt.record.schemas import write
+    """docs/schemas/ is what `python -m cudaopt.schemas` writes; regenerate after changing a model."""
+    from cudaopt.schemas import write
 
     published = ROOT / "docs" / "schemas"
     fresh = {p.name: p.read_text() for p in write(tmp_path)}
     assert sorted(fresh) == sorted(p.name for p in published.glob("*.json"))
     stale = [name for name, text in fresh.items() if (published / name).read_text() != text]
-    assert not stale, f"regenerate docs/schemas (python -m cudaopt.record.schemas docs/schemas): {stale}"
+    assert not stale, f"regenerate docs/schemas (python -m cudaopt.schemas docs/schemas): {stale}"
 
 
 def test_every_audit_pack_file_carries_a_schema_version():
-    from cudaopt.record.schemas import FILES
+    from cudaopt.schemas import FILES
 
     versioned = [name for name, model in FILES.items() if "schema_version" in getattr(model, "model_fields", {})]
     unversioned = {"best-case-N.json", "cache-result.json", "experiment.json", "input_cases.json",

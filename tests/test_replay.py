@@ -11,7 +11,7 @@ from cudaopt.agent.model import ModelSettings
 from cudaopt.harness.results import DeviceInfo
 from cudaopt.optimize import start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs
-from cudaopt.replay import replay
+from cudaopt.winner.replay import replay
 from tests.conftest import SGEMM
 from tests.fake_openai import FakeOpenAI
 from tests.scripted import ScriptedEvaluator, answer

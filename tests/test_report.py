@@ -141,8 +141,8 @@ def _text(renderable) -> str:
 
 
 def test_the_vendor_baseline_in_the_summary_the_terminal_and_the_report(run_dir):
+    from cudaopt.cli.render_experiments import summary_table
     from cudaopt.record.schema import Summary
-    from cudaopt.render import summary_table
 
     summary = Summary.model_validate(json.loads((run_dir / "summary.json").read_text()))
     big = next(c for c in summary.cases if c.name == "square-4096")
@@ -171,7 +171,7 @@ def test_the_vendor_baseline_in_the_summary_the_terminal_and_the_report(run_dir)
 
 
 def test_a_vendor_that_mismatches_is_reported_and_never_fails_the_run(tmp_path):
-    from cudaopt.render import summary_table
+    from cudaopt.cli.render_experiments import summary_table
 
     folder = tmp_path / "sgemm"
     shutil.copytree(SGEMM, folder)
@@ -193,9 +193,9 @@ def test_a_vendor_that_mismatches_is_reported_and_never_fails_the_run(tmp_path):
 
 
 def test_the_evaluate_table_shows_the_vendor_and_its_failures():
+    from cudaopt.cli.render_experiments import evaluation_table
     from cudaopt.evaluate import Evaluation
     from cudaopt.experiment import load_experiment
-    from cudaopt.render import evaluation_table
 
     experiment = load_experiment(SGEMM / "experiment.json")
     evaluator = ScriptedEvaluator()
@@ -212,10 +212,10 @@ def test_the_evaluate_table_shows_the_vendor_and_its_failures():
 
 
 def test_the_evaluate_table_says_which_kernel_each_case_ran_with_its_registers():
+    from cudaopt.cli.render_experiments import evaluation_table
     from cudaopt.evaluate import Evaluation
     from cudaopt.experiment import load_experiment
     from cudaopt.harness.results import EntryInfo, ResolvedLaunch
-    from cudaopt.render import evaluation_table
 
     experiment = load_experiment(SGEMM / "experiment.json")
     result = ScriptedEvaluator().evaluate(experiment.request("// RESULT: ok 0.5"))
@@ -243,7 +243,7 @@ def test_the_progress_chart_of_a_run_where_nothing_passed_draws_without_a_warnin
 
 @pytest.mark.skipif(_chromium() is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 def test_a_shape_sweep_is_charted_in_the_browser_and_its_worst_shapes_named(run_dir, tmp_path):
-    from cudaopt.verify import verify
+    from cudaopt.winner.verify import verify
     from tests.scripted import ScriptedEvaluator
 
     copy = tmp_path / "run"

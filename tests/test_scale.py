@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from cudaopt.agent.model import ModelSettings
+from cudaopt.cli.render_experiments import summary_lines
 from cudaopt.evaluate import evaluate_kernel
 from cudaopt.experiment import load_experiment
 from cudaopt.optimize import Options, start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs, RunSettings
 from cudaopt.record.schema import Environment, History, ModelCall, Summary
-from cudaopt.render import summary_lines
-from cudaopt.replay import replay
-from cudaopt.verify import verify
+from cudaopt.winner.replay import replay
+from cudaopt.winner.verify import verify
 from tests.conftest import SGEMM
 from tests.fake_openai import FakeOpenAI
 from tests.scripted import ScriptedEvaluator, ScriptedPool, answer, stats

@@ -13,7 +13,7 @@ from cudaopt.errors import ExperimentError
 from cudaopt.harness.results import CaseResult, CheckInfo, EvalResult
 from cudaopt.optimize import start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs
-from cudaopt.verify import verify
+from cudaopt.winner.verify import verify
 from tests.conftest import SGEMM
 from tests.fake_openai import FakeOpenAI
 from tests.scripted import ScriptedEvaluator, answer
@@ -196,8 +196,8 @@ def test_a_changed_reference_is_refused(run):
 def test_verify_sanitize_without_the_tool_is_bad_input_before_any_gpu_work(run, monkeypatch):
     from typer.testing import CliRunner
 
-    from cudaopt import sanitize
     from cudaopt.cli import app
+    from cudaopt.winner import sanitize
 
     run_dir, _ = run
     monkeypatch.setattr(sanitize.shutil, "which", lambda name: None)
@@ -209,7 +209,7 @@ def test_verify_sanitize_without_the_tool_is_bad_input_before_any_gpu_work(run, 
 
 
 def test_the_sanitizer_summary_of_each_tool_is_parsed():
-    from cudaopt.sanitize import error_count
+    from cudaopt.winner.sanitize import error_count
 
     assert error_count("========= ERROR SUMMARY: 3 errors\n") == 3
     assert error_count("========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)\n") == 1
@@ -218,7 +218,7 @@ def test_the_sanitizer_summary_of_each_tool_is_parsed():
 
 
 def test_a_vendor_that_fails_on_a_shape_says_why_and_never_fails_the_winner(tmp_path):
-    from cudaopt.render import timed_table, verify_lines
+    from cudaopt.cli.render_runs import timed_table, verify_lines
     from cudaopt.report.build import build
 
     folder = tmp_path / "exp"
@@ -247,7 +247,7 @@ def test_the_benchmark_shape_sets_load_against_the_example(name):
     from pathlib import Path
 
     from cudaopt.experiment import load_experiment
-    from cudaopt.shapes import load_shapes
+    from cudaopt.winner.shapes import load_shapes
 
     path = Path(__file__).resolve().parents[1] / "benchmarks" / name
     cases = load_shapes(path, load_experiment(SGEMM / "experiment.json"))

@@ -2,7 +2,7 @@
 
 The Python API is :mod:`cudaopt.api` (docs/api.md): ``from cudaopt import api``, or ``cudaopt.api``
 after ``import cudaopt``; it is loaded on first use, so ``import cudaopt`` stays fast and needs no GPU.
-(Its functions keep their module: ``cudaopt.evaluate``, ``cudaopt.verify``, ... are the core modules.)
+(Its functions keep their module: ``cudaopt.evaluate``, ``cudaopt.winner.verify``, ... are the core modules.)
 """
 
 __version__ = "0.1.0"

@@ -16,9 +16,9 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from .evaluate import Evaluation, evaluate_kernel
+from .evaluate import Evaluation, evaluate_trial
 from .evaluation.dispatch import Evaluator
-from .experiment import Experiment, load_experiment, load_launch
+from .experiment import Experiment, load_experiment
 from .harness.messages import PhaseStarted
 from .harness.protocol import LaunchSpec
 from .optimize import Options, start_or_resume
@@ -61,24 +61,18 @@ def _pool(evaluator: Evaluator | None, devices: list[int] | None) -> Iterator[Ev
 def evaluate(experiment: Experiment, kernel: str | Path | None = None, *, entry: str | None = None,
              launch: LaunchSpec | dict | str | None = None, evaluator: Evaluator | None = None,
              devices: list[int] | None = None, on_progress: OnProgress = ignore) -> Evaluation:
-    """Check and time a kernel file (default: the initial kernel) on the correctness and performance cases."""
-    from .checks import kernel_file
-    from .errors import ExperimentError
-    from .preflight import preflight
-
-    path = Path(kernel) if kernel is not None else experiment.initial_kernel_path
-    if path is None:
-        raise ExperimentError("kernel", "", "no kernel given and the experiment has no initial kernel")
-    source = kernel_file(path, entry or experiment.signature.name, experiment.signature, field="kernel")
+    """Check and time a kernel file (default: the initial kernel) on the correctness and performance cases;
+    every check of ``cudaopt evaluate`` runs first, before any GPU work."""
+    from .trial import prepare_trial
 
     def event(message) -> None:
         if isinstance(message, PhaseStarted):
             on_progress(PhaseProgress(phase=message.phase, case=message.case))
 
-    spec = _launch(launch)
-    preflight(experiment, kernel=path, entry=entry, tune=False, launch=spec)  # as `cudaopt evaluate`: before any GPU
+    trial = prepare_trial(experiment, Path(kernel) if kernel is not None else None, entry=entry, launch=launch,
+                          origin="--launch", kernel_field="kernel")
     with _pool(evaluator, devices) as pool:
-        return evaluate_kernel(experiment, source, pool, entry=entry, launch=spec, on_event=event)
+        return evaluate_trial(trial, pool, on_event=event)
 
 
 class RunResult:
@@ -119,7 +113,7 @@ def verify(run: str | Path, *, cases: str | Path | None = None, shapes: str | Pa
            on_progress: OnProgress = ignore) -> VerifyOutcome:
     """Check a run's winner on the holdout cases (and ``cases``) with fresh seeds, time what should be
     timed; ``verify.json`` is written into the run."""
-    from .verify import verify as run_verify
+    from .winner.verify import verify as run_verify
 
     with _pool(evaluator, devices) as pool:
         return run_verify(Path(run), pool, Path(cases) if cases else None, seed,
@@ -131,7 +125,7 @@ def verify(run: str | Path, *, cases: str | Path | None = None, shapes: str | Pa
 def replay(target: str | Path, *, repeats: int = 5, evaluator: Evaluator | None = None,
            devices: list[int] | None = None) -> ReplayOutcome:
     """Measure a run's winner (or one best-case-N.json) again beside its baseline."""
-    from .replay import replay as run_replay
+    from .winner.replay import replay as run_replay
 
     with _pool(evaluator, devices) as pool:
         return run_replay(Path(target), pool, repeats)
@@ -156,14 +150,3 @@ def export(run: str | Path | None = None, *, to: str, out: str | Path, experimen
         src = targets.from_flags(experiment, kernel=Path(kernel) if kernel else None, entry=entry, launch=launch,
                                  unverified=unverified)
     return targets.write(src, to, Path(out), force=force)
-
-
-def _launch(launch: LaunchSpec | dict | str | None) -> LaunchSpec | None:
-    """A launch given as the model, its data, or JSON text / a JSON file (as --launch)."""
-    if launch is None or isinstance(launch, LaunchSpec):
-        return launch
-    if isinstance(launch, dict):
-        import json
-
-        return load_launch(json.dumps(launch))
-    return load_launch(str(launch))

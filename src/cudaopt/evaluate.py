@@ -12,6 +12,7 @@ from .evaluation.dispatch import Evaluator, GpuRef, OnEvent
 from .experiment import Experiment
 from .harness.protocol import LaunchSpec, Model, TimingProtocol
 from .harness.results import EvalResult
+from .trial import Trial
 
 
 class Evaluation(Model):
@@ -56,3 +57,11 @@ def evaluate_kernel(
     names = ["candidate", "reference"][:len(measured)]
     return Evaluation(candidate=measured[0].result, reference_timing=measured[1].result if len(measured) > 1 else None,
                       gpus={name: m.gpu for name, m in zip(names, measured, strict=True)})
+
+
+def evaluate_trial(trial: Trial, evaluator: Evaluator, *, time_reference: bool = True, time_vendor: bool = True,
+                   on_event: OnEvent | None = None) -> Evaluation:
+    """:func:`evaluate_kernel` on a prepared :class:`~cudaopt.trial.Trial`: its kernel, entry, launch and protocol."""
+    return evaluate_kernel(trial.experiment, trial.source, evaluator, entry=trial.entry, launch=trial.launch,
+                           protocol=trial.protocol, time_reference=time_reference, time_vendor=time_vendor,
+                           on_event=on_event)

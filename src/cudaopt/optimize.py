@@ -18,18 +18,19 @@ from pathlib import Path
 
 from . import strategies
 from .cpu_controls import refuse_results
+from .engine.recorder import Recorder
 from .errors import ExperimentError
 from .evaluation.dispatch import Evaluator, GpuRef
+from .experiment import Experiment
 from .harness.results import DeviceInfo
 from .record.cache import ResultCache
 from .record.events import OnProgress, ignore
-from .record.recorder import Recorder
 from .record.rundir import RunDir
 from .record.runs import Budget, ExperimentArgs, RunSettings, open_resumable, open_run, read_run_json
 from .record.schema import Environment, Summary
-from .replay import replay_finalists
 from .report.build import build as build_report
 from .strategies.tune import TuneStrategy, need_tuning
+from .winner.replay import replay_finalists
 
 PACKAGES = ("cudaopt", "cuda-core", "cuda-bindings", "numpy", "pydantic", "langgraph", "langchain",
             "langchain-core", "langchain-openai", "openai", "matplotlib", "nvidia-ml-py")
@@ -89,10 +90,11 @@ def stored_strategy(path: Path) -> str:
 
 
 def start_or_resume(args: ExperimentArgs, settings, budget: Budget, results: Path, evaluator: Evaluator,
-                    options: Options | None = None, *, resume: Path | None = None,
+                    options: Options | None = None, *, resume: Path | None = None, experiment: Experiment | None = None,
                     on_progress: OnProgress = ignore) -> tuple[RunDir, Summary]:
     """Run a strategy to a stop reason. On --resume, the stored experiment, strategy and lock are used.
-    ``settings`` is the model's (agent.model.ModelSettings)."""
+    ``settings`` is the model's (agent.model.ModelSettings); ``experiment`` is ``args`` loaded, when
+    the caller has loaded it already (it is loaded once)."""
     options = options or Options()
     # every check that needs no GPU first; then the worker starts, before anything is written
     proposals = options.proposals
@@ -101,7 +103,7 @@ def start_or_resume(args: ExperimentArgs, settings, budget: Budget, results: Pat
         name, proposals = stored.strategy, stored.proposals
     else:
         name = options.strategy
-        experiment = args.load()
+        experiment = experiment or args.load()
         origin = args.config or "command line"
         if experiment.initial_kernel_path is None and strategies.get(name).needs_initial_kernel:
             raise ExperimentError(origin, "initial_kernel", f"missing: --strategy {name} starts from a kernel; give "

@@ -130,7 +130,7 @@ def test_the_answer_key_is_not_on_the_device_while_a_candidate_runs(supervisor, 
 
 def test_memcheck_sees_reads_past_the_end_without_guard_bands(tmp_path, sgemm):
     """Under --sanitize the buffers have no guard bands, so compute-sanitizer sees the overrun."""
-    from cudaopt.sanitize import find_sanitizer, sanitize
+    from cudaopt.winner.sanitize import find_sanitizer, sanitize
 
     try:
         find_sanitizer()

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaopt.cli import app
-from cudaopt.record.guard_file import GuardReport, read_guard
+from cudaopt.guard.files import GuardReport, read_guard
 from tests.conftest import SGEMM
 
 pytestmark = pytest.mark.gpu

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from cudaopt.cli import app
 from cudaopt.evaluation.devices import visible_devices
-from cudaopt.record.fleet import AuditReport
+from cudaopt.fleet.files import AuditReport
 from cudaopt.record.schema import Environment, History, ReplayOutcome, Summary, VerifyOutcome
 from tests.conftest import ROOT, SGEMM
 

@@ -53,7 +53,7 @@ def test_a_shape_sweep_on_the_gpu(run, tmp_path):
 
 
 def test_verify_sanitize_runs_every_tool_on_the_winner(run):
-    from cudaopt.sanitize import find_sanitizer
+    from cudaopt.winner.sanitize import find_sanitizer
 
     try:
         find_sanitizer()

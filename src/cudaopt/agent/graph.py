@@ -26,9 +26,9 @@ import threading
 from dataclasses import dataclass
 from typing import TypedDict
 
+from ..engine.recorder import Candidate, Recorder
 from ..harness.launch import device_facts
 from ..record.events import AttemptStarted
-from ..record.recorder import Candidate, Recorder
 from ..record.runs import Budget
 from ..record.schema import Attempt, ModelCall, ModelUsage
 from . import prompts

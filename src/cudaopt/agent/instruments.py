@@ -14,13 +14,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
+from ..engine.recorder import ROLES, Recorder
 from ..harness.compiler import CompileError
 from ..harness.launch import device_defines, device_facts
 from ..harness.protocol import KernelSpec
 from ..insight import ncu
 from ..insight.card import BottleneckCard, CardError, ProfileRecord, build_card
 from ..insight.compiled import summarize
-from ..record.recorder import ROLES, Recorder
 from ..record.schema import Attempt
 
 STALL_AFTER = 2

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 
+from ..engine.scoring import medians
 from ..harness.check import shown
 from ..harness.protocol import CaseSpec
 from ..harness.results import CaseResult
 from ..harness.signature import parse_signature
-from ..record.recorder import medians
 from ..record.schema import Attempt
 
 SYSTEM = """You are a CUDA performance engineer. {task}

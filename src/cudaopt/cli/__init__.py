@@ -1,6 +1,6 @@
 """The ``cudaopt`` command line: commands parse their options and call the core.
 
-One module per group of commands; tables come from render.py; errors become exit statuses in
+One module per group of commands; tables come from render_*.py, one per group; errors become exit statuses in
 one place (app.command). ``main`` is the console entry point.
 """
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -159,34 +158,17 @@ def gpu_pool(chosen: list[int] | None, ray: str | None):
             say(Console(stderr=True), f"notice: {line}")
 
 
-def check_output_path(path: Path, option: str) -> None:
-    """Refuse, before any work, an output path that cannot take a regular file: a device, a
-    folder, a missing or read-only folder, a system folder (a symlink such as /dev/stdout is
-    never replaced)."""
-    from .flags import in_system_tree, writable
-
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        raise ExperimentError(option, "", f"{path}: exists and is not a regular file (use - for standard output)")
-    folder = path.parent
-    if in_system_tree(folder):
-        raise ExperimentError(option, "", f"{path}: a system folder, not one to write results in")
-    if not folder.is_dir():
-        raise ExperimentError(option, "", f"{path}: folder {folder} does not exist")
-    if not writable(folder) or (path.exists() and not os.access(path, os.W_OK)):
-        raise ExperimentError(option, "", f"{path}: not writable")
+def checking():
+    """The spinner the checks before any GPU work run under (bad input: exit 2)."""
+    return Console(stderr=True).status("checking the experiment…")
 
 
 def preflight(exp, **kwargs):
     """The checks of ``cudaopt check``, before any GPU work (bad input: exit 2)."""
     from ..preflight import preflight as run_checks
 
-    with Console(stderr=True).status("checking the experiment…"):
+    with checking():
         return run_checks(exp, **kwargs)
-
-
-def launch_origin(text: str | None) -> str:
-    """How errors name a ``--launch``: the flag for JSON written inline, else its file."""
-    return "--launch" if text is None or text.lstrip().startswith("{") else text
 
 
 def experiment(config, description, signature, reference, initial_kernel, input_cases):
@@ -194,6 +176,18 @@ def experiment(config, description, signature, reference, initial_kernel, input_
 
     return load_experiment(config, description=description, signature=signature, reference=reference,
                            initial_kernel=initial_kernel, input_cases=input_cases)
+
+
+def experiment_args(config, description, signature, reference, initial_kernel, input_cases, max_iterations=None, *,
+                    resolve: bool = True):
+    """How the experiment was given on the command line; its paths absolute (``resolve``: what a run
+    and a guard file keep), else as typed (what errors then name)."""
+    from ..record.runs import ExperimentArgs
+
+    absolute = lambda p: (str(p.resolve()) if resolve else str(p)) if p else None
+    return ExperimentArgs(config=absolute(config), description=description, signature=signature,
+                          reference=absolute(reference), initial_kernel=absolute(initial_kernel),
+                          input_cases=absolute(input_cases), max_iterations=max_iterations)
 
 
 def check_model(settings) -> None:

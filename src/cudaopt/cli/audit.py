@@ -54,10 +54,10 @@ def audit(
     kernel), estimate its headroom and return on investment, rank the fleet; exit 1 when an experiment
     fails to load or its kernel fails its own experiment (the others are still measured)."""
     from ..agent.model import ModelSettings
-    from ..audit import Plan, load_fleet
-    from ..audit import audit as run_audit
-    from ..record.fleet import create_audit_dir
-    from ..render import audit_table
+    from ..fleet.audit import Plan, load_fleet
+    from ..fleet.audit import audit as run_audit
+    from ..fleet.files import create_audit_dir
+    from .render_audit import audit_table
 
     chosen = gpus_chosen(device, devices, ray)
     members = load_fleet(source)

@@ -25,13 +25,13 @@ from .app import (
     SignatureOpt,
     app,
     check_model,
-    check_output_path,
+    checking,
     command,
     console,
     experiment,
+    experiment_args,
     gpu_pool,
     gpus_chosen,
-    launch_origin,
     preflight,
     resolve_strategy,
     say,
@@ -55,7 +55,7 @@ def check(
     """Check an experiment without a GPU: files, fields, every expression on every case, the
     reference (a .py one is called on the smallest case), the kernels compiled with NVRTC."""
     from ..checks import kernel_file
-    from ..render import check_table
+    from .render_experiments import check_table
 
     exp = experiment(config, description, signature, reference, initial_kernel, input_cases)
     if kernel is not None:
@@ -88,34 +88,24 @@ def evaluate(
                                                     "speed-up column).")] = False,
 ) -> None:
     """Check a kernel on every correctness and performance case, and time it honestly."""
-    from ..checks import kernel_file
     from ..cpu_controls import refuse_results
-    from ..evaluate import evaluate_kernel
-    from ..experiment import load_launch
+    from ..evaluate import evaluate_trial
     from ..record.rundir import write_atomic
-    from ..render import evaluation_table, failure_lines
+    from ..trial import prepare_trial
+    from .render_experiments import evaluation_table, failure_lines
 
     chosen = gpus_chosen(device, devices, ray)
-    exp = experiment(config, description, signature, reference, initial_kernel, input_cases)
-    path = kernel or exp.initial_kernel_path
-    if path is None:
-        raise ExperimentError("--kernel", "", "no kernel given and the experiment has no initial kernel")
-    source = kernel_file(path, entry or exp.signature.name, exp.signature)
-    launch_spec = load_launch(launch) if launch else None
-    protocol = exp.protocol()
-    if warmup is not None:
-        protocol.warmup = warmup
-    if iterations is not None:
-        protocol.iterations = iterations
     to_stdout = json_out is not None and str(json_out) == "-"
-    if json_out is not None and not to_stdout:
-        check_output_path(json_out, "--json")
-    preflight(exp, kernel=path, entry=entry, tune=False, launch=launch_spec, launch_origin=launch_origin(launch))
+    trial = prepare_trial(experiment_args(config, description, signature, reference, initial_kernel, input_cases,
+                                          resolve=False),
+                          kernel, entry=entry, launch=launch, warmup=warmup, iterations=iterations,
+                          outputs=[(json_out, "--json")] if json_out is not None and not to_stdout else [],
+                          checking=checking)
+    exp, path = trial.experiment, trial.kernel
     out = console(stderr=to_stdout)
     with gpu_pool(chosen, ray) as pool:
         with out.status(f"evaluating {path.name} on {len(exp.cases({'correctness', 'performance'}))} cases…"):
-            result = evaluate_kernel(exp, source, pool, entry=entry, launch=launch_spec,
-                                     protocol=protocol, time_reference=not no_time_reference)
+            result = evaluate_trial(trial, pool, time_reference=not no_time_reference)
     if json_out is not None and not to_stdout and result.candidate.status == "non_discriminating":
         write_atomic(json_out, result.to_json(indent=2) + "\n")  # what was measured is kept, then refused
     refuse_results(exp, result.candidate.cases)
@@ -183,8 +173,8 @@ def optimize(
     from ..agent.graph import MODEL_FAILURE
     from ..agent.model import ModelSettings
     from ..optimize import Options, start_or_resume, stored_iterations, stored_strategy
-    from ..record.runs import Budget, ExperimentArgs
-    from ..render import OptimizeProgress, summary_lines, summary_table
+    from ..record.runs import Budget
+    from .render_experiments import OptimizeProgress, summary_lines, summary_table
 
     settings = ModelSettings(model=model, reasoning_effort=reasoning_effort, base_url=base_url)
     if prices is not None:
@@ -196,12 +186,10 @@ def optimize(
         raise ExperimentError("--use-nsight", "", "profiles on this machine's GPU; it does not combine with --ray")
     if proposals is not None and resume is not None:
         raise ExperimentError("--proposals", "", "a resumed run keeps the proposals per round it started with")
-    absolute = lambda p: str(p.resolve()) if p else None
-    args = ExperimentArgs(config=absolute(config), description=description, signature=signature,
-                          reference=absolute(reference), initial_kernel=absolute(initial_kernel),
-                          input_cases=absolute(input_cases), max_iterations=max_iterations)
-    if resume is None:
-        iterations = max_iterations or args.load().max_iterations
+    args = experiment_args(config, description, signature, reference, initial_kernel, input_cases, max_iterations)
+    exp = None if resume is not None else args.load()  # loaded once: checked here, run by start_or_resume
+    if exp is not None:
+        iterations = max_iterations or exp.max_iterations
         strategy = resolve_strategy(strategy, settings)
     else:
         iterations = max_iterations or stored_iterations(resume)
@@ -218,8 +206,8 @@ def optimize(
                 say(Console(stderr=True), notice)
     if results_dir.exists() and not results_dir.is_dir():
         raise ExperimentError("--results-dir", "", f"{results_dir}: exists and is not a folder")
-    if resume is None:
-        preflight(args.load())
+    if exp is not None:
+        preflight(exp)
     budget = Budget(max_iterations=iterations, max_model_calls=max_model_calls, max_cost_usd=max_cost_usd,
                     time_limit_s=time_limit, patience=patience, max_model_errors=max_model_errors)
     options = Options(strategy=strategy, max_evals=max_evals, seed=seed, ablation=ablation, use_cache=cache,
@@ -230,7 +218,7 @@ def optimize(
         if use_nsight:
             options.device_index = pool.gpus()[0].index
         run, summary = start_or_resume(args, settings, budget, results_dir, pool, options, resume=resume,
-                                       on_progress=progress)
+                                       experiment=exp, on_progress=progress)
     out.print(summary_table(summary))
     for line in summary_lines(summary):
         say(out, line)

@@ -7,17 +7,16 @@ ranges (``min``/``max``); these are the rules it has no words for.
 from __future__ import annotations
 
 import math
-import os
 import typing
 from pathlib import Path
 from urllib.parse import urlparse
 
 from ..errors import ExperimentError
+from ..paths import in_system_tree, writable
 
 REASONING_EFFORTS = ("minimal", "low", "medium", "high")
 SEED_MAX = 2**32 - 1  # seeds are non-negative 32-bit numbers
 MAX_LAUNCHES = 100_000  # warm-up or timed launches per case a command may ask for
-_SYSTEM_TREES = (Path("/proc"), Path("/sys"), Path("/dev"))
 URL_FLAGS = {"base_url": "http://localhost:8000/v1", "page": "https://docs.nvidia.com/cuda/..."}  # and an example
 WRITTEN_FOLDERS = ("results_dir",)  # options naming a folder the command creates and writes into
 
@@ -80,19 +79,3 @@ def check_writable_folder(path: Path, flag: str) -> None:
         raise ExperimentError(flag, "", f"{path}: {existing} exists and is not a folder")
     if not writable(existing):
         raise ExperimentError(flag, "", f"{path}: {existing} is not writable")
-
-
-def in_system_tree(path: Path) -> bool:
-    """Whether ``path`` lies in /proc, /sys or /dev (where root may "write" and nothing lands)."""
-    resolved = path.expanduser().resolve()
-    return any(resolved == tree or tree in resolved.parents for tree in _SYSTEM_TREES)
-
-
-def writable(folder: Path) -> bool:
-    """Whether files can be made in ``folder``: permitted, and not on a read-only mount (where
-    root passes the permission check too)."""
-    try:
-        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
-    except OSError:
-        read_only = False
-    return os.access(folder, os.W_OK | os.X_OK) and not read_only

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ..errors import ExperimentError
+from ..paths import check_output_path
 from .app import (
     EXIT_FAILED,
     CasesOpt,
@@ -18,12 +19,11 @@ from .app import (
     ReferenceOpt,
     SignatureOpt,
     app,
-    check_output_path,
+    checking,
     command,
     console,
+    experiment_args,
     gpu_pool,
-    launch_origin,
-    preflight,
     say,
 )
 from .flags import SEED_MAX
@@ -56,38 +56,25 @@ def record(
     device: DeviceOpt = 0,
 ) -> None:
     """Check a kernel on every case (holdout included) and record its figures in a guard file."""
-    from ..checks import kernel_file
-    from ..experiment import load_launch
     from ..guard.record import record as run_record
     from ..record.rundir import write_atomic
-    from ..render import guard_record_table
+    from ..trial import prepare_trial, winner_trial
+    from .render_guard import guard_record_table
 
+    checks = dict(warmup=warmup, iterations=iterations, outputs=[(out, "--out")], checking=checking)
     if run_dir is not None:
         if any(v is not None for v in (config, description, signature, reference, initial_kernel, input_cases, kernel,
                                        launch)):
             raise ExperimentError(run_dir, "", "give a run directory or an experiment (--config, --kernel, ...), "
                                                "not both")
-        args, exp, path, launch_spec = _winner(run_dir)
+        trial = winner_trial(run_dir, what="record", **checks)
     else:
-        args = _args(config, description, signature, reference, initial_kernel, input_cases)
-        exp = args.load()
-        path = kernel or exp.initial_kernel_path
-        if path is None:
-            raise ExperimentError("--kernel", "", "no kernel given and the experiment has no initial kernel")
-        launch_spec = load_launch(launch) if launch else None
-    source = kernel_file(path, entry or exp.signature.name, exp.signature)
-    protocol = exp.protocol()
-    if warmup is not None:
-        protocol.warmup = warmup
-    if iterations is not None:
-        protocol.iterations = iterations
-    check_output_path(out, "--out")
-    preflight(exp, kernel=path, entry=entry, tune=False, launch=launch_spec,
-              launch_origin=launch_origin(launch) if launch else "best-launch.json")
+        args = experiment_args(config, description, signature, reference, initial_kernel, input_cases)
+        trial = prepare_trial(args, kernel, entry=entry, launch=launch, **checks)
+    path = trial.kernel
     err = console(stderr=True)
     with gpu_pool([device], None) as supervisor, err.status("recording") as status:
-        done = run_record(exp, args, path, source, supervisor, out=out, entry=entry, launch=launch_spec,
-                          repeats=repeats, protocol=protocol, seed=seed, on_progress=status.update)
+        done = run_record(trial, supervisor, out=out, repeats=repeats, seed=seed, on_progress=status.update)
     show = console()
     if done.baseline is None:
         for line in done.failures:
@@ -128,11 +115,11 @@ def check(
     """Check kernels against their guard files: correct on every case, and not slower beyond --max-slowdown."""
     from ..guard.check import Settings
     from ..guard.check import check as run_check
+    from ..guard.files import GuardReport
     from ..guard.junit import junit_xml
     from ..guard.load import load_guard
-    from ..record.guard_file import GuardReport
     from ..record.rundir import write_atomic
-    from ..render import guard_lines, guard_markdown, guard_table
+    from .render_guard import guard_lines, guard_markdown, guard_table
 
     if against is not None and against_ref is not None:
         raise ExperimentError("--against", "", "give --against or --against-ref, not both")
@@ -180,25 +167,3 @@ def _fraction(text: str) -> float:
         raise ExperimentError("--max-slowdown", "", f"{text!r}: give a percentage below 100% (3%) or a fraction "
                                                     "below 1 (0.03)")
     return value
-
-
-def _args(config, description, signature, reference, initial_kernel, input_cases):
-    from ..record.runs import ExperimentArgs
-
-    absolute = lambda p: str(p.resolve()) if p else None
-    return ExperimentArgs(config=absolute(config), description=description, signature=signature,
-                          reference=absolute(reference), initial_kernel=absolute(initial_kernel),
-                          input_cases=absolute(input_cases))
-
-
-def _winner(run_dir: Path):
-    """A run's experiment (lock-checked) and its winner as shipped: best.cu and best-launch.json."""
-    from ..experiment import load_launch
-    from ..record.runs import RunSettings, load_run_experiment, open_run, read_run_json, winner
-
-    run = open_run(run_dir)
-    experiment = load_run_experiment(run)
-    winner(run, "record")  # the run has one
-    launch = run.file("best-launch.json")
-    return (read_run_json(run, "settings.json", RunSettings).experiment, experiment, run.file("best.cu"),
-            load_launch(str(launch)) if launch.is_file() else None)

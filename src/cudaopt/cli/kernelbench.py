@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from ..errors import ExperimentError
-from .app import app, check_output_path, command, console, say
+from ..paths import check_output_path
+from .app import app, command, console, say
 from .flags import SEED_MAX, check_writable_folder
 
 imports = typer.Typer(help="Turn a problem written for another benchmark into a cudaopt experiment.",
@@ -68,7 +69,7 @@ def fast_p(
     """KernelBench's fast_p over a set of runs: the fraction correct and faster than PyTorch by more than p."""
     from ..kernelbench.metrics import THRESHOLDS, report
     from ..record.rundir import write_atomic
-    from ..render import fast_p_tables
+    from .render_kernelbench import fast_p_tables
 
     if baseline not in ("eager", "compile"):
         raise ExperimentError("--baseline", "", f"{baseline!r} is not eager or compile")

@@ -23,10 +23,10 @@ def replay(
 ) -> None:
     """Measure the winner again beside the baseline; exit 1 if a check fails or the GPU/driver differ.
     On several GPUs the cases are shared out, each case's pairs on one GPU."""
-    from ..render import replay_lines, replay_table
-    from ..replay import check_target
-    from ..replay import replay as run_replay
     from ..report.build import build
+    from ..winner.replay import check_target
+    from ..winner.replay import replay as run_replay
+    from .render_runs import replay_lines, replay_table
 
     check_target(target)
     with gpu_pool(gpus_chosen(device, devices, ray), ray) as pool:
@@ -66,16 +66,16 @@ def verify(
     failure or regression. On several GPUs the checks and the shapes are shared out."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..render import timed_table, verify_lines, verify_table
     from ..report.build import build
-    from ..verify import prepare
-    from ..verify import verify as run_verify
+    from ..winner.verify import prepare
+    from ..winner.verify import verify as run_verify
+    from .render_runs import timed_table, verify_lines, verify_table
 
     err = console(stderr=True)
     chosen = gpus_chosen(device, devices, ray)
-    prepare(run_dir, cases, shapes)
+    prepared = prepare(run_dir, cases, shapes)  # read once, before any GPU work
     if sanitize:
-        from ..sanitize import find_sanitizer
+        from ..winner.sanitize import find_sanitizer
 
         if ray is not None:
             raise ExperimentError("--sanitize", "", "runs compute-sanitizer on this machine's GPU; it does not "
@@ -90,7 +90,7 @@ def verify(
 
         outcome = run_verify(run_dir, pool, cases, seed, sanitize_device=pool.gpus()[0].index if sanitize else None,
                              on_tool=lambda tool: bar.update(task, description=f"compute-sanitizer --tool {tool}"),
-                             shapes=shapes, repeats=repeats, on_step=step)
+                             shapes=shapes, repeats=repeats, on_step=step, prepared=prepared)
     out = console()
     out.print(verify_table(outcome))
     if outcome.timed:

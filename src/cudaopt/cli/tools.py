@@ -70,7 +70,7 @@ def doctor(
     """Report the GPU, driver, CUDA, NVRTC, the CUDA header roots, the compile sandbox, cuda-core, ncu and
     model credentials."""
     from ..doctor import measure_peaks, run_checks
-    from ..render import doctor_table, peaks_table
+    from .render_tools import doctor_table, peaks_table
 
     checks = run_checks()
     console().print(doctor_table(checks))

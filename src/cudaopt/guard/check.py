@@ -1,8 +1,8 @@
 """``cudaopt guard check``: a kernel against its guard file — correct on every case, and no slower.
 
-Every case of the experiment, holdout included, is checked with fresh seeds (verify.py's
+Every case of the experiment, holdout included, is checked with fresh seeds (winner/verify.py's
 ``fresh_cases``). Each performance case is then timed ``repeats`` times: in A/B mode beside the
-old kernel, interleaved in the same worker with the order alternating (replay.py's
+old kernel, interleaved in the same worker with the order alternating (winner/replay.py's
 ``interleaved``), so machine noise cancels in each pair; otherwise alone, against the recorded
 figures, which only holds on the GPU model and driver they were recorded on. stats.py decides.
 """
@@ -16,13 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from ..evaluation.dispatch import Evaluator
 from ..harness.protocol import CaseSpec, TimingProtocol
 from ..harness.results import CaseResult, EvalResult
 from ..harness.stats import geomean
-from ..record.guard_file import GuardCheck, GuardedCase
-from ..record.recorder import Evaluator
-from ..replay import MATTERS, environment_differences, interleaved
-from ..verify import fresh_cases
+from ..winner.replay import MATTERS, environment_differences, interleaved
+from ..winner.verify import fresh_cases
+from .files import GuardCheck, GuardedCase
 from .load import Guarded
 from .stats import Interval, paired, unpaired, verdict
 

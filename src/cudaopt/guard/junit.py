@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
-from ..record.guard_file import GuardCheck, GuardedCase, GuardReport
+from .files import GuardCheck, GuardedCase, GuardReport
 
 COUNTS = ("tests", "failures", "errors", "skipped")
 

@@ -17,13 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__
-from ..experiment import Experiment
-from ..harness.protocol import LaunchSpec, TimingProtocol
+from ..evaluation.dispatch import Evaluator
 from ..harness.results import EvalResult
-from ..record.guard_file import GuardBaseline, GuardCase, GuardKernel, relative_args
-from ..record.recorder import Evaluator
-from ..record.runs import ExperimentArgs
-from ..verify import fresh_cases
+from ..trial import Trial
+from ..winner.verify import fresh_cases
+from .files import GuardBaseline, GuardCase, GuardKernel, relative_args
 from .load import Kernel, sha256
 
 
@@ -35,13 +33,14 @@ class Recorded:
     failures: list[str] = field(default_factory=list)
 
 
-def record(experiment: Experiment, args: ExperimentArgs, kernel: Path, source: str, evaluator: Evaluator, *,
-           out: Path, entry: str | None = None, launch: LaunchSpec | None = None, repeats: int = 5,
-           protocol: TimingProtocol | None = None, seed: int | None = None,
+def record(trial: Trial, evaluator: Evaluator, *, out: Path, repeats: int = 5, seed: int | None = None,
            on_progress: Callable[[str], None] = lambda text: None) -> Recorded:
+    """Check and time ``trial`` (its ``args``: how the guard file will find the experiment again)."""
+    if trial.args is None:
+        raise ValueError("a guard file records how its experiment was given: the trial needs its args")
+    experiment, protocol, kernel, source = trial.experiment, trial.protocol, trial.kernel, trial.source
     seed = secrets.randbits(31) if seed is None else seed
-    protocol = protocol or experiment.protocol()
-    subject = Kernel(source, entry or experiment.signature.name, launch, str(kernel))
+    subject = Kernel(source, trial.entry_name, trial.launch, str(kernel))
     cases = fresh_cases(experiment.cases(), seed)
     on_progress(f"checking {len(cases)} cases")
     checked = evaluator.evaluate(subject.request(experiment, cases, protocol, timed=False))
@@ -65,10 +64,10 @@ def record(experiment: Experiment, args: ExperimentArgs, kernel: Path, source: s
     return Recorded(GuardBaseline(
         cudaopt_version=__version__,
         recorded_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        experiment=relative_args(args, folder),
+        experiment=relative_args(trial.args, folder),
         lock=experiment.lock(),
         kernel=GuardKernel(file=os.path.relpath(kernel.resolve(), folder.resolve()), entry=subject.entry,
-                           sha256=sha256(source), launch=launch),
+                           sha256=sha256(source), launch=trial.launch),
         protocol=protocol, repeats=repeats, seed=seed, gpu=evaluator.device_info(),
         vendor=experiment.primary_vendor.label if experiment.primary_vendor else None,
         cases=figures, checked=[c.name for c in checked.cases],

@@ -3,7 +3,7 @@
 The writers build these models, so every file on disk has been validated; readers (``--resume``,
 verify, replay, the report, tests) validate again. Each file carries ``schema_version``; a
 reader refuses a version newer than it knows. ``docs/schemas/`` holds their JSON Schemas
-(``python -m cudaopt.record.schemas``). Files whose shape a version changed:
+(``python -m cudaopt.schemas``). Files whose shape a version changed:
 
 - ``history.json`` 2: a case's ``launch``, ``occupancy``, ``roofline`` and ``audit`` are
   ``null`` when absent (version 1 wrote ``{}``; it is still read). 3: each attempt's ``gpu``,

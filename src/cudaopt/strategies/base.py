@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..record.recorder import Recorder
+from ..engine.recorder import Recorder
 from ..record.runs import Budget
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import time
 
 from ..config import TuneSpace
+from ..engine.recorder import Candidate, Recorder
 from ..errors import ExperimentError
 from ..harness.protocol import LaunchSpec
-from ..record.recorder import Candidate, Recorder
 from .base import Context, register
 
 

@@ -4,7 +4,7 @@ A fleet is a folder of experiments (every ``experiment.json`` below it) or a lis
 config path a line, relative to the file; ``#`` starts a comment). Every experiment's kernel
 (its ``initial_kernel``) is checked and timed with its vendor baseline beside it, all of them at
 once on every GPU of the pool; an experiment without one (a KernelBench import) has its vendor
-measured alone, the bar its run will have to beat. report/headroom.py estimates what each could
+measured alone, the bar its run will have to beat. fleet/headroom.py estimates what each could
 gain and return; the experiments are ranked by that return. One experiment's problem (a file
 that does not load, a failed check, a run that stops on an error) is its row's outcome, never the
 end of the audit. With a plan (``--optimize``) the chosen strategy runs on
@@ -21,18 +21,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import strategies
-from .checks import read_text_file
-from .errors import ExperimentError
-from .evaluation.dispatch import Evaluator
-from .experiment import Experiment
-from .optimize import Options, start_or_resume
-from .record.fleet import AuditEntry, AuditPlan, AuditReport, OptimizedRun
-from .record.runs import Budget, ExperimentArgs
-from .record.schema import Summary
-from .report.fleet import build
-from .report.headroom import estimate, estimate_vendor, returns
-from .report.roi import compute
+from .. import strategies
+from ..checks import read_text_file
+from ..errors import ExperimentError
+from ..evaluation.dispatch import Evaluator
+from ..experiment import Experiment
+from ..optimize import Options, start_or_resume
+from ..record.runs import Budget, ExperimentArgs
+from ..record.schema import Summary
+from ..report.roi import compute
+from .files import AuditEntry, AuditPlan, AuditReport, OptimizedRun
+from .headroom import estimate, estimate_vendor, returns
+from .page import build
 
 MIN_SHARE_S = 1.0  # a run with less time than this is not started
 
@@ -221,7 +221,7 @@ def _outcome(run: Path, folder: Path, strategy: str, budget: Budget, summary: Su
 
 
 def _write(folder: Path, report: AuditReport) -> None:
-    from .record.rundir import write_atomic
+    from ..record.rundir import write_atomic
 
     write_atomic(folder / "audit.json", report.to_json(indent=2) + "\n")
     build(folder, report)

@@ -27,9 +27,9 @@ from ..harness.peaks import compute_class, roofline
 from ..harness.protocol import CaseSpec
 from ..harness.results import CaseResult, DeviceInfo, EvalResult, Roofline
 from ..harness.signature import Signature
-from ..record.fleet import Headroom
 from ..record.schema import Roi
-from .roi import compute
+from ..report.roi import compute
+from .files import Headroom
 
 
 def roi_case(cases: list[CaseResult], wanted: str | None) -> CaseResult | None:

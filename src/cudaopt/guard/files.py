@@ -19,8 +19,8 @@ from ..checks import read_model_file
 from ..experiment import ExperimentLock
 from ..harness.protocol import LaunchSpec, Model, Role, TimingProtocol
 from ..harness.results import DeviceInfo, TimingStats
-from .runs import ExperimentArgs
-from .schema import version_field
+from ..record.runs import ExperimentArgs
+from ..record.schema import version_field
 
 PATH_FIELDS = ("config", "reference", "initial_kernel", "input_cases")
 

@@ -1,6 +1,6 @@
 """``audit.json``: a fleet audit's experiments, ranked by what optimising each is estimated to return.
 
-``cudaopt audit`` writes it (audit.py) in ``results/audit-NNN/`` beside ``audit.html``, and
+``cudaopt audit`` writes it (fleet/audit.py) in ``results/audit-NNN/`` beside ``audit.html``, and
 again after each optimisation run it starts, so an interrupted audit keeps what it found.
 
 Version 2 added ``Headroom.measured``: an experiment without an initial kernel (a KernelBench
@@ -17,8 +17,8 @@ from pydantic import Field
 
 from ..evaluation.dispatch import GpuRef
 from ..harness.protocol import Model
-from .runs import Budget
-from .schema import Roi, version_field
+from ..record.runs import Budget
+from ..record.schema import Roi, version_field
 
 _AUDIT = re.compile(r"audit-(\d{3,})$")
 

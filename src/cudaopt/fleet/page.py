@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..record.fleet import AuditReport
 from ..record.rundir import write_atomic
-from . import charts
+from ..report import charts
+from .files import AuditReport
 
 
 def build(folder: Path, report: AuditReport) -> Path:
@@ -16,7 +16,7 @@ def build(folder: Path, report: AuditReport) -> Path:
 
     rows = [(e.name, e.headroom.headroom, e.headroom.basis, e.headroom.roofline_pct)
             for e in report.entries if e.headroom is not None]
-    template = Environment(loader=PackageLoader("cudaopt.report", "templates"),
+    template = Environment(loader=PackageLoader("cudaopt.fleet", "templates"),
                            autoescape=select_autoescape(["html", "j2"])).get_template("audit.html.j2")
     html = template.render(report=report, headroom_svg=charts.headroom(rows), colours=charts.BASIS_COLOURS)
     out = folder / "audit.html"

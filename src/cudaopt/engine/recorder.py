@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -20,29 +19,17 @@ from ..evaluation.dispatch import Evaluator, GpuRef, Measured
 from ..experiment import Experiment, LaunchFile
 from ..harness.messages import PhaseStarted, WorkerMessage
 from ..harness.protocol import LaunchSpec, Timeouts
-from ..harness.results import CaseResult, EvalResult
-from ..harness.stats import geomean
-from .bake import bake, bake_launch
-from .cache import ResultCache
-from .events import AttemptFinished, AttemptStarted, OnProgress, PhaseProgress, UsageProgress, ignore
-from .rundir import RunDir
-from .runs import model_calls, read_run_json
-from .schema import (
-    Attempt,
-    CaseBest,
-    CaseSummary,
-    CaseVendor,
-    Finalists,
-    History,
-    KernelBenchMetrics,
-    ModelCall,
-    Summary,
-    Totals,
-    VendorSummary,
-)
+from ..harness.results import EvalResult
+from ..record.bake import bake, bake_launch
+from ..record.cache import ResultCache
+from ..record.events import AttemptFinished, AttemptStarted, OnProgress, PhaseProgress, UsageProgress, ignore
+from ..record.rundir import RunDir
+from ..record.runs import model_calls, read_run_json
+from ..record.schema import Attempt, Finalists, History, ModelCall, Summary
+from .scoring import baseline_of, best_of, comparable, medians, score
+from .summary import RunFacts, summarise
 
 ROLES = {"correctness", "performance"}  # holdout cases are never evaluated here
-REVIEW_SPEEDUP = 10.0  # a larger speed-up over the baseline is flagged for review
 
 
 @dataclass
@@ -61,23 +48,6 @@ class Candidate:
 
 def now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-
-
-def score(cases: list[CaseResult]) -> float | None:
-    """Geometric mean of the performance medians when every case passed, else None."""
-    if not cases or any(c.status != "ok" for c in cases):
-        return None
-    medians = [c.timing.median_us for c in cases if c.role == "performance" and c.timing]
-    return geomean(medians) if medians else None
-
-
-def medians(attempt: Attempt | None) -> dict[str, float]:
-    return attempt.medians() if attempt else {}
-
-
-def _geomean_of(values: list[float | None]) -> float | None:
-    """The geometric mean when every value is there, else None."""
-    return geomean(values) if values and all(values) else None
 
 
 class Recorder:
@@ -116,23 +86,16 @@ class Recorder:
 
     @property
     def baseline(self) -> Attempt | None:
-        return next((a for a in self.attempts if a.kind == "baseline"), None)
+        return baseline_of(self.attempts)
 
     @property
     def best(self) -> Attempt | None:
-        """The winner the finalists' measurement declared, else the fastest attempt measured on the
-        baseline's GPU model (a resumed run may have moved to another)."""
-        if self.finalists is not None and self.finalists.winner is not None:
-            return self.attempts[self.finalists.winner]
-        scored = [a for a in self.attempts if a.score_us is not None and a.id not in self.disqualified
-                  and self.comparable(a)]
-        return min(scored, key=lambda a: (a.score_us, a.id)) if scored else None
+        """The winner (engine/scoring.py: ``best_of``)."""
+        return best_of(self.attempts, self.finalists, self.disqualified)
 
     def comparable(self, attempt: Attempt) -> bool:
         """Measured on the baseline's GPU model (files from before GPUs were recorded: assumed so)."""
-        baseline = self.baseline
-        model = baseline.gpu.name if baseline is not None and baseline.gpu is not None else None
-        return model is None or attempt.gpu is None or attempt.gpu.name == model
+        return comparable(attempt, self.baseline)
 
     def timeouts(self) -> Timeouts:
         """Fixed phase limits until the baseline passed, then scaled from its measured phases. A
@@ -238,7 +201,7 @@ class Recorder:
         return out
 
     def settle(self, finalists: Finalists) -> None:
-        """The finalists' measurement on one GPU declares the winner (replay.py measures them)."""
+        """The finalists' measurement on one GPU declares the winner (winner/replay.py measures them)."""
         previous = self.best
         self.finalists = finalists
         self.disqualified |= {f.attempt for f in finalists.finalists if f.score_us is None}
@@ -317,79 +280,13 @@ class Recorder:
     # --- the summary ---------------------------------------------------------------------
 
     def summary(self) -> Summary:
-        baseline, best = self.baseline, self.best
-        base_m, best_m = medians(baseline), medians(best)
-        timed = {c.name: c for c in (baseline.cases if baseline else []) if c.vendors}
-        cases = []
-        for case in self.cases:
-            b, n = base_m.get(case.name), best_m.get(case.name)
-            cases.append(CaseSummary(name=case.name, role=case.role, baseline_median_us=b, best_median_us=n,
-                                     speedup=(b / n) if b and n else None,
-                                     vendors=self._case_vendors(timed.get(case.name), n)))
-        perf = [c for c in cases if c.role == "performance"]
-        base_score = baseline.score_us if baseline and baseline.source_file else _geomean_of(
-            [c.baseline_median_us for c in perf])
-        best_score = best.score_us if best else None
-        vendors = []
-        for i, spec in enumerate(self.exp.vendors):
-            v_score = _geomean_of([c.vendors[i].median_us if i < len(c.vendors) else None for c in perf])
-            vendors.append(VendorSummary(label=spec.label, pytorch=spec.pytorch, score_us=v_score,
-                                         speedup=(v_score / best_score) if v_score and best_score else None))
-        usage: Counter = Counter()
-        for c in self.calls:
-            usage.update(c.usage.model_dump())
-        return Summary(
-            run=self.run.path.name, strategy=self.strategy, description=self.exp.description,
-            signature=self.exp.signature_text, model=self.model, baseline_attempt=0,
-            best_attempt=best.id if best else None, best_source_file="best.cu" if best else None,
-            best_defines=best.defines if best else {},
-            cases=cases, baseline=self.baseline_label, baseline_score_us=base_score, best_score_us=best_score,
-            speedup=(base_score / best_score) if base_score and best_score else None,
-            vendors=vendors, kernelbench=KernelBenchMetrics.of(
-                vendors, best is not None, self.exp.kernelbench.changes if self.exp.kernelbench else None),
-            stop_reason=self.stop_reason or "running",
-            attempts=len(self.attempts), valid=sum(1 for a in self.attempts if a.status == "ok"),
-            rejected_by_reason=dict(Counter(a.status for a in self.attempts if a.status != "ok")),
-            totals=Totals(
-                model_calls=self.model_calls(), input_tokens=usage["input_tokens"],
-                output_tokens=usage["output_tokens"], reasoning_tokens=usage["reasoning_tokens"],
-                cost_usd=round(self.cost(), 6), gpu_seconds=round(sum(a.eval_seconds for a in self.attempts), 3),
-                wall_seconds=round(self.wall(), 3),
-            ),
-            prices_usd_per_million_tokens=self.prices,
-            ablation=self.ablation,
-            review=[f"{c.name}: {c.speedup:.1f}x over the baseline; check it before trusting it"
-                    for c in cases if c.speedup and c.speedup > REVIEW_SPEEDUP],
-            per_case_best=(per_case := self.per_case_best()),
-            dispatch_score_us=geomean([b.best_us for b in per_case]) if per_case else None,
-            finalists=self.finalists,
-        )
-
-    def per_case_best(self) -> list[CaseBest]:
-        """Per performance case, the fastest attempt that passed every case (what a dispatch that
-        picks a configuration per shape could reach), beside the winner's time on that case."""
-        passed = [(a, a.medians()) for a in self.attempts if a.score_us is not None and self.comparable(a)]
-        winner = medians(self.best)
-        out = []
-        for case in (c for c in self.cases if c.role == "performance"):
-            timed = [(m[case.name], a) for a, m in passed if case.name in m]
-            if not timed:
-                continue
-            best_us, attempt = min(timed, key=lambda t: (t[0], t[1].id))
-            mine = winner.get(case.name)
-            out.append(CaseBest(case=case.name, attempt=attempt.id, defines=attempt.defines, best_us=best_us,
-                                winner_us=mine, gain=(mine / best_us) if mine else None))
-        return out if len(out) == sum(c.role == "performance" for c in self.cases) else []
-
-    def _case_vendors(self, timed: CaseResult | None, best_us: float | None) -> list[CaseVendor]:
-        """Each of the experiment's vendors on one case, from the baseline evaluation."""
-        out = []
-        for i, spec in enumerate(self.exp.vendors):
-            result = timed.vendors[i] if timed and i < len(timed.vendors) else None
-            median = timed.vendor_median_us(i) if timed else None
-            out.append(CaseVendor(label=spec.label, median_us=median, status=result.status if result else None,
-                                  speedup=(median / best_us) if median and best_us else None))
-        return out
+        exp = self.exp
+        facts = RunFacts(run=self.run.path.name, strategy=self.strategy, description=exp.description,
+                         signature=exp.signature_text, cases=self.cases, vendors=exp.vendors,
+                         baseline_label=self.baseline_label, model=self.model, prices=self.prices,
+                         kernelbench_changes=exp.kernelbench.changes if exp.kernelbench else None)
+        return summarise(facts, self.attempts, self.calls, stop_reason=self.stop_reason, wall_seconds=self.wall(),
+                         finalists=self.finalists, disqualified=sorted(self.disqualified), ablation=self.ablation)
 
     def write_summary(self) -> Summary:
         summary = self.summary()
@@ -397,7 +294,7 @@ class Recorder:
         return summary
 
     def finish(self, stop_reason: str) -> Summary:
-        from .heatmap import Row, draw
+        from ..record.heatmap import Row, draw
 
         self.stop_reason = stop_reason
         summary = self.write_summary()

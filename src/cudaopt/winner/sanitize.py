@@ -13,10 +13,10 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from .errors import ExperimentError
-from .evaluation.supervisor import WORKER_COMMAND, Supervisor
-from .harness.protocol import EvalRequest, Timeouts
-from .record.schema import SanitizeReport
+from ..errors import ExperimentError
+from ..evaluation.supervisor import WORKER_COMMAND, Supervisor
+from ..harness.protocol import EvalRequest, Timeouts
+from ..record.schema import SanitizeReport
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 # memcheck, initcheck, synccheck: "ERROR SUMMARY: N errors"; racecheck: "N hazards displayed (E errors, W warnings)"

@@ -1,6 +1,6 @@
 """JSON Schemas of every file cudaopt reads or writes (what its readers accept), for editors and tools.
 
-``python -m cudaopt.record.schemas DIR`` writes them (``docs/schemas/`` holds the current ones;
+``python -m cudaopt.schemas DIR`` writes them (``docs/schemas/`` holds the current ones;
 a test fails when they drift from the models).
 """
 
@@ -12,16 +12,16 @@ from pathlib import Path
 
 from pydantic import TypeAdapter
 
-from ..config import CasesFile, ExperimentConfig
-from ..experiment import ExperimentLock, LaunchFile
-from ..harness.messages import WorkerMessage
-from ..harness.protocol import EvalRequest
-from ..harness.results import EvalResult
-from ..insight.card import ProfileRecord
-from .fleet import AuditReport
-from .guard_file import GuardBaseline, GuardReport
-from .runs import RunSettings
-from .schema import Environment, History, ModelCall, ReplayOutcome, Summary, VerifyOutcome
+from .config import CasesFile, ExperimentConfig
+from .experiment import ExperimentLock, LaunchFile
+from .fleet.files import AuditReport
+from .guard.files import GuardBaseline, GuardReport
+from .harness.messages import WorkerMessage
+from .harness.protocol import EvalRequest
+from .harness.results import EvalResult
+from .insight.card import ProfileRecord
+from .record.runs import RunSettings
+from .record.schema import Environment, History, ModelCall, ReplayOutcome, Summary, VerifyOutcome
 
 # file name pattern -> its model; the audit pack first, then what a user writes, then the wire
 FILES = {

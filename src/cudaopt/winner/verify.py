@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ExperimentError
-from .harness.protocol import CaseSpec, EvalRequest, TimingProtocol
-from .record.recorder import Evaluator
-from .record.runs import Winner, load_run_experiment, open_run, winner
-from .record.schema import VerifiedCase, VerifyOutcome
+from ..errors import ExperimentError
+from ..evaluation.dispatch import Evaluator
+from ..experiment import Experiment
+from ..harness.protocol import CaseSpec, EvalRequest, TimingProtocol
+from ..record.rundir import RunDir
+from ..record.runs import Winner, load_run_experiment, open_run, winner
+from ..record.schema import VerifiedCase, VerifyOutcome
 from .shapes import load_shapes, sweep_protocol, time_shapes
 
 
@@ -30,9 +33,20 @@ def fresh_cases(cases: list[CaseSpec], seed: int) -> list[CaseSpec]:
     return [case.model_copy(update={"seed": seed + i}) for i, case in enumerate(cases)]
 
 
-def prepare(run_dir: Path, extra: Path | None = None, shapes: Path | None = None):
+@dataclass(frozen=True)
+class Prepared:
+    """Everything verify reads, read and checked once before any GPU work."""
+
+    run: RunDir
+    experiment: Experiment
+    best: Winner
+    sweep: list[CaseSpec]  # the shapes to time
+    cases: list[CaseSpec]  # the holdout cases and the extra ones
+
+
+def prepare(run_dir: Path, extra: Path | None = None, shapes: Path | None = None) -> Prepared:
     """Everything verify reads (the run, its experiment and winner, the extra cases, the shapes),
-    read and checked before any GPU work: the run, experiment, winner, sweep and cases."""
+    read and checked before any GPU work."""
     run = open_run(run_dir)
     experiment = load_run_experiment(run)
     best = winner(run)
@@ -40,17 +54,21 @@ def prepare(run_dir: Path, extra: Path | None = None, shapes: Path | None = None
     cases = experiment.cases({"holdout"}) + (experiment.extra_cases(extra) if extra else [])
     if not cases and not sweep:
         raise ExperimentError(experiment.cases_path, "cases", "no holdout case to verify on (give --cases FILE)")
-    return run, experiment, best, sweep, cases
+    return Prepared(run, experiment, best, sweep, cases)
 
 
 def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed: int | None = None,
            sanitize_device: int | None = None, on_tool: Callable[[str], None] = lambda tool: None,
            shapes: Path | None = None, repeats: int = 3,
-           on_step: Callable[[str, int, int], None] = lambda what, done, total: None) -> VerifyOutcome:
+           on_step: Callable[[str, int, int], None] = lambda what, done, total: None,
+           prepared: Prepared | None = None) -> VerifyOutcome:
     """Check the winner on the holdout (and extra) cases and time what should be timed; with
     ``sanitize_device``, also run it under compute-sanitizer on that GPU, on the correctness and
-    holdout cases. ``on_step(what, done, total)`` follows the timed part."""
-    run, experiment, best, sweep, cases = prepare(run_dir, extra, shapes)
+    holdout cases. ``on_step(what, done, total)`` follows the timed part. ``prepared``: what
+    :func:`prepare` read of the same run, extra cases and shapes (read here otherwise)."""
+    prepared = prepared or prepare(run_dir, extra, shapes)
+    run, experiment, best, sweep, cases = (prepared.run, prepared.experiment, prepared.best, prepared.sweep,
+                                           prepared.cases)
     seed = secrets.randbits(31) if seed is None else seed
     fresh = fresh_cases(cases, seed)
     request = experiment.request(best.source, launch=best.launch, defines=best.defines, roles={"holdout"},

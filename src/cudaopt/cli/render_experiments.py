@@ -1,0 +1,193 @@
+"""What ``cudaopt check``, ``evaluate`` and ``optimize`` show: their tables and the live progress line."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from rich.table import Table
+
+from ..evaluate import Evaluation
+from ..record.events import AttemptFinished, AttemptStarted, PhaseProgress, ProgressEvent, UsageProgress
+
+_STYLE = {"ok": "green", "timeout": "yellow", "implausible": "magenta"}
+
+
+def evaluation_table(evaluation: Evaluation) -> Table:
+    result = evaluation.candidate
+    comp = result.compile
+    title = f"{result.status.upper()}"
+    if result.device:
+        title += f" on {result.device.name or '?'} ({result.device.arch or '?'})"
+    table = Table(title=title, title_justify="left")
+    labels = next(([v.label for v in c.vendors] for c in result.cases if c.vendors), [])
+    columns = ["case", "role", "outcome", "median µs", "p10–p90 µs", "vs reference"]
+    for label in labels:
+        columns += [f"{_short(label, labels)} µs", f"vs {_short(label, labels)}"]
+    kernels = any(c.launch and c.launch.entry for c in result.cases)  # a case launched another entry
+    for column in (*columns, "regs", "spills", *(["kernel"] if kernels else [])):
+        table.add_column(column, justify="right" if column not in ("case", "role", "outcome") else "left")
+    for case in result.cases:
+        registers, stores, loads = comp.resources(case.launch.entry if case.launch else None) if comp else (None,) * 3
+        regs = str(registers) if registers is not None else "-"
+        spills = f"{stores}/{loads}" if stores is not None else "-"
+        outcome = case.status
+        timing = case.timing
+        speedup = evaluation.speedup(case.name)
+        cells = [
+            case.name,
+            case.role,
+            f"[{_STYLE.get(case.status, 'red')}]{outcome}[/]",
+            f"{timing.median_us:.2f}" if timing else "-",
+            f"{timing.p10_us:.2f}–{timing.p90_us:.2f}" if timing else "-",
+            f"{speedup:.2f}×" if speedup else "-",
+        ]
+        for i in range(len(labels)):
+            cells += _vendor_cells(case, i)
+        kernel = [(case.launch.entry if case.launch else None) or "(the entry)"] if kernels else []
+        table.add_row(*cells, regs, spills, *kernel)
+    if labels:
+        notes = [f"{c.name}: {v.label + ': ' if len(labels) > 1 else ''}{v.status}: {' '.join(v.reason.split())}"
+                 for c in result.cases for v in c.vendors if v.status != "ok"]
+        lines = [f"{_vendor_word(labels)}: {', '.join(labels)} (timed interleaved with the kernel)", *notes]
+        table.caption = escape("\n".join(lines))
+        table.caption_justify = "left"
+    return table
+
+
+def _vendor_word(labels: list[str]) -> str:
+    return "vendor" if len(labels) == 1 else "vendors"
+
+
+def _short(label: str, labels: list[str]) -> str:
+    """A column heading: "vendor" for the only one, else its label."""
+    return "vendor" if len(labels) == 1 else label
+
+
+def _vendor_cells(case, index: int) -> list[str]:
+    """A vendor's median and the kernel's speed-up over it; the vendor's outcome when it failed."""
+    vendor = case.vendors[index] if index < len(case.vendors) else None
+    if vendor is None:
+        return ["-", "-"]
+    if vendor.status != "ok" or vendor.timing is None:
+        return [f"[red]{vendor.status}[/]", "-"]
+    mine = case.timing.median_us if case.timing and case.status == "ok" else None
+    return [f"{vendor.timing.median_us:.2f}", f"{vendor.timing.median_us / mine:.2f}×" if mine else "-"]
+
+
+def failure_lines(evaluation: Evaluation) -> list[str]:
+    """One line per failed case (or for the whole kernel when it never ran), with the reason."""
+    result = evaluation.candidate
+    lines = [f"{c.name}: {c.status}: {' '.join(c.reason.split())}" for c in result.cases if c.status != "ok"]
+    if not result.cases and not result.ok:
+        lines.append(f"{result.status}: {result.reason.strip()}")
+    return lines
+
+
+class OptimizeProgress:
+    """Live status line for `cudaopt optimize`: attempt, phase, best so far, tokens and cost."""
+
+    def __init__(self, console, max_iterations: int):
+        from rich.live import Live
+
+        self.max = max_iterations
+        self.state = {"attempt": "-", "phase": "starting", "best": None, "best_id": None, "tokens": 0, "cost": 0.0}
+        self.console = console
+        self.live = Live(self._render(), console=console, refresh_per_second=4, transient=True)
+
+    def __enter__(self) -> OptimizeProgress:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.live.__exit__(*exc)
+
+    def __call__(self, event: ProgressEvent) -> None:
+        if isinstance(event, AttemptStarted):
+            self.state.update(attempt=event.id, phase=event.what)
+        elif isinstance(event, PhaseProgress):
+            self.state["phase"] = f"{event.phase} {event.case}".strip()
+        elif isinstance(event, UsageProgress):
+            self.state.update(tokens=event.tokens, cost=event.cost)
+        elif isinstance(event, AttemptFinished):
+            self.state.update(best=event.best, best_id=event.best_id, phase="done")
+            score = f"{event.score:.2f} µs" if event.score else event.status
+            self.console.print(f"attempt #{event.id}: {score}", highlight=False)
+        self.live.update(self._render())
+
+    def _render(self):
+        from rich.text import Text
+
+        s = self.state
+        best = f"{s['best']:.2f} µs (#{s['best_id']})" if s["best"] else "-"
+        return Text(f"attempt {s['attempt']} of {self.max} · {s['phase']} · best {best} · "
+                    f"{s['tokens']} tokens · ${s['cost']:.4f}")
+
+
+def summary_table(summary) -> Table:
+    """Baseline vs best per case, with the score and the stop reason."""
+    table = Table(title=f"{summary.run}: stopped ({summary.stop_reason})", title_justify="left")
+    labels = [v.label for v in summary.vendors]
+    columns = ["case", "role", "baseline µs", "best µs", "speed-up"]
+    for label in labels:
+        columns += [f"{_short(label, labels)} µs", f"vs {_short(label, labels)}"]
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("case", "role") else "right")
+    fmt = lambda v, spec: format(v, spec) if v is not None else "-"
+    times = lambda v: f"{v:.2f}×" if v else "-"
+    for case in summary.cases:
+        cells = [case.name, case.role, fmt(case.baseline_median_us, ".2f"), fmt(case.best_median_us, ".2f"),
+                 times(case.speedup)]
+        for vendor in case.vendors:
+            median = fmt(vendor.median_us, ".2f") if vendor.status in ("ok", None) else vendor.status
+            cells += [median, times(vendor.speedup)]
+        table.add_row(*cells)
+    total = ["geomean (score)", "", fmt(summary.baseline_score_us, ".2f"), fmt(summary.best_score_us, ".2f"),
+             times(summary.speedup)]
+    for vendor in summary.vendors:
+        total += [fmt(vendor.score_us, ".2f"), times(vendor.speedup)]
+    lines = [f"baseline: {summary.baseline.removeprefix('vendor: ')} (no initial kernel)"] \
+        if summary.baseline != "initial kernel" else []
+    if labels:
+        beside = "with the baseline" if summary.baseline == "initial kernel" else "with each other, as the baseline"
+        lines.append(f"{_vendor_word(labels)}: {', '.join(labels)} (timed interleaved {beside})")
+    if lines:
+        table.caption = escape("\n".join(lines))
+        table.caption_justify = "left"
+    table.add_row(*total, style="bold")
+    return table
+
+
+def summary_lines(summary) -> list[str]:
+    """What follows the summary table: usage, tunables, review flags, the ablation."""
+    t = summary.totals
+    lines = [f"{summary.attempts} attempts ({summary.valid} valid), {t.model_calls} model calls, "
+             f"{t.input_tokens} input / {t.output_tokens} output tokens, ${t.cost_usd:.4f}, "
+             f"GPU {t.gpu_seconds:.1f} s, wall {t.wall_seconds:.1f} s"]
+    if summary.best_defines:
+        lines.append(f"best tunables: {summary.best_defines}")
+    lines += [f"review: {flag}" for flag in summary.review]
+    if summary.finalists:
+        f = summary.finalists
+        scores = ", ".join(f"#{x.attempt} {x.score_us:.2f} µs" if x.score_us is not None else f"#{x.attempt} {x.status}"
+                           for x in f.finalists)
+        lines.append(f"finalists measured again on {f.gpu.label} ({f.repeats}×): {scores}; winner "
+                     f"{'#' + str(f.winner) if f.winner is not None else 'none'}")
+    kb = summary.kernelbench
+    if kb:
+        ratio = lambda v: f"{v:.2f}×" if v else "-"
+        lines.append(f"kernelbench: correct {'yes' if kb.correct else 'no'}, speed-up over PyTorch eager "
+                     f"{ratio(kb.speedup_vs_eager)}, over torch.compile {ratio(kb.speedup_vs_compile)}")
+    if summary.ablation:
+        gain = summary.ablation["agent_gain_over_tuning"]
+        lines.append(f"ablation: tuning alone reached {summary.ablation['tune_only_best_score_us']} µs; "
+                     f"the agent added {gain:.2f}× beyond it" if gain else "ablation: no comparison")
+    return lines
+
+
+def check_table(done) -> Table:
+    """``cudaopt check``: what was checked and what it found."""
+    table = Table(title="cudaopt check: ready", title_justify="left")
+    table.add_column("check")
+    table.add_column("result")
+    for item in done:
+        table.add_row(item.what, item.detail)
+    return table

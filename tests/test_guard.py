@@ -14,9 +14,9 @@ from cudaopt.errors import ExperimentError
 from cudaopt.guard.check import Settings, check
 from cudaopt.guard.load import load_guard
 from cudaopt.guard.record import record
-from cudaopt.harness.results import DeviceInfo
 from cudaopt.record.guard_file import GuardBaseline, read_guard
 from cudaopt.record.runs import ExperimentArgs
+from cudaopt.wire.results import DeviceInfo
 from tests.scripted import BASE_US, VENDOR, ScriptedEvaluator, kernel
 
 CASES = ["odd-31x37x29", "square-256", "rect-384x256x320", "square-4096", "holdout-515x261x1031",

@@ -8,10 +8,10 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaopt.agent.model import ModelSettings
-from cudaopt.harness.results import DeviceInfo
 from cudaopt.optimize import start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs
 from cudaopt.replay import replay
+from cudaopt.wire.results import DeviceInfo
 from tests.conftest import SGEMM
 from tests.fake_openai import FakeOpenAI
 from tests.scripted import ScriptedEvaluator, answer

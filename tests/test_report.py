@@ -214,8 +214,8 @@ def test_the_evaluate_table_shows_the_vendor_and_its_failures():
 def test_the_evaluate_table_says_which_kernel_each_case_ran_with_its_registers():
     from cudaopt.evaluate import Evaluation
     from cudaopt.experiment import load_experiment
-    from cudaopt.harness.results import EntryInfo, ResolvedLaunch
     from cudaopt.render import evaluation_table
+    from cudaopt.wire.results import EntryInfo, ResolvedLaunch
 
     experiment = load_experiment(SGEMM / "experiment.json")
     result = ScriptedEvaluator().evaluate(experiment.request("// RESULT: ok 0.5"))

@@ -10,10 +10,10 @@ import pytest
 
 from cudaopt.agent.model import ModelSettings
 from cudaopt.errors import ExperimentError
-from cudaopt.harness.results import CaseResult, CheckInfo, EvalResult
 from cudaopt.optimize import start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs
 from cudaopt.verify import verify
+from cudaopt.wire.results import CaseResult, CheckInfo, EvalResult
 from tests.conftest import SGEMM
 from tests.fake_openai import FakeOpenAI
 from tests.scripted import ScriptedEvaluator, answer

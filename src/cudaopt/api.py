@@ -19,12 +19,12 @@ from pathlib import Path
 from .evaluate import Evaluation, evaluate_kernel
 from .evaluation.dispatch import Evaluator
 from .experiment import Experiment, load_experiment, load_launch
-from .harness.messages import PhaseStarted
-from .harness.protocol import LaunchSpec
 from .optimize import Options, start_or_resume
 from .record.events import OnProgress, PhaseProgress, StepProgress, ignore
 from .record.runs import Budget, ExperimentArgs
 from .record.schema import ReplayOutcome, Summary, VerifyOutcome
+from .wire.messages import PhaseStarted
+from .wire.protocol import LaunchSpec
 
 __all__ = ["Evaluation", "Experiment", "RunResult", "evaluate", "export", "gpus", "load", "optimize", "replay",
            "verify"]

@@ -1,7 +1,7 @@
 """The files a user writes: the experiment config, its input cases, a tunable space.
 
 Schemas only (pydantic), importing nothing above the harness: the cases, launches, timing
-protocol and limits are the harness's own types (harness/protocol.py), so what a user writes is
+protocol and limits are the harness's own types (wire/protocol.py), so what a user writes is
 what a worker receives. Loading, resolving paths and the checks that need the signature live in
 experiment.py.
 """
@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from .harness import expr
-from .harness.protocol import CaseSpec, CaseTimeouts, InitSpec, LaunchSpec, Limits, Model, Timeouts, TimingProtocol
+from .wire import expr
+from .wire.protocol import CaseSpec, CaseTimeouts, InitSpec, LaunchSpec, Limits, Model, Timeouts, TimingProtocol
 
 
 class CasesFile(Model):

@@ -10,8 +10,8 @@ from pydantic import Field
 
 from .evaluation.dispatch import Evaluator, GpuRef, OnEvent
 from .experiment import Experiment
-from .harness.protocol import LaunchSpec, Model, TimingProtocol
-from .harness.results import EvalResult
+from .wire.protocol import LaunchSpec, Model, TimingProtocol
+from .wire.results import EvalResult
 
 
 class Evaluation(Model):

@@ -39,8 +39,8 @@ from .config import (
     space_in_source,
 )
 from .errors import ExperimentError, shortened, validation_message
-from .harness.launch import tunable_clashes
-from .harness.protocol import (
+from .wire.launch import tunable_clashes
+from .wire.protocol import (
     HARNESS_VERSION,
     CaseSpec,
     EvalRequest,
@@ -53,7 +53,7 @@ from .harness.protocol import (
     TimingProtocol,
     VendorSpec,
 )
-from .harness.signature import Signature, SignatureError, find_entry, parse_signature
+from .wire.signature import Signature, SignatureError, find_entry, parse_signature
 
 LOCK_SCHEMA_VERSION = 1
 CHECKED_CONFIGURATIONS = 256  # a tune launch is checked on every configuration up to this many, a sample beyond

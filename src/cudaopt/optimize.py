@@ -20,7 +20,7 @@ from . import strategies
 from .cpu_controls import refuse_results
 from .errors import ExperimentError
 from .evaluation.dispatch import Evaluator, GpuRef
-from .harness.results import DeviceInfo
+from .wire.results import DeviceInfo
 from .record.cache import ResultCache
 from .record.events import OnProgress, ignore
 from .record.recorder import Recorder

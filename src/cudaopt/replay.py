@@ -32,14 +32,14 @@ from pathlib import Path
 
 from .checks import check_launch, read_model_file
 from .errors import ExperimentError
-from .harness.protocol import EvalRequest
-from .harness.results import DeviceInfo, EvalResult, TimingStats
-from .harness.signature import SignatureError, parse_signature
-from .harness.stats import geomean
 from .record.events import AttemptStarted
 from .record.recorder import Evaluator, Recorder, score
 from .record.runs import load_run_experiment, open_run, read_run_json, winner
 from .record.schema import Environment, Finalist, Finalists, ReplayedCase, ReplayOutcome
+from .wire.protocol import EvalRequest
+from .wire.results import DeviceInfo, EvalResult, TimingStats
+from .wire.signature import SignatureError, parse_signature
+from .wire.stats import geomean
 
 MATTERS = ("name", "arch", "driver_cuda_version")  # environment differences that invalidate a replay
 FINALISTS = 3  # the best attempts measured again, at least, when several GPUs measured them

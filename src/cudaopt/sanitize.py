@@ -15,8 +15,8 @@ from pathlib import Path
 
 from .errors import ExperimentError
 from .evaluation.supervisor import WORKER_COMMAND, Supervisor
-from .harness.protocol import EvalRequest, Timeouts
 from .record.schema import SanitizeReport
+from .wire.protocol import EvalRequest, Timeouts
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 # memcheck, initcheck, synccheck: "ERROR SUMMARY: N errors"; racecheck: "N hazards displayed (E errors, W warnings)"

@@ -24,10 +24,10 @@ from pydantic import Field, ValidationError, model_validator
 from .checks import check_case, read_json_file
 from .errors import ExperimentError, validation_message
 from .experiment import Experiment
-from .harness.protocol import CaseSpec, EvalRequest, Model, TimingProtocol
-from .harness.results import CaseResult, TimingStats
 from .record.recorder import Evaluator
 from .record.schema import TimedCase
+from .wire.protocol import CaseSpec, EvalRequest, Model, TimingProtocol
+from .wire.results import CaseResult, TimingStats
 
 MIN_MARGIN = 0.02
 MAX_SHAPES = 512  # a sweep checks and times every shape: a larger grid is refused before it is built

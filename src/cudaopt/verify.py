@@ -18,11 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import ExperimentError
-from .harness.protocol import CaseSpec, EvalRequest, TimingProtocol
 from .record.recorder import Evaluator
 from .record.runs import Winner, load_run_experiment, open_run, winner
 from .record.schema import VerifiedCase, VerifyOutcome
 from .shapes import load_shapes, sweep_protocol, time_shapes
+from .wire.protocol import CaseSpec, EvalRequest, TimingProtocol
 
 
 def fresh_cases(cases: list[CaseSpec], seed: int) -> list[CaseSpec]:

@@ -26,11 +26,11 @@ import threading
 from dataclasses import dataclass
 from typing import TypedDict
 
-from ..harness.launch import device_facts
 from ..record.events import AttemptStarted
 from ..record.recorder import Candidate, Recorder
 from ..record.runs import Budget
 from ..record.schema import Attempt, ModelCall, ModelUsage
+from ..wire.launch import device_facts
 from . import prompts
 from .instruments import Instruments
 from .model import ModelClient, Reply

@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 
 from ..harness.check import shown
-from ..harness.protocol import CaseSpec
-from ..harness.results import CaseResult
-from ..harness.signature import parse_signature
 from ..record.recorder import medians
 from ..record.schema import Attempt
+from ..wire.protocol import CaseSpec
+from ..wire.results import CaseResult
+from ..wire.signature import parse_signature
 
 SYSTEM = """You are a CUDA performance engineer. {task}
 

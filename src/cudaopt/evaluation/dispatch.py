@@ -25,9 +25,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
-from ..harness.messages import WorkerMessage
-from ..harness.protocol import EvalRequest, KernelSpec, Model
-from ..harness.results import CaseResult, DeviceInfo, EvalResult
+from ..wire.messages import WorkerMessage
+from ..wire.protocol import EvalRequest, KernelSpec, Model
+from ..wire.results import CaseResult, DeviceInfo, EvalResult
 
 MAX_TRIES = 3
 

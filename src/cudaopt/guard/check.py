@@ -16,13 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from ..harness.protocol import CaseSpec, TimingProtocol
-from ..harness.results import CaseResult, EvalResult
-from ..harness.stats import geomean
 from ..record.guard_file import GuardCheck, GuardedCase
 from ..record.recorder import Evaluator
 from ..replay import MATTERS, environment_differences, interleaved
 from ..verify import fresh_cases
+from ..wire.protocol import CaseSpec, TimingProtocol
+from ..wire.results import CaseResult, EvalResult
+from ..wire.stats import geomean
 from .load import Guarded
 from .stats import Interval, paired, unpaired, verdict
 

@@ -16,8 +16,8 @@ from pydantic import ValidationError
 from ..checks import check_kernel_entry, check_launch, kernel_file
 from ..errors import ExperimentError, validation_message
 from ..experiment import Experiment
-from ..harness.protocol import CaseSpec, EvalRequest, LaunchSpec, TimingProtocol
 from ..record.guard_file import GuardBaseline, GuardKernel, absolute_args, read_guard
+from ..wire.protocol import CaseSpec, EvalRequest, LaunchSpec, TimingProtocol
 from .git import file_at
 
 

@@ -18,12 +18,12 @@ from pathlib import Path
 
 from .. import __version__
 from ..experiment import Experiment
-from ..harness.protocol import LaunchSpec, TimingProtocol
-from ..harness.results import EvalResult
 from ..record.guard_file import GuardBaseline, GuardCase, GuardKernel, relative_args
 from ..record.recorder import Evaluator
 from ..record.runs import ExperimentArgs
 from ..verify import fresh_cases
+from ..wire.protocol import LaunchSpec, TimingProtocol
+from ..wire.results import EvalResult
 from .load import Kernel, sha256
 
 

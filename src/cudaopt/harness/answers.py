@@ -16,12 +16,12 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from ..wire.protocol import CaseSpec, OutputSpec
+from ..wire.results import CheckInfo
+from ..wire.signature import DTYPES, Signature
 from .check import compare
 from .controls import ControlSet, negative_controls
 from .gpu import Gpu, call
-from .protocol import CaseSpec, OutputSpec
-from .results import CheckInfo
-from .signature import DTYPES, Signature
 
 
 class DeviceAnswer:

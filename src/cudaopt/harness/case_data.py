@@ -7,12 +7,12 @@ import hashlib
 import json
 from collections import OrderedDict
 
+from ..wire.protocol import CaseSpec
+from ..wire.signature import Signature
 from .buffers import CaseBuffers
 from .gpu import Gpu, call
 from .inputs import InputError, generate, shape_of
 from .lru import Lru
-from .protocol import CaseSpec
-from .signature import Signature
 
 
 def cache_key(*parts) -> str:

@@ -11,10 +11,10 @@ cases' outputs are checked whichever kernel wrote them.
 
 from __future__ import annotations
 
+from ..wire.results import CompileInfo, EntryInfo
+from ..wire.signature import DTYPES, Signature, SignatureError, entry_names, find_entry, other_entry_problem
 from .compiler import parse_ptxas
 from .launcher import CaseFailure
-from .results import CompileInfo, EntryInfo
-from .signature import DTYPES, Signature, SignatureError, entry_names, find_entry, other_entry_problem
 
 
 class Entries:

@@ -14,8 +14,8 @@ from importlib import resources
 
 import numpy as np
 
-from .results import Clocks, DeviceInfo, MeasuredPeaksInfo
-from .signature import DTYPES
+from ..wire.results import Clocks, DeviceInfo, MeasuredPeaksInfo
+from ..wire.signature import DTYPES
 
 # Element kinds understood by utilities.cu.
 KINDS = {

@@ -8,8 +8,8 @@ replaced, and nothing measured after that point is trusted.
 
 from __future__ import annotations
 
+from ..wire.results import Occupancy, ResolvedLaunch
 from .gpu import CudaCallError, Gpu, is_sticky
-from .results import Occupancy, ResolvedLaunch
 
 DEFAULT_SHARED_LIMIT = 48 * 1024
 

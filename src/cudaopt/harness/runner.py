@@ -16,6 +16,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
+from ..wire.launch import LaunchError, candidate_names, device_defines, resolve_launch, tunable_clashes
+from ..wire.messages import CaseDone, Compiled, PhaseStarted
+from ..wire.protocol import CaseSpec, EvalRequest, KernelSpec, VendorSpec
+from ..wire.results import Audit, CaseResult, CompileInfo, Controls, EvalResult, VendorResult
+from ..wire.signature import Signature, parse_signature
+from ..wire.stats import summarize
 from .answers import DeviceAnswer, LockedAnswer, answer_controls, check_output
 from .buffers import CaseBuffers
 from .case_data import DeviceCases, HostSets, cache_key
@@ -25,17 +31,11 @@ from .controls import judge
 from .entries import Entries
 from .gpu import Gpu
 from .inputs import InputError
-from .launch import LaunchError, candidate_names, device_defines, resolve_launch, tunable_clashes
 from .launcher import CaseFailure, Launcher, is_cuda_error, occupancy
 from .leftovers import Leftovers
 from .lru import Lru
-from .messages import CaseDone, Compiled, PhaseStarted
 from .peaks import judge_plausibility
-from .protocol import CaseSpec, EvalRequest, KernelSpec, VendorSpec
 from .reference import CudaReference, ReferenceFailure, call_python, load_python
-from .results import Audit, CaseResult, CompileInfo, Controls, EvalResult, VendorResult
-from .signature import Signature, parse_signature
-from .stats import summarize
 from .timing import CHECKED_INPUTS, TimedRun, draw_plan, method, new_seed
 from .torch_reference import TorchReference
 from .vendor import BoundVendor, Vendor, VendorError

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..wire.protocol import TimingProtocol
 from .buffers import CaseBuffers
 from .gpu import Gpu
 from .launcher import CaseFailure, Launcher
 from .leftovers import Leftovers
-from .protocol import TimingProtocol
 
 VENDOR_LAUNCHES = 1 << 40  # each vendor's fresh inputs come from launch numbers of their own (+ index << 32)
 CHECKED_INPUTS = 1 << 39  # the stream of the input set the checked launches share

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from ..harness.protocol import Model
+from ..wire.protocol import Model
 from .parse import KernelMetrics
 
 Bound = Literal["memory", "compute", "latency", "occupancy"]

@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import Field
 
 from ..harness.compiler import compile_kernel, compile_ptx
-from ..harness.protocol import KernelSpec, Model
+from ..wire.protocol import KernelSpec, Model
 from .locate import find_tool
 
 _SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_.]*)")

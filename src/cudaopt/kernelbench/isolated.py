@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..errors import ExperimentError, shortened
 from ..experiment import load_experiment
-from ..harness.protocol import Model
+from ..wire.protocol import Model
 
 IMPORT_TIMEOUT_S = 300.0  # what one problem may take to import (its forward runs on the CPU at several sizes)
 

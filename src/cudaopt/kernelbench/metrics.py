@@ -18,9 +18,9 @@ from typing import Literal
 from pydantic import Field
 
 from ..errors import ExperimentError
-from ..harness.protocol import Model
 from ..record.runs import open_run, read_run_json
 from ..record.schema import Summary, VerifyOutcome, version_field
+from ..wire.protocol import Model
 
 Baseline = Literal["eager", "compile"]
 THRESHOLDS = (0.0, 1.0, 1.5, 2.0)

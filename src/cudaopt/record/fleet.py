@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import Field
 
 from ..evaluation.dispatch import GpuRef
-from ..harness.protocol import Model
+from ..wire.protocol import Model
 from .runs import Budget
 from .schema import Roi, version_field
 

@@ -17,8 +17,8 @@ from pydantic import Field
 
 from ..checks import read_model_file
 from ..experiment import ExperimentLock
-from ..harness.protocol import LaunchSpec, Model, Role, TimingProtocol
-from ..harness.results import DeviceInfo, TimingStats
+from ..wire.protocol import LaunchSpec, Model, Role, TimingProtocol
+from ..wire.results import DeviceInfo, TimingStats
 from .runs import ExperimentArgs
 from .schema import version_field
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 from ..evaluation.dispatch import Evaluator, GpuRef, Measured
 from ..experiment import Experiment, LaunchFile
-from ..harness.messages import PhaseStarted, WorkerMessage
-from ..harness.protocol import LaunchSpec, Timeouts
-from ..harness.results import CaseResult, EvalResult
-from ..harness.stats import geomean
+from ..wire.messages import PhaseStarted, WorkerMessage
+from ..wire.protocol import LaunchSpec, Timeouts
+from ..wire.results import CaseResult, EvalResult
+from ..wire.stats import geomean
 from .bake import bake, bake_launch
 from .cache import ResultCache
 from .events import AttemptFinished, AttemptStarted, OnProgress, PhaseProgress, UsageProgress, ignore

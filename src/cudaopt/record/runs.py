@@ -15,7 +15,7 @@ from pydantic import Field
 from ..checks import read_json_file, read_model_file
 from ..errors import ExperimentError
 from ..experiment import Experiment, ExperimentLock, load_experiment
-from ..harness.protocol import LaunchSpec, Model
+from ..wire.protocol import LaunchSpec, Model
 from .rundir import RunDir
 from .schema import Attempt, History, ModelCall, Summary, version_field
 

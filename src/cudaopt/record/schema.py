@@ -27,8 +27,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from ..evaluation.dispatch import GpuRef
-from ..harness.protocol import LaunchSpec, Model
-from ..harness.results import STATUSES, CaseResult, CompileInfo, DeviceInfo
+from ..wire.protocol import LaunchSpec, Model
+from ..wire.results import STATUSES, CaseResult, CompileInfo, DeviceInfo
 
 
 def version_field(current: int):

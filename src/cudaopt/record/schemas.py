@@ -14,9 +14,9 @@ from pydantic import TypeAdapter
 
 from ..config import CasesFile, ExperimentConfig
 from ..experiment import ExperimentLock, LaunchFile
-from ..harness.messages import WorkerMessage
-from ..harness.protocol import EvalRequest
-from ..harness.results import EvalResult
+from ..wire.messages import WorkerMessage
+from ..wire.protocol import EvalRequest
+from ..wire.results import EvalResult
 from ..insight.card import ProfileRecord
 from .fleet import AuditReport
 from .guard_file import GuardBaseline, GuardReport

@@ -15,8 +15,8 @@ import time
 
 from ..config import TuneSpace
 from ..errors import ExperimentError
-from ..harness.protocol import LaunchSpec
 from ..record.recorder import Candidate, Recorder
+from ..wire.protocol import LaunchSpec
 from .base import Context, register
 
 

@@ -25,7 +25,7 @@ from .errors import ExperimentError
 from .experiment import Experiment
 from .harness.controls import ControlSet, judge, negative_controls
 from .harness.inputs import shape_of
-from .wire.protocol import CaseSpec, Model, ReferenceSpec
+from .wire.protocol import CaseSpec, ReferenceSpec, WireModel
 from .wire.results import CaseResult, Controls
 from .wire.signature import Signature
 
@@ -66,7 +66,7 @@ class CpuControls:
         return out
 
 
-class ControlsCall(Model):
+class ControlsCall(WireModel):
     """What the subprocess of :func:`cpu_controls` is given."""
 
     reference: ReferenceSpec
@@ -75,7 +75,7 @@ class ControlsCall(Model):
     allow_tf32: bool = False
 
 
-class CaseControls(Model):
+class CaseControls(WireModel):
     """One line of the subprocess's answer."""
 
     case: str

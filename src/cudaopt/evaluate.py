@@ -10,11 +10,11 @@ from pydantic import Field
 
 from .evaluation.dispatch import Evaluator, GpuRef, OnEvent
 from .experiment import Experiment
-from .wire.protocol import LaunchSpec, Model, TimingProtocol
+from .wire.protocol import LaunchSpec, TimingProtocol, WireModel
 from .wire.results import EvalResult
 
 
-class Evaluation(Model):
+class Evaluation(WireModel):
     """What ``cudaopt evaluate --json`` writes."""
 
     candidate: EvalResult

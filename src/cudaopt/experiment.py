@@ -47,11 +47,11 @@ from .wire.protocol import (
     KernelSpec,
     LaunchSpec,
     Limits,
-    Model,
     ReferenceSpec,
     Timeouts,
     TimingProtocol,
     VendorSpec,
+    WireModel,
 )
 from .wire.signature import Signature, SignatureError, find_entry, parse_signature
 
@@ -59,7 +59,7 @@ LOCK_SCHEMA_VERSION = 1
 CHECKED_CONFIGURATIONS = 256  # a tune launch is checked on every configuration up to this many, a sample beyond
 
 
-class ExperimentLock(Model):
+class ExperimentLock(WireModel):
     """``lock.json``: hashes of everything that defines right and wrong; a resumed run must match."""
 
     schema_version: int = LOCK_SCHEMA_VERSION

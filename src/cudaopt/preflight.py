@@ -33,7 +33,7 @@ from .experiment import Experiment
 from .harness.compiler import DEFAULT_ARCH, CompileError, compile_kernel
 from .harness.inputs import shape_of
 from .wire.launch import NOMINAL_DEVICE, device_defines
-from .wire.protocol import CaseSpec, KernelSpec, LaunchSpec, Model, ReferenceSpec
+from .wire.protocol import CaseSpec, KernelSpec, LaunchSpec, ReferenceSpec, WireModel
 
 REFERENCE_TIMEOUT_S = 120.0
 DEFAULT_GPU_MEMORY = 80 * 2**30  # what a case may need when no GPU says how much it has
@@ -184,7 +184,7 @@ def smallest_case(experiment: Experiment) -> CaseSpec:
     return min(experiment.case_specs, key=size)
 
 
-class ReferenceCall(Model):
+class ReferenceCall(WireModel):
     """What the subprocess of :func:`call_reference` is given."""
 
     reference: ReferenceSpec

@@ -26,7 +26,7 @@ from .errors import ExperimentError, validation_message
 from .experiment import Experiment
 from .record.recorder import Evaluator
 from .record.schema import TimedCase
-from .wire.protocol import CaseSpec, EvalRequest, Model, TimingProtocol
+from .wire.protocol import CaseSpec, EvalRequest, TimingProtocol, WireModel
 from .wire.results import CaseResult, TimingStats
 
 MIN_MARGIN = 0.02
@@ -38,7 +38,7 @@ SWEEP_PROTOCOL = {"warmup": 5, "iterations": 30, "input_sets": 1, "checked_launc
 Scalars = dict[str, int | float]
 
 
-class ShapesFile(Model):
+class ShapesFile(WireModel):
     """``--shapes FILE``: scalar sets, or a grid (every combination), on a template case."""
 
     template: str | None = None  # a case of the experiment (default: its first performance case)

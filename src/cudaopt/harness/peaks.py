@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..wire.protocol import Model
+from ..wire.protocol import WireModel
 from ..wire.results import Roofline
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ FMA_ITERATIONS = 1 << 16
 SAMPLES = 10
 
 
-class MeasuredPeaks(Model):
+class MeasuredPeaks(WireModel):
     """What one GPU reached: copy bandwidth (bytes read + written per second) and FMA rates."""
 
     bytes_per_s: float

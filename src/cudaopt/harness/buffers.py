@@ -16,7 +16,8 @@ import numpy as np
 
 from ..wire.protocol import InitSpec
 from ..wire.signature import DTYPES, Signature
-from .gpu import KINDS, Gpu, poison_bits
+from .device import Device
+from .gpu import KINDS, poison_bits
 from .inputs import HostTensor
 
 # Guard patterns: a NaN in every float width that differs from the output poison (0x7FF8...), and
@@ -70,7 +71,7 @@ class Guarded:
 
 @dataclass
 class CaseBuffers:
-    gpu: Gpu
+    gpu: Device
     signature: Signature
     sets: list[dict[str, HostTensor]]
     output_shapes: dict[str, tuple[int, ...]]

@@ -112,7 +112,7 @@ class CudaReference:
             try:
                 spec = device_defines(KernelSpec(source=ref.source, entry=ref.entry), self.launcher.gpu.facts())
                 compiled = compile_kernel(spec, self.launcher.gpu.arch)
-                self._kernels[key] = compiled.cubin.get_kernel(ref.entry)
+                self._kernels[key] = self.launcher.gpu.load_module(compiled.cubin).get_kernel(ref.entry)
             except CompileError as exc:
                 raise ReferenceFailure(f"the reference kernel does not compile:\n{exc.log}") from None
             except Exception as exc:

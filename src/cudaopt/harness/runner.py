@@ -28,11 +28,10 @@ from .case_data import DeviceCases, HostSets, cache_key
 from .check import describe
 from .compiler import CompileCache, CompileError, compile_kernel
 from .controls import judge
+from .device import Device
 from .entries import Entries
-from .gpu import Gpu
 from .inputs import InputError
 from .launcher import CaseFailure, Launcher, is_cuda_error, occupancy
-from .leftovers import Leftovers
 from .lru import Lru
 from .peaks import judge_plausibility
 from .reference import CudaReference, ReferenceFailure, call_python, load_python
@@ -59,11 +58,11 @@ def check_order(sets: int) -> list[int]:
 
 
 class Runner:
-    def __init__(self, gpu: Gpu, on_event: Callable[[object], None] = lambda event: None):
+    def __init__(self, gpu: Device, on_event: Callable[[object], None] = lambda event: None):
         self.gpu = gpu
         self.on_event = on_event
         self.launcher = Launcher(gpu)
-        self.leftovers = Leftovers(gpu)  # shared memory and registers poisoned before each candidate launch
+        self.leftovers = gpu.leftovers()  # shared memory and registers poisoned before each candidate launch
         self.cuda_reference = CudaReference(self.launcher)
         self.torch_reference = TorchReference(gpu)
         self._host_sets = HostSets()
@@ -157,7 +156,7 @@ class Runner:
             self._compiled.put(key, compiled)
         # a copy: the kernels other than the entry that this request's cases launch are its own
         info: CompileInfo = compiled.info.model_copy(update={"entries": {}})
-        return Entries(compiled.cubin, spec.source, spec.entry, signature, info), info
+        return Entries(self.gpu.load_module(compiled.cubin), spec.source, spec.entry, signature, info), info
 
     # --- one case ------------------------------------------------------------------------
 

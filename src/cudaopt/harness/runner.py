@@ -1,7 +1,7 @@
 """Evaluate one request on this process's GPU: compile, check every case, time, judge.
 
 Runs inside a worker process. The steps live in modules of their own — launching and CUDA
-errors (launcher.py), launch expressions and tunables (launch.py), case data (case_data.py),
+errors (launcher.py), launch expressions and tunables (wire/launch.py), case data (case_data.py),
 the answer key (answers.py), the references (reference.py, torch_reference.py), the timed run
 (timing.py), the vendors (vendor.py) — and this module puts them in order. After a CUDA error that may have lost the
 context the runner is ``dead``: the worker reports and exits, and the supervisor starts a fresh one.

@@ -209,3 +209,17 @@ def test_a_kernel_wrong_only_while_timed_is_caught_by_the_hidden_checked_launche
     result = run(device, body=wrong_when_timed)
     bad = next(c for c in result.cases[0].checks if not c.ok)
     assert result.status == "mismatch" and bad.phase == "timed" and bad.launch in result.cases[0].audit.checked_launches
+
+
+@pytest.mark.parametrize("implementation", ["cudaopt.harness.gpu:Gpu", "tests.fake_device:FakeDevice"])
+def test_the_real_device_and_the_fake_have_every_method_of_the_interface(implementation):
+    import importlib
+
+    from cudaopt.harness import device
+
+    module, name = implementation.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    for protocol in (device.Device,):
+        wanted = {n for n, v in vars(protocol).items() if callable(v) and not n.startswith("_")} | {"peaks"}
+        missing = sorted(n for n in wanted if not hasattr(cls, n) and n not in getattr(cls, "__dataclass_fields__", {}))
+        assert not missing, f"{implementation} lacks {missing}"

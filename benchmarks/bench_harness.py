@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from cudaopt.evaluate import evaluate_kernel
 from cudaopt.evaluation.supervisor import Supervisor
 from cudaopt.experiment import load_experiment
-from cudaopt.harness.protocol import (
+from cudaopt.wire.protocol import (
     CaseSpec,
     EvalRequest,
     KernelSpec,

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from cudaopt.evaluation.supervisor import Supervisor
 from cudaopt.experiment import load_experiment
-from cudaopt.harness.protocol import TimingProtocol
+from cudaopt.wire.protocol import TimingProtocol
 
 SGEMM = ROOT / "examples" / "sgemm"
 REFERENCES = {

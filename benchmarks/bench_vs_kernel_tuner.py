@@ -105,7 +105,7 @@ def time_side_by_side(configs: dict[str, dict], rounds: int = 3) -> dict:
     """Each winner timed by the cudaopt protocol (100 iterations, L2 flushed), interleaved."""
     from cudaopt.evaluation.supervisor import Supervisor
     from cudaopt.experiment import load_experiment
-    from cudaopt.harness.protocol import TimingProtocol
+    from cudaopt.wire.protocol import TimingProtocol
 
     exp = load_experiment(EXPERIMENT)
     medians: dict[str, list[float]] = {name: [] for name in configs}

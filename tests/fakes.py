@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudaopt.harness.protocol import Timeouts
+from cudaopt.wire.protocol import Timeouts
 
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_worker.py"))]
 

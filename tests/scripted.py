@@ -15,8 +15,8 @@ import re
 import time
 
 from cudaopt.evaluation.dispatch import Dispatcher, GpuRef, dispatch
-from cudaopt.harness.messages import PhaseStarted
-from cudaopt.harness.results import (
+from cudaopt.wire.messages import PhaseStarted
+from cudaopt.wire.results import (
     CaseResult,
     CheckInfo,
     CompileInfo,

@@ -1,5 +1,7 @@
-"""The layers of docs/architecture.md, checked: nothing imports upward, no import cycles,
-and the worker side (harness/) imports nothing of cudaopt outside itself."""
+"""The layers of docs/architecture.md, checked: nothing imports upward, no import cycles, the
+types that cross the process boundary (wire/) import only themselves, the worker side (harness/)
+imports nothing of cudaopt but itself and wire/, and inside those two packages each module imports
+only modules of a lower rank."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "cudaopt"
 
 # Lowest first. A module may import from its own layer or any layer below it (docs/architecture.md).
 LAYERS = [
+    {"wire"},
     {"harness"},
     {"errors", "paths", "config", "evaluation", "insight", "doctor"},
     {"checks"},
@@ -25,6 +28,28 @@ LAYERS = [
     {"__main__"},
 ]
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
+
+# Inside a package, lowest first: a module imports only modules of its package in a lower entry
+# (so a cycle inside the package cannot pass). Every module of the package is listed.
+PACKAGE_LAYERS = {
+    "wire": [
+        {"expr", "signature"},  # the two small languages: expressions, C signatures
+        {"protocol"},  # requests, and WireModel, the base of every wire and file type
+        {"results"},  # what comes back
+        {"launch", "messages", "stats"},  # a launch resolved, the worker's messages, statistics
+    ],
+    "harness": [
+        {"driver", "device", "lru", "arrays", "inputs", "pp_lines", "host_headers", "landlock", "cubin"},
+        {"locked", "leftovers", "launcher", "check", "sandbox"},
+        {"gpu", "controls", "nvrtc_build"},
+        {"buffers", "answers", "compile_process", "peaks"},
+        {"case_data", "compiler", "timing"},
+        {"entries", "reference"},
+        {"torch_reference", "vendor"},
+        {"runner"},
+        {"worker"},
+    ],
+}
 
 
 def unit_of(module: str) -> str:
@@ -75,30 +100,71 @@ def test_nothing_imports_upward(module):
     assert not upward, f"{module} (layer {mine}) imports from above: {upward}"
 
 
-def test_the_worker_side_imports_only_itself():
+@pytest.mark.parametrize(("unit", "allowed"), [("wire", {"wire"}), ("harness", {"harness", "wire"})])
+def test_each_side_of_the_process_boundary_imports_only_what_it_may(unit, allowed):
     for module, path in MODULES.items():
-        if unit_of(module) == "harness":
-            outside = sorted(t for t in imports(path) if unit_of(t) != "harness")
+        if unit_of(module) == unit:
+            outside = sorted(t for t in imports(path) if unit_of(t) not in allowed)
             assert not outside, f"{module} imports {outside}"
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGE_LAYERS))
+def test_every_module_of_an_ordered_package_has_a_rank(package):
+    listed = set().union(*PACKAGE_LAYERS[package])
+    present = {m.split(".")[2] for m in MODULES if m.count(".") >= 2 and unit_of(m) == package}
+    assert present == listed, (f"PACKAGE_LAYERS[{package!r}] (and docs/architecture.md): add "
+                               f"{sorted(present - listed)}, remove {sorted(listed - present)}")
+
+
+def inner_rank(module: str) -> tuple[str, int] | None:
+    """(package, rank) of a module inside an ordered package, None outside one."""
+    parts = module.split(".")
+    if len(parts) < 3 or parts[1] not in PACKAGE_LAYERS:
+        return None
+    return parts[1], next(r for r, names in enumerate(PACKAGE_LAYERS[parts[1]]) if parts[2] in names)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if inner_rank(m)))
+def test_inside_a_package_a_module_imports_only_lower_ranks(module):
+    package, mine = inner_rank(module)
+    same = [t for t in imports(MODULES[module]) if t in MODULES and inner_rank(t) and inner_rank(t)[0] == package]
+    wrong = sorted(t for t in same if inner_rank(t)[1] >= mine)
+    assert not wrong, f"{module} (rank {mine} in {package}/) imports its own rank or above: {wrong}"
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (module -> modules it imports), or None."""
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return trail[trail.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt, trail + [nxt])):
+                return cycle
+        state[node] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (cycle := visit(module, [module])):
+            return cycle
+    return None
 
 
 def test_no_import_cycles():
     graph = {m: {t for t in imports(p) if t in MODULES} for m, p in MODULES.items()}
-    state: dict[str, int] = {}
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
-    def visit(node: str, trail: list[str]) -> None:
-        state[node] = 1
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                cycle = trail[trail.index(nxt):] + [nxt] if nxt in trail else [node, nxt]
-                raise AssertionError("import cycle: " + " -> ".join(cycle))
-            if nxt not in state:
-                visit(nxt, trail + [nxt])
-        state[node] = 2
 
-    for module in sorted(graph):
-        if module not in state:
-            visit(module, [module])
+def test_a_cycle_inside_a_package_is_found():
+    graph = {"cudaopt.harness.gpu": {"cudaopt.harness.leftovers"}, "cudaopt.harness.runner": {"cudaopt.harness.gpu"},
+             "cudaopt.harness.leftovers": {"cudaopt.harness.launcher"},
+             "cudaopt.harness.launcher": {"cudaopt.harness.gpu", "cudaopt.wire.results"}}
+    assert find_cycle(graph) == ["cudaopt.harness.gpu", "cudaopt.harness.leftovers", "cudaopt.harness.launcher",
+                                 "cudaopt.harness.gpu"]
+    assert find_cycle({**graph, "cudaopt.harness.launcher": {"cudaopt.wire.results"}}) is None
 
 
 def test_modules_stay_small_or_say_why():

@@ -137,7 +137,7 @@ class WithPeaks(ScriptedEvaluator):
     """A scripted GPU whose measured peaks are known (67 TFLOP/s float32, 3.3 TB/s)."""
 
     def evaluate(self, request, on_event=None):
-        from cudaopt.harness.results import MeasuredPeaksInfo
+        from cudaopt.wire.results import MeasuredPeaksInfo
 
         result = super().evaluate(request, on_event)
         result.device.measured_peaks = MeasuredPeaksInfo(bytes_per_s=3.3e12, flops_per_s={"float32": 67e12})

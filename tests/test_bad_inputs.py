@@ -360,7 +360,7 @@ def test_help_keeps_every_option_name_whole_at_80_columns():
 
 
 def test_replaying_an_edited_request_checks_its_launch_before_any_worker(sgemm, tmp_path, no_worker):
-    from cudaopt.harness.protocol import LaunchSpec
+    from cudaopt.wire.protocol import LaunchSpec
 
     request = sgemm.request(sgemm.initial_kernel_path.read_text(), launch=LaunchSpec(grid=["n // 0"], block=[16]))
     path = tmp_path / "best-case-0.json"

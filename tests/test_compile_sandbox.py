@@ -9,8 +9,8 @@ import pytest
 from cudaopt.harness import compiler
 from cudaopt.harness.compile_process import COMPILERS
 from cudaopt.harness.compiler import CompileError, compile_kernel, compile_ptx
-from cudaopt.harness.protocol import KernelSpec
 from cudaopt.harness.sandbox import IncludeError, check_includes
+from cudaopt.wire.protocol import KernelSpec
 
 BODY = '\nextern "C" __global__ void k(float* c) { c[0] = 1.0f; }\n'
 HOST = '"/etc/hostname"'

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cudaopt.harness.compiler import CompileError, compile_ptx
-from cudaopt.harness.protocol import KernelSpec
 from cudaopt.insight import compiled
+from cudaopt.wire.protocol import KernelSpec
 from tests.conftest import SGEMM, kernel_source
 
 

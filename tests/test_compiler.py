@@ -3,7 +3,7 @@
 import pytest
 
 from cudaopt.harness.compiler import CompileError, compile_kernel, parse_ptxas
-from cudaopt.harness.protocol import KernelSpec
+from cudaopt.wire.protocol import KernelSpec
 from tests.conftest import SGEMM, kernel_source
 
 PTXAS_LOG = """ptxas info    : 0 bytes gmem

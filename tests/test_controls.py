@@ -15,8 +15,8 @@ from cudaopt.experiment import load_cases, load_experiment
 from cudaopt.harness.check import compare
 from cudaopt.harness.controls import ControlSet, judge, negative_controls, stored
 from cudaopt.harness.inputs import generate
-from cudaopt.harness.protocol import CaseSpec
-from cudaopt.harness.signature import parse_signature
+from cudaopt.wire.protocol import CaseSpec
+from cudaopt.wire.signature import parse_signature
 from tests.conftest import SGEMM
 
 runner = CliRunner(env={"COLUMNS": "240"})

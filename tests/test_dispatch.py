@@ -7,7 +7,7 @@ import pytest
 from cudaopt.errors import ExperimentError
 from cudaopt.evaluation.devices import choose, parse_devices, visible_devices
 from cudaopt.evaluation.dispatch import MAX_TRIES, Dispatcher, GpuRef, LaneInterrupted
-from cudaopt.harness.results import DeviceInfo, EvalResult
+from cudaopt.wire.results import DeviceInfo, EvalResult
 
 
 class Lane:

@@ -7,8 +7,8 @@ import pytest
 from cudaopt.engine.scoring import best_of, comparable, per_case_best, score
 from cudaopt.engine.summary import REVIEW_SPEEDUP, RunFacts, summarise
 from cudaopt.evaluation.dispatch import GpuRef
-from cudaopt.harness.protocol import CaseSpec, OutputSpec, VendorSpec
-from cudaopt.harness.results import CaseResult, TimingStats, VendorResult
+from cudaopt.wire.protocol import CaseSpec, OutputSpec, VendorSpec
+from cudaopt.wire.results import CaseResult, TimingStats, VendorResult
 from cudaopt.record.schema import Finalist, Finalists, ModelCall, ModelUsage
 
 CASES = [CaseSpec(name="small", role="correctness", outputs={"y": OutputSpec(shape=["1"])}),

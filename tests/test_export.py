@@ -15,7 +15,7 @@ import pytest
 from cudaopt.agent.model import ModelSettings
 from cudaopt.errors import ExperimentError
 from cudaopt.exporter import files, from_flags, from_run, write
-from cudaopt.harness import expr
+from cudaopt.wire import expr
 from cudaopt.optimize import Options, start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs
 from cudaopt.winner.verify import verify
@@ -324,7 +324,7 @@ extern "C" __global__ void uses_host_names(float* out) {
 def test_a_scalar_the_operator_cannot_pass_is_refused_on_one_line(relu):
     import dataclasses
 
-    from cudaopt.harness.signature import parse_signature
+    from cudaopt.wire.signature import parse_signature
 
     half = parse_signature('extern "C" __global__ void kb_19_relu(const float* x, float* out, int batch_size, '
                            'int dim, __half scale)')

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from cudaopt.exporter.lower import PY_HELPERS, LowerError, c_helpers, entry_to_c, to_c, to_python
-from cudaopt.harness import expr
+from cudaopt.wire import expr
 from cudaopt.record.bake import bake_launch
 from tests.conftest import SGEMM
 

@@ -1,6 +1,6 @@
 import pytest
 
-from cudaopt.harness import expr
+from cudaopt.wire import expr
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from cudaopt.guard.check import Settings, check
 from cudaopt.guard.files import GuardBaseline, read_guard
 from cudaopt.guard.load import load_guard
 from cudaopt.guard.record import record
-from cudaopt.harness.results import DeviceInfo
+from cudaopt.wire.results import DeviceInfo
 from cudaopt.record.runs import ExperimentArgs
 from tests.scripted import BASE_US, VENDOR, ScriptedEvaluator, kernel, trial_of
 

@@ -10,8 +10,8 @@ import pytest
 from cudaopt.harness.compile_process import COMPILERS
 from cudaopt.harness.compiler import compile_kernel
 from cudaopt.harness.nvrtc_build import HEADER_LIBS, header_roots
-from cudaopt.harness.protocol import KernelSpec
 from cudaopt.harness.sandbox import check_includes
+from cudaopt.wire.protocol import KernelSpec
 
 BODY = '\nextern "C" __global__ void k(float* c) { c[0] = 1.0f; }\n'
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from cudaopt.harness.inputs import InputError, from_numbers, generate, to_numbers
-from cudaopt.harness.protocol import CaseSpec, InitSpec, InputSpec, OutputSpec
-from cudaopt.harness.signature import parse_signature
+from cudaopt.wire.protocol import CaseSpec, InitSpec, InputSpec, OutputSpec
+from cudaopt.wire.signature import parse_signature
 
 SIG = parse_signature('extern "C" __global__ void f(const float* x, const int* idx, float* y, int n)')
 

@@ -100,8 +100,8 @@ def test_a_case_that_cannot_discriminate_is_written_with_its_reason_and_said(tmp
 
 
 def test_widened_distributions_and_rounded_tolerances():
-    from cudaopt.harness.protocol import InitSpec
     from cudaopt.kernelbench.discriminate import shown, two_digits, wide
+    from cudaopt.wire.protocol import InitSpec
 
     assert shown(wide(InitSpec(dist="uniform", low=0, high=0.01), 1.0)) == "normal(0, 1)"
     assert shown(wide(InitSpec(dist="normal", mean=2, std=3), 10.0)) == "normal(0, 50)"

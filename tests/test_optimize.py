@@ -13,10 +13,10 @@ import time
 import pytest
 
 from cudaopt.agent.model import ModelSettings
-from cudaopt.harness.protocol import EvalRequest
 from cudaopt.optimize import start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs
 from cudaopt.record.schema import History, ModelCall, Summary
+from cudaopt.wire.protocol import EvalRequest
 from tests.conftest import ROOT, SGEMM
 from tests.fake_openai import FakeOpenAI
 from tests.scripted import ScriptedEvaluator, answer, kernel

@@ -10,9 +10,9 @@ import pytest
 from cudaopt.harness import peaks
 from cudaopt.harness.gpu import Peaks
 from cudaopt.harness.peaks import MeasuredPeaks, judge_plausibility, roofline
-from cudaopt.harness.protocol import Limits
-from cudaopt.harness.results import CaseResult
-from cudaopt.harness.signature import parse_signature
+from cudaopt.wire.protocol import Limits
+from cudaopt.wire.results import CaseResult
+from cudaopt.wire.signature import parse_signature
 from tests.scripted import stats
 
 H200 = {"name": "NVIDIA H200", "uuid": "GPU-1234", "pci_bus_id": "0000:19:00.0", "driver": "580.159.04"}

@@ -6,9 +6,9 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from cudaopt.harness.messages import CaseDone, Done, PhaseStarted, Prefetch, read_message, read_order
-from cudaopt.harness.protocol import EvalRequest
-from cudaopt.harness.results import CaseResult, CheckInfo, EvalResult, ResolvedLaunch, VendorResult
+from cudaopt.wire.messages import CaseDone, Done, PhaseStarted, Prefetch, read_message, read_order
+from cudaopt.wire.protocol import EvalRequest
+from cudaopt.wire.results import CaseResult, CheckInfo, EvalResult, ResolvedLaunch, VendorResult
 from tests.conftest import ROOT, SGEMM
 from tests.scripted import stats
 

@@ -14,8 +14,8 @@ ray = pytest.importorskip("ray")
 
 from cudaopt.evaluation.dispatch import WorkerError  # noqa: E402
 from cudaopt.evaluation.ray_cluster import RayPool, connect  # noqa: E402
-from cudaopt.harness.messages import PhaseStarted  # noqa: E402
-from cudaopt.harness.protocol import Timeouts  # noqa: E402
+from cudaopt.wire.messages import PhaseStarted  # noqa: E402
+from cudaopt.wire.protocol import Timeouts  # noqa: E402
 from tests.fakes import FAKE, batch, intervals, one_at_a_time  # noqa: E402
 
 SECRET = "CUDAOPT_TEST_SECRET_TOKEN"

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaopt.agent.model import ModelSettings
-from cudaopt.harness.results import DeviceInfo
+from cudaopt.wire.results import DeviceInfo
 from cudaopt.optimize import start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs
 from cudaopt.winner.replay import replay

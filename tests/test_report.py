@@ -215,7 +215,7 @@ def test_the_evaluate_table_says_which_kernel_each_case_ran_with_its_registers()
     from cudaopt.cli.render_experiments import evaluation_table
     from cudaopt.evaluate import Evaluation
     from cudaopt.experiment import load_experiment
-    from cudaopt.harness.results import EntryInfo, ResolvedLaunch
+    from cudaopt.wire.results import EntryInfo, ResolvedLaunch
 
     experiment = load_experiment(SGEMM / "experiment.json")
     result = ScriptedEvaluator().evaluate(experiment.request("// RESULT: ok 0.5"))

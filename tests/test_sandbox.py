@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cudaopt.harness.compiler import CompileError, compile_kernel, compile_ptx
-from cudaopt.harness.protocol import KernelSpec
+from cudaopt.wire.protocol import KernelSpec
 from cudaopt.harness.sandbox import IncludeError, check_includes, filter_log, worker_environment
 from tests.conftest import kernel_source
 

@@ -1,6 +1,6 @@
 import pytest
 
-from cudaopt.harness.signature import SignatureError, find_entry, parse_signature
+from cudaopt.wire.signature import SignatureError, find_entry, parse_signature
 
 SGEMM = 'extern "C" __global__ void matmul_f32(const float* a, const float* b, float* c, int m, int n, int k)'
 

@@ -34,7 +34,7 @@ def _source() -> str:
 
 def _bounds(config: dict) -> dict[str, int]:
     """Each kernel's __launch_bounds__ thread count, read from the source, with ``config``'s values."""
-    from cudaopt.harness.expr import evaluate_int
+    from cudaopt.wire.expr import evaluate_int
 
     defines = {name: int(value) for name, value in re.findall(r"#define (\w+) (\d+)", _source())}
     found = re.findall(r'extern "C" __global__ void __launch_bounds__\(([^,)]+)[^)]*\)\s*(\w+)\(', _source())
@@ -42,7 +42,7 @@ def _bounds(config: dict) -> dict[str, int]:
 
 
 def _launch(rows: int, cols: int, config: dict, sms: int = 132):
-    from cudaopt.harness.launch import candidate_names, resolve_launch
+    from cudaopt.wire.launch import candidate_names, resolve_launch
 
     return resolve_launch(_experiment().tuning.launch, candidate_names({"rows": rows, "cols": cols}, config,
                                                                         {"num_sms": sms}))
@@ -107,7 +107,7 @@ def test_every_kernel_of_every_configuration_compiles_without_spills():
     spill, or keep a stack; the cluster kernel carries its cluster size (a declaration gives it,
     since the definition must stay plain for the trust rule)."""
     from cudaopt.harness.compiler import compile_kernel, compile_ptx, parse_ptxas
-    from cudaopt.harness.protocol import KernelSpec
+    from cudaopt.wire.protocol import KernelSpec
 
     for config in _experiment().tuning.space.configurations():
         spec = KernelSpec(source=_source(), entry="softmax_rows", defines={**config, "CUDAOPT_NUM_SMS": 132})
@@ -138,7 +138,7 @@ def test_each_shape_gets_a_kernel_whose_fast_path_holds_it():
     its block is whole warps within the kernel's launch bounds, and the kernel holds the row where
     its fast path needs it (registers for the warp and block kernels, the dynamic shared memory
     the cluster kernel is given); the cluster grid is whole clusters; the limits of any GPU hold."""
-    from cudaopt.harness.expr import evaluate_int
+    from cudaopt.wire.expr import evaluate_int
 
     seen = set()
     configs = _experiment().tuning.space.configurations()

@@ -1,6 +1,6 @@
 import pytest
 
-from cudaopt.harness.stats import geomean, summarize
+from cudaopt.wire.stats import geomean, summarize
 
 
 def test_summary_of_known_samples():

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from cudaopt.evaluation.supervisor import Supervisor, WorkerError
-from cudaopt.harness.protocol import Timeouts
+from cudaopt.wire.protocol import Timeouts
 from tests.fakes import FAKE, batch, intervals, one_at_a_time
 
 

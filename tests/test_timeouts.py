@@ -9,8 +9,8 @@ import pytest
 from cudaopt.config import TimeoutPolicy
 from cudaopt.evaluation.supervisor import Supervisor
 from cudaopt.experiment import load_experiment
-from cudaopt.harness.protocol import CaseTimeouts, Timeouts
-from cudaopt.harness.results import CaseResult
+from cudaopt.wire.protocol import CaseTimeouts, Timeouts
+from cudaopt.wire.results import CaseResult
 from tests.fakes import FAKE
 from tests.test_experiment import expect_error
 
@@ -79,8 +79,8 @@ def test_a_bad_timeouts_section_names_its_field(example, timeouts, field, messag
 
 
 def test_a_cached_result_is_found_whatever_the_timeouts(tmp_path, sgemm):
-    from cudaopt.harness.results import DeviceInfo
     from cudaopt.record.cache import ResultCache
+    from cudaopt.wire.results import DeviceInfo
 
     cache = ResultCache(tmp_path, DeviceInfo(name="GPU"))
     scaled = Timeouts(cases={"square-256": CaseTimeouts(check_s=10, timing_s=12)}, basis="scaled")

@@ -12,12 +12,12 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaopt.cli import app
-from cudaopt.harness.protocol import EvalRequest, TimingProtocol, VendorSpec
 from cudaopt.harness.reference import ReferenceFailure
-from cudaopt.harness.results import CaseResult
-from cudaopt.harness.signature import parse_signature
 from cudaopt.harness.timing import CHECKED_INPUTS, VENDOR_LAUNCHES, LaunchPlan, TimedRun
 from cudaopt.harness.vendor import BoundVendor
+from cudaopt.wire.protocol import EvalRequest, TimingProtocol, VendorSpec
+from cudaopt.wire.results import CaseResult
+from cudaopt.wire.signature import parse_signature
 from tests.conftest import SGEMM
 
 runner = CliRunner(env={"COLUMNS": "200"})
@@ -184,9 +184,9 @@ class StandInGpu:
     def __init__(self):
         self.log: list[tuple] = []
         self.clock = 0.0
-        self.stream = SimpleNamespace(record=self._record)
+        self.stream = SimpleNamespace()
 
-    def _record(self, options=None):
+    def record_event(self):
         self.clock += 1.0
         return self.clock
 

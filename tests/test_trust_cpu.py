@@ -11,10 +11,10 @@ import pytest
 from cudaopt.harness.buffers import guard_pattern
 from cudaopt.harness.compiler import compile_kernel
 from cudaopt.harness.cubin import inspect_cubin
-from cudaopt.harness.launch import tunable_clashes
-from cudaopt.harness.protocol import KernelSpec, TimingProtocol
-from cudaopt.harness.signature import parse_signature
 from cudaopt.harness.timing import draw_plan
+from cudaopt.wire.launch import tunable_clashes
+from cudaopt.wire.protocol import KernelSpec, TimingProtocol
+from cudaopt.wire.signature import parse_signature
 from tests.conftest import SGEMM, kernel_source
 
 SIG = parse_signature('extern "C" __global__ void matmul_f32(const float* a, const float* b, float* c, int m, int n, int k)')
@@ -107,7 +107,7 @@ def test_guard_bands_of_bfloat16_read_as_nan():
 
 
 def test_the_guard_differs_from_the_output_poison():
-    from cudaopt.harness.signature import DTYPES
+    from cudaopt.wire.signature import DTYPES
 
     for dtype in ("float32", "float64", "float16", "bfloat16"):
         assert guard_pattern(dtype) != DTYPES[dtype].poison[:len(guard_pattern(dtype))]
@@ -141,8 +141,8 @@ def test_every_cuda_error_becomes_an_outcome_and_a_lost_context_retires_the_work
 
 
 def test_a_result_that_says_nothing_about_the_kernel_is_never_cached(tmp_path):
-    from cudaopt.harness.results import DeviceInfo, EvalResult
     from cudaopt.record.cache import ResultCache
+    from cudaopt.wire.results import DeviceInfo, EvalResult
 
     cache = ResultCache(tmp_path, DeviceInfo(name="H200"))
     request = type("R", (), {})()
@@ -178,7 +178,7 @@ def test_launch_expressions_may_size_the_grid_in_waves_of_the_gpus_sms(sgemm):
               'int k) { }\n```\n```json\n{"launch": {"grid": ["min(cdiv(m * n, 256), 4 * num_sms)"], "block": [256]}}\n```')
     proposal = parse(answer, sgemm.signature, sgemm.cases(), device={"num_sms": 78})
     assert proposal.launch.grid == ["min(cdiv(m * n, 256), 4 * num_sms)"]
-    from cudaopt.harness.launch import candidate_names, resolve_launch
+    from cudaopt.wire.launch import candidate_names, resolve_launch
 
     big = next(c for c in sgemm.cases() if c.name == "square-4096")
     assert resolve_launch(proposal.launch, candidate_names(big.scalars, {}, {"num_sms": 78})).grid == (312, 1, 1)
@@ -238,8 +238,8 @@ def test_a_proposal_may_only_launch_kernels_it_declares_with_the_signatures_para
 
 def test_a_launch_without_an_entry_is_written_as_before():
     """Files written before launches could name a kernel read and write the same: no "entry": null."""
-    from cudaopt.harness.protocol import LaunchSpec
-    from cudaopt.harness.results import ResolvedLaunch
+    from cudaopt.wire.protocol import LaunchSpec
+    from cudaopt.wire.results import ResolvedLaunch
 
     plain = LaunchSpec(grid=["cdiv(n, 16)"], block=[16])
     assert "entry" not in plain.to_data() and "entry" not in plain.to_json()

@@ -13,10 +13,10 @@ from cudaopt.agent.model import ModelSettings
 from cudaopt.config import SpaceError, TuneSpace
 from cudaopt.config import space_in_source as from_source
 from cudaopt.errors import ExperimentError
-from cudaopt.harness.protocol import EvalRequest
 from cudaopt.optimize import Options, start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs
 from cudaopt.record.schema import History
+from cudaopt.wire.protocol import EvalRequest
 from tests.conftest import SGEMM
 from tests.fake_openai import FakeOpenAI
 from tests.scripted import ScriptedEvaluator, answer
@@ -104,7 +104,7 @@ def _example_tuning():
 
 
 def _example_launch(m, n, k, sms, config):
-    from cudaopt.harness.launch import candidate_names, resolve_launch
+    from cudaopt.wire.launch import candidate_names, resolve_launch
 
     config = {"BK": 8, "MINB": 1, "SK": 32, **config}
     return resolve_launch(_example_tuning().launch, candidate_names({"m": m, "n": n, "k": k}, config,
@@ -119,7 +119,7 @@ def test_each_kernel_the_example_launches_gets_the_grid_and_block_of_its_tier():
     import random
     import re
 
-    from cudaopt.harness.expr import evaluate
+    from cudaopt.wire.expr import evaluate
 
     source = (SGEMM / "tunable.cu").read_text()
     tiers = {name: (kind, re.findall(r"[^,<>]+", args)) for name, kind, args in
@@ -273,9 +273,9 @@ def test_ablation_reports_what_the_agent_added_beyond_tuning(tmp_path, experimen
 def test_a_baked_launch_takes_the_same_decisions_with_the_tunables_written_in():
     """best-launch.json is the tune launch with the winner's values written in: it must pick the
     same kernel, grid and block on every shape, and leave quoted kernel names alone."""
-    from cudaopt.harness.launch import resolve_launch
-    from cudaopt.harness.protocol import LaunchSpec
     from cudaopt.record.bake import bake_launch
+    from cudaopt.wire.launch import resolve_launch
+    from cudaopt.wire.protocol import LaunchSpec
 
     assert bake_launch({"entry": "'B' if B > 1 else 'small_B'", "grid": ["cdiv(n, B)"], "block": [16]}, {"B": 64}) == {
         "entry": "'B' if 64 > 1 else 'small_B'", "grid": ["cdiv(n, 64)"], "block": [16]}

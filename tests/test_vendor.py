@@ -9,9 +9,9 @@ import types
 import numpy as np
 import pytest
 
-from cudaopt.harness.protocol import VendorSpec
-from cudaopt.harness.signature import parse_signature
 from cudaopt.harness.vendor import Vendor, VendorError
+from cudaopt.wire.protocol import VendorSpec
+from cudaopt.wire.signature import parse_signature
 
 SIGNATURE = parse_signature('extern "C" __global__ void matmul_f32(const float* a, const float* b, float* c, '
                             'int m, int n, int k)')

@@ -10,7 +10,7 @@ import pytest
 
 from cudaopt.agent.model import ModelSettings
 from cudaopt.errors import ExperimentError
-from cudaopt.harness.results import CaseResult, CheckInfo, EvalResult
+from cudaopt.wire.results import CaseResult, CheckInfo, EvalResult
 from cudaopt.optimize import start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs
 from cudaopt.winner.verify import verify

@@ -19,8 +19,8 @@ from pathlib import Path
 from .evaluate import Evaluation, evaluate_trial
 from .evaluation.dispatch import Evaluator
 from .experiment import Experiment, load_experiment
-from .harness.messages import PhaseStarted
-from .harness.protocol import LaunchSpec
+from .wire.messages import PhaseStarted
+from .wire.protocol import LaunchSpec
 from .optimize import Options, start_or_resume
 from .record.events import OnProgress, PhaseProgress, StepProgress, ignore
 from .record.runs import Budget, ExperimentArgs

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ExperimentError, shortened
-from .harness import expr
-from .harness.launch import DEVICE_NAMES, NOMINAL_DEVICE, LaunchError, resolve_launch
-from .harness.protocol import CaseSpec, LaunchSpec
-from .harness.signature import Signature, SignatureError, find_entry, other_entry_problem
+from .wire import expr
+from .wire.launch import DEVICE_NAMES, NOMINAL_DEVICE, LaunchError, resolve_launch
+from .wire.protocol import CaseSpec, LaunchSpec
+from .wire.signature import Signature, SignatureError, find_entry, other_entry_problem
 
 # Limits every CUDA GPU of compute capability 5.0 or later shares.
 MAX_THREADS_PER_BLOCK = 1024
@@ -200,7 +200,7 @@ def check_npy(path: Path, field: str, file: Path, shape: tuple[int, ...], dtype:
     converts from without losing its kind (read from its header only)."""
     import numpy as np
 
-    from .harness.signature import DTYPES
+    from .wire.signature import DTYPES
 
     if not file.is_file():
         raise ExperimentError(path, field, f"{file.name} not found")

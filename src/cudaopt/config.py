@@ -1,7 +1,7 @@
 """The files a user writes: the experiment config, its input cases, a tunable space.
 
 Schemas only (pydantic), importing nothing above the harness: the cases, launches, timing
-protocol and limits are the harness's own types (harness/protocol.py), so what a user writes is
+protocol and limits are the harness's own types (wire/protocol.py), so what a user writes is
 what a worker receives. Loading, resolving paths and the checks that need the signature live in
 experiment.py.
 """
@@ -16,11 +16,11 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from .harness import expr
-from .harness.protocol import CaseSpec, CaseTimeouts, InitSpec, LaunchSpec, Limits, Model, Timeouts, TimingProtocol
+from .wire import expr
+from .wire.protocol import CaseSpec, CaseTimeouts, InitSpec, LaunchSpec, Limits, WireModel, Timeouts, TimingProtocol
 
 
-class CasesFile(Model):
+class CasesFile(WireModel):
     """An input-cases file: a list of cases, or ``{"launch": default, "cases": [...]}``."""
 
     launch: LaunchSpec | None = None  # default for cases that give none
@@ -46,7 +46,7 @@ MAX_VISITED = 300_000  # partial configurations counting may visit
 _SAMPLE = 2000
 
 
-class TuneSpace(Model):
+class TuneSpace(WireModel):
     """Tunable parameters: the values each may take and the restrictions between them.
 
     Tunables reach the kernel as preprocessor defines; launch expressions may use them; a
@@ -226,7 +226,7 @@ def space_in_source(source: str) -> TuneSpace | None:
         raise SpaceError(f"cudaopt-tune block: not valid JSON: {str(exc)[:120]}") from None
 
 
-class TuneSection(Model):
+class TuneSection(WireModel):
     """The tunable kernel for --strategy tune; the space may instead sit in the kernel's
     ``/* cudaopt-tune {...} */`` comment block."""
 
@@ -238,7 +238,7 @@ class TuneSection(Model):
     launch: LaunchSpec | None = None
 
 
-class VendorSection(Model):
+class VendorSection(WireModel):
     """A library call timed beside the candidate as the bar to beat (e.g. cuBLAS through cupy)."""
 
     file: str  # a .py file, relative to the config
@@ -255,7 +255,7 @@ CHECK_STEPS = ("setup_s", "reference_s", "check_s")
 TIMING_STEPS = ("timing_s", "timed_checks_s")
 
 
-class TimeoutPolicy(Model):
+class TimeoutPolicy(WireModel):
     """Phase limits scaled from what a run measured, so a hanging candidate costs seconds.
 
     Before anything is measured (a run's first evaluation, ``cudaopt evaluate``, ``verify``)
@@ -300,7 +300,7 @@ class TimeoutPolicy(Model):
         return round(min(ceiling_s, max(self.floor_s, self.multiple * measured_s)), 3)
 
 
-class RoiInputs(Model):
+class RoiInputs(WireModel):
     """What only the user knows; given in the experiment's ``roi`` section or as flags."""
 
     engineer_hours: float = Field(2.0, ge=0, allow_inf_nan=False)
@@ -311,7 +311,7 @@ class RoiInputs(Model):
     case: str | None = None  # the case whose latency the calls pay; default: the slowest performance case
 
 
-class KernelBenchCase(Model):
+class KernelBenchCase(WireModel):
     """One case of an imported KernelBench problem as KernelBench itself would check it: the
     tolerances the import started from (KernelBench's 1e-2, the problem's ``TASK_CONFIG``, or
     ``--rtol``/``--atol``), and each input's distribution fitted to the problem's ``get_inputs()``."""
@@ -323,7 +323,7 @@ class KernelBenchCase(Model):
     added: bool = False  # not one of KernelBench's: inputs drawn to exercise every branch
 
 
-class KernelBenchOrigin(Model):
+class KernelBenchOrigin(WireModel):
     """What ``cudaopt import kernelbench`` changed from KernelBench's own checks so that every case
     discriminates (negative controls), beside what KernelBench uses: ``fast-p`` says which held."""
 
@@ -335,7 +335,7 @@ class KernelBenchOrigin(Model):
         return [f"{name}: {change}" for name, case in self.cases.items() for change in case.changes]
 
 
-class ExperimentConfig(Model):
+class ExperimentConfig(WireModel):
     """An experiment config file (``--config``); paths are relative to it, flags override it."""
 
     description: str | None = None

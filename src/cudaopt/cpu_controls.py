@@ -25,9 +25,9 @@ from .errors import ExperimentError
 from .experiment import Experiment
 from .harness.controls import ControlSet, judge, negative_controls
 from .harness.inputs import shape_of
-from .harness.protocol import CaseSpec, Model, ReferenceSpec
-from .harness.results import CaseResult, Controls
-from .harness.signature import Signature
+from .wire.protocol import CaseSpec, ReferenceSpec, WireModel
+from .wire.results import CaseResult, Controls
+from .wire.signature import Signature
 
 CPU_ELEMENTS = 1 << 23  # inputs and outputs of one input set: above this a case is controlled on the GPU
 CONTROLS_TIMEOUT_S = 120.0
@@ -66,7 +66,7 @@ class CpuControls:
         return out
 
 
-class ControlsCall(Model):
+class ControlsCall(WireModel):
     """What the subprocess of :func:`cpu_controls` is given."""
 
     reference: ReferenceSpec
@@ -75,7 +75,7 @@ class ControlsCall(Model):
     allow_tf32: bool = False
 
 
-class CaseControls(Model):
+class CaseControls(WireModel):
     """One line of the subprocess's answer."""
 
     case: str
@@ -205,7 +205,7 @@ def _controls_from_stdin() -> int:
     """The subprocess side: one JSON line per case as it is done (smallest first)."""
     from .harness.inputs import InputError
     from .harness.reference import ReferenceFailure, load_python
-    from .harness.signature import parse_signature
+    from .wire.signature import parse_signature
 
     request = ControlsCall.model_validate_json(sys.stdin.read())
     ref, signature = request.reference, parse_signature(request.signature)

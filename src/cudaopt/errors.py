@@ -1,4 +1,5 @@
-"""The errors a user can act on, each with its exit status (cli.py maps them, in one place).
+"""The errors a user can act on, each with its exit status (``cli/app.py``'s ``command`` maps them,
+in one place).
 
 ``ExperimentError`` is bad input: a file, a field and what is wrong with it, on one line.
 """

@@ -10,12 +10,12 @@ from pydantic import Field
 
 from .evaluation.dispatch import Evaluator, GpuRef, OnEvent
 from .experiment import Experiment
-from .harness.protocol import LaunchSpec, Model, TimingProtocol
-from .harness.results import EvalResult
+from .wire.protocol import LaunchSpec, WireModel, TimingProtocol
+from .wire.results import EvalResult
 from .trial import Trial
 
 
-class Evaluation(Model):
+class Evaluation(WireModel):
     """What ``cudaopt evaluate --json`` writes."""
 
     candidate: EvalResult

@@ -39,27 +39,27 @@ from .config import (
     space_in_source,
 )
 from .errors import ExperimentError, shortened, validation_message
-from .harness.launch import tunable_clashes
-from .harness.protocol import (
+from .wire.launch import tunable_clashes
+from .wire.protocol import (
     HARNESS_VERSION,
     CaseSpec,
     EvalRequest,
     KernelSpec,
     LaunchSpec,
     Limits,
-    Model,
     ReferenceSpec,
     Timeouts,
     TimingProtocol,
     VendorSpec,
+    WireModel,
 )
-from .harness.signature import Signature, SignatureError, find_entry, parse_signature
+from .wire.signature import Signature, SignatureError, find_entry, parse_signature
 
 LOCK_SCHEMA_VERSION = 1
 CHECKED_CONFIGURATIONS = 256  # a tune launch is checked on every configuration up to this many, a sample beyond
 
 
-class ExperimentLock(Model):
+class ExperimentLock(WireModel):
     """``lock.json``: hashes of everything that defines right and wrong; a resumed run must match."""
 
     schema_version: int = LOCK_SCHEMA_VERSION

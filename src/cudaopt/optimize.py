@@ -22,7 +22,7 @@ from .engine.recorder import Recorder
 from .errors import ExperimentError
 from .evaluation.dispatch import Evaluator, GpuRef
 from .experiment import Experiment
-from .harness.results import DeviceInfo
+from .wire.results import DeviceInfo
 from .record.cache import ResultCache
 from .record.events import OnProgress, ignore
 from .record.rundir import RunDir

@@ -32,8 +32,8 @@ from .errors import ExperimentError
 from .experiment import Experiment
 from .harness.compiler import DEFAULT_ARCH, CompileError, compile_kernel
 from .harness.inputs import shape_of
-from .harness.launch import NOMINAL_DEVICE, device_defines
-from .harness.protocol import CaseSpec, KernelSpec, LaunchSpec, Model, ReferenceSpec
+from .wire.launch import NOMINAL_DEVICE, device_defines
+from .wire.protocol import CaseSpec, KernelSpec, LaunchSpec, ReferenceSpec, WireModel
 
 REFERENCE_TIMEOUT_S = 120.0
 DEFAULT_GPU_MEMORY = 80 * 2**30  # what a case may need when no GPU says how much it has
@@ -123,7 +123,7 @@ def memory_estimate(experiment: Experiment) -> str:
     """Each case's device memory (inputs and outputs, an input set each, the reference's answers,
     guard bands) against the GPU's; bad input when a case cannot fit."""
     from .harness.buffers import guard_size
-    from .harness.signature import DTYPES
+    from .wire.signature import DTYPES
 
     total, origin = gpu_memory()
     sets = experiment.timing.input_sets
@@ -184,7 +184,7 @@ def smallest_case(experiment: Experiment) -> CaseSpec:
     return min(experiment.case_specs, key=size)
 
 
-class ReferenceCall(Model):
+class ReferenceCall(WireModel):
     """What the subprocess of :func:`call_reference` is given."""
 
     reference: ReferenceSpec
@@ -215,7 +215,7 @@ def _run_reference_from_stdin() -> int:
     """The subprocess side of :func:`call_reference`: one line of error on failure, exit 1."""
     from .harness.inputs import InputError, generate
     from .harness.reference import ReferenceFailure, call_python, load_python
-    from .harness.signature import parse_signature
+    from .wire.signature import parse_signature
 
     request = ReferenceCall.model_validate_json(sys.stdin.read())
     ref, case, signature = request.reference, request.case, parse_signature(request.signature)

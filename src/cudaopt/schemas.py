@@ -16,9 +16,9 @@ from .config import CasesFile, ExperimentConfig
 from .experiment import ExperimentLock, LaunchFile
 from .fleet.files import AuditReport
 from .guard.files import GuardBaseline, GuardReport
-from .harness.messages import WorkerMessage
-from .harness.protocol import EvalRequest
-from .harness.results import EvalResult
+from .wire.messages import WorkerMessage
+from .wire.protocol import EvalRequest
+from .wire.results import EvalResult
 from .insight.card import ProfileRecord
 from .record.runs import RunSettings
 from .record.schema import Environment, History, ModelCall, ReplayOutcome, Summary, VerifyOutcome

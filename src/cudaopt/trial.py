@@ -20,7 +20,7 @@ from pathlib import Path
 from .checks import kernel_file
 from .errors import ExperimentError
 from .experiment import Experiment, load_launch
-from .harness.protocol import LaunchSpec, TimingProtocol
+from .wire.protocol import LaunchSpec, TimingProtocol
 from .paths import check_output_path
 from .preflight import preflight
 from .record.runs import ExperimentArgs

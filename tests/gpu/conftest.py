@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from cudaopt.harness.protocol import Timeouts, TimingProtocol
+from cudaopt.wire.protocol import Timeouts, TimingProtocol
 
 
 @pytest.fixture(scope="session")

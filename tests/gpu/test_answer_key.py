@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cudaopt.harness.protocol import InitSpec, OutputSpec
+from cudaopt.wire.protocol import InitSpec, OutputSpec
 
 pytestmark = pytest.mark.gpu
 
@@ -65,7 +65,7 @@ def test_a_locked_answer_compares_like_any_other(gpu):
 def test_fresh_inputs_differ_per_stream_and_the_audit_sees_a_changed_one(gpu):
     from cudaopt.harness.buffers import CaseBuffers
     from cudaopt.harness.inputs import HostTensor
-    from cudaopt.harness.signature import parse_signature
+    from cudaopt.wire.signature import parse_signature
 
     sig = parse_signature('extern "C" __global__ void f(const float* x, const int* idx, float* y, int n)')
     n = 1 << 16

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from cudaopt.harness.protocol import Limits, TimingProtocol
+from cudaopt.wire.protocol import Limits, TimingProtocol
 from tests.conftest import kernel_source
 
 pytestmark = pytest.mark.gpu

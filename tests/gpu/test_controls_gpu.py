@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from cudaopt.cli import app
 from cudaopt.experiment import load_experiment
-from cudaopt.harness.protocol import LaunchSpec
+from cudaopt.wire.protocol import LaunchSpec
 from tests.conftest import ROOT, kernel_source
 from tests.gpu.conftest import FAST
 

@@ -16,8 +16,8 @@ import pytest
 
 from cudaopt.experiment import load_experiment
 from cudaopt.exporter import from_flags, write
-from cudaopt.harness import expr
 from cudaopt.record.bake import bake, bake_launch
+from cudaopt.wire import expr
 from tests.conftest import ROOT, SGEMM
 
 pytestmark = pytest.mark.gpu

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from cudaopt.cli import app
 from cudaopt.experiment import load_experiment
-from cudaopt.harness.protocol import LaunchSpec
+from cudaopt.wire.protocol import LaunchSpec
 from tests.conftest import ROOT, SGEMM, kernel_source
 from tests.fake_openai import FakeOpenAI
 from tests.gpu.conftest import FAST

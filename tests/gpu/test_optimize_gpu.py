@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaopt.cli import app
-from cudaopt.harness.protocol import EvalRequest
 from cudaopt.record.schema import History, Summary
+from cudaopt.wire.protocol import EvalRequest
 from tests.conftest import SGEMM, kernel_source
 from tests.fake_openai import FakeOpenAI
 

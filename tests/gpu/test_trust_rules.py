@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from cudaopt.harness.protocol import LaunchSpec, Limits
+from cudaopt.wire.protocol import LaunchSpec, Limits
 from tests.conftest import kernel_source
 
 pytestmark = pytest.mark.gpu
@@ -180,7 +180,7 @@ def test_time_below_the_speed_of_light_floor_is_implausible(supervisor, small_re
 
 def test_gate_keeps_host_launch_latency_out(supervisor, sgemm):
     """An empty kernel timed behind the gate is far below the ~6.5 us of naive event timing."""
-    from cudaopt.harness.protocol import (
+    from cudaopt.wire.protocol import (
         CaseSpec,
         EvalRequest,
         KernelSpec,
@@ -202,7 +202,7 @@ def test_gate_keeps_host_launch_latency_out(supervisor, sgemm):
 
 def test_launches_and_kernels_see_the_gpus_sm_count(supervisor):
     """grid = num_sms in the launch, CUDAOPT_NUM_SMS in the kernel: both the GPU's own count."""
-    from cudaopt.harness.protocol import (
+    from cudaopt.wire.protocol import (
         CaseSpec,
         EvalRequest,
         KernelSpec,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TypedDict
 
 from ..engine.recorder import Candidate, Recorder
-from ..harness.launch import device_facts
+from ..wire.launch import device_facts
 from ..record.events import AttemptStarted
 from ..record.runs import Budget
 from ..record.schema import Attempt, ModelCall, ModelUsage

@@ -16,12 +16,12 @@ from collections.abc import Callable
 
 from ..engine.recorder import ROLES, Recorder
 from ..harness.compiler import CompileError
-from ..harness.launch import device_defines, device_facts
-from ..harness.protocol import KernelSpec
 from ..insight import ncu
 from ..insight.card import BottleneckCard, CardError, ProfileRecord, build_card
 from ..insight.compiled import summarize
 from ..record.schema import Attempt
+from ..wire.launch import device_defines, device_facts
+from ..wire.protocol import KernelSpec
 
 STALL_AFTER = 2
 

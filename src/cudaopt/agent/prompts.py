@@ -10,9 +10,9 @@ import json
 
 from ..engine.scoring import medians
 from ..harness.check import shown
-from ..harness.protocol import CaseSpec
-from ..harness.results import CaseResult
-from ..harness.signature import parse_signature
+from ..wire.protocol import CaseSpec
+from ..wire.results import CaseResult
+from ..wire.signature import parse_signature
 from ..record.schema import Attempt
 
 SYSTEM = """You are a CUDA performance engineer. {task}

@@ -18,10 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..checks import check_launch
 from ..errors import ExperimentError
-from ..harness import expr
-from ..harness.launch import NOMINAL_DEVICE, candidate_names, tunable_clashes
-from ..harness.protocol import CaseSpec, LaunchSpec
-from ..harness.signature import Signature, SignatureError, entry_names, find_entry
+from ..wire import expr
+from ..wire.launch import NOMINAL_DEVICE, candidate_names, tunable_clashes
+from ..wire.protocol import CaseSpec, LaunchSpec
+from ..wire.signature import Signature, SignatureError, entry_names, find_entry
 
 
 class ProposalError(ValueError):

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 from ..evaluation.dispatch import Evaluator, GpuRef, Measured
 from ..experiment import Experiment, LaunchFile
-from ..harness.messages import PhaseStarted, WorkerMessage
-from ..harness.protocol import LaunchSpec, Timeouts
-from ..harness.results import EvalResult
+from ..wire.messages import PhaseStarted, WorkerMessage
+from ..wire.protocol import LaunchSpec, Timeouts
+from ..wire.results import EvalResult
 from ..record.bake import bake, bake_launch
 from ..record.cache import ResultCache
 from ..record.events import AttemptFinished, AttemptStarted, OnProgress, PhaseProgress, UsageProgress, ignore

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from ..harness.protocol import CaseSpec
-from ..harness.results import CaseResult
-from ..harness.stats import geomean
+from ..wire.protocol import CaseSpec
+from ..wire.results import CaseResult
+from ..wire.stats import geomean
 from ..record.schema import Attempt, CaseBest, Finalists
 
 

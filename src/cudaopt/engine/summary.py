@@ -7,9 +7,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..harness.protocol import CaseSpec, VendorSpec
-from ..harness.results import CaseResult
-from ..harness.stats import geomean
+from ..wire.protocol import CaseSpec, VendorSpec
+from ..wire.results import CaseResult
+from ..wire.stats import geomean
 from ..record.schema import (
     Attempt,
     CaseSummary,

@@ -25,9 +25,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
-from ..harness.messages import WorkerMessage
-from ..harness.protocol import EvalRequest, KernelSpec, Model
-from ..harness.results import CaseResult, DeviceInfo, EvalResult
+from ..wire.messages import WorkerMessage
+from ..wire.protocol import EvalRequest, KernelSpec, WireModel
+from ..wire.results import CaseResult, DeviceInfo, EvalResult
 
 MAX_TRIES = 3
 
@@ -40,7 +40,7 @@ class LaneInterrupted(WorkerError):
     """The way to a worker broke during a request (not the worker's doing): run it elsewhere."""
 
 
-class GpuRef(Model):
+class GpuRef(WireModel):
     """Which GPU measured a result: its model, and where it is (host and ordinal)."""
 
     name: str = ""  # the GPU model, e.g. "NVIDIA H200"
@@ -58,7 +58,7 @@ class GpuRef(Model):
         return cls(name=device.name, index=index, host=host, pci_bus_id=device.pci_bus_id)
 
 
-class Measured(Model):
+class Measured(WireModel):
     """One request's result and the GPU that measured it."""
 
     result: EvalResult

@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 
 from ..errors import ExperimentError
-from ..harness.messages import Done, Fatal, Prefetch, read_message
-from ..harness.protocol import EvalRequest, KernelSpec
-from ..harness.results import DeviceInfo, EvalResult
 from ..harness.sandbox import looks_secret
+from ..wire.messages import Done, Fatal, Prefetch, read_message
+from ..wire.protocol import EvalRequest, KernelSpec
+from ..wire.results import DeviceInfo, EvalResult
 from .dispatch import Dispatcher, GpuRef, LaneInterrupted, OnEvent, WorkerError
 from .supervisor import STARTUP_TIMEOUT_S, Worker
 

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..harness.messages import (
+from ..harness.sandbox import worker_environment
+from ..wire.messages import (
     CaseDone,
     Compiled,
     Done,
@@ -31,9 +32,8 @@ from ..harness.messages import (
     WorkerMessage,
     read_message,
 )
-from ..harness.protocol import EvalRequest, KernelSpec
-from ..harness.results import DeviceInfo, EvalResult
-from ..harness.sandbox import worker_environment
+from ..wire.protocol import EvalRequest, KernelSpec
+from ..wire.results import DeviceInfo, EvalResult
 from .dispatch import Dispatcher, GpuRef, WorkerError, unfinished
 
 STARTUP_TIMEOUT_S = 120.0

@@ -10,8 +10,8 @@ by zero, a dimension below 1) returns ``cudaErrorInvalidConfiguration`` without 
 
 from __future__ import annotations
 
-from ..harness.launch import DEVICE_NAMES, NOMINAL_DEVICE
-from ..harness.signature import C_TYPES
+from ..wire.launch import DEVICE_NAMES, NOMINAL_DEVICE
+from ..wire.signature import C_TYPES
 from .lower import c_helpers, entry_to_c, to_c_int
 from .source import ExportSource
 

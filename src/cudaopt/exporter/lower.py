@@ -1,9 +1,9 @@
 """Launch and shape expressions lowered to plain Python and to C, for the exported host code.
 
 An export runs without cudaopt, so no expression evaluator may travel with it: each expression
-(harness/expr.py's language: arithmetic, comparisons, ``and``/``or``, ``a if c else b``, its
+(wire/expr.py's language: arithmetic, comparisons, ``and``/``or``, ``a if c else b``, its
 functions, quoted kernel names chosen by conditionals) is parsed with the same checks and
-written out as code that computes what :func:`cudaopt.harness.expr.evaluate` computes.
+written out as code that computes what :func:`cudaopt.wire.expr.evaluate` computes.
 Python keeps Python's semantics by construction (the helpers named in :data:`PY_HELPERS`
 are copies of the evaluator's); C gets typed code (``long long`` or ``double`` per node, the
 C helpers in :data:`C_HELPERS`), where floor division, modulo and conversions follow Python's
@@ -19,7 +19,7 @@ import keyword
 import re
 from collections.abc import Mapping
 
-from ..harness import expr
+from ..wire import expr
 
 # helper functions the generated Python defines (copied into each torch export)
 PY_HELPERS = '''

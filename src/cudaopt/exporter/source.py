@@ -16,11 +16,11 @@ from pathlib import Path
 from ..checks import kernel_file, read_text_file
 from ..errors import ExperimentError
 from ..experiment import Experiment, load_launch
-from ..harness.launch import DEVICE_NAMES, NOMINAL_DEVICE
-from ..harness.protocol import CaseSpec, Expr, LaunchSpec
-from ..harness.signature import Signature, entry_names
 from ..record.runs import load_run_experiment, open_run, read_run_json, winner
 from ..record.schema import Environment, Summary, VerifyOutcome
+from ..wire.launch import DEVICE_NAMES, NOMINAL_DEVICE
+from ..wire.protocol import CaseSpec, Expr, LaunchSpec
+from ..wire.signature import Signature, entry_names
 
 
 @dataclass

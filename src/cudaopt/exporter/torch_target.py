@@ -15,9 +15,9 @@ from __future__ import annotations
 from ..checks import SCALAR_RANGES
 from ..errors import ExperimentError
 from ..harness.host_headers import HEADERS, PRELUDE_NAME
-from ..harness.launch import DEVICE_NAMES
 from ..harness.nvrtc_build import HEADER_LIBS
-from ..harness.protocol import Expr
+from ..wire.launch import DEVICE_NAMES
+from ..wire.protocol import Expr
 from .lower import PY_HELPERS, py_name, to_python
 from .source import ExportSource
 

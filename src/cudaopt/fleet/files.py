@@ -16,14 +16,14 @@ from typing import Literal
 from pydantic import Field
 
 from ..evaluation.dispatch import GpuRef
-from ..harness.protocol import Model
+from ..wire.protocol import WireModel
 from ..record.runs import Budget
 from ..record.schema import Roi, version_field
 
 _AUDIT = re.compile(r"audit-(\d{3,})$")
 
 
-class Headroom(Model):
+class Headroom(WireModel):
     """How far a kernel is from what is known to be reachable, on its experiment's ROI case."""
 
     case: str
@@ -39,7 +39,7 @@ class Headroom(Model):
     headroom: float  # kernel / attainable time (1: nothing to gain found)
 
 
-class OptimizedRun(Model):
+class OptimizedRun(WireModel):
     """The optimisation run an audit started for one experiment, and what it returned."""
 
     run: str  # the run directory, relative to the audit folder
@@ -56,7 +56,7 @@ class OptimizedRun(Model):
     roi: Roi | None = None  # realised: from the measured best
 
 
-class AuditEntry(Model):
+class AuditEntry(WireModel):
     rank: int
     name: str
     config: str
@@ -70,7 +70,7 @@ class AuditEntry(Model):
     note: str = ""  # why it was not optimised, when it was chosen to be
 
 
-class AuditPlan(Model):
+class AuditPlan(WireModel):
     """What ``--optimize`` asked for."""
 
     strategy: str
@@ -79,7 +79,7 @@ class AuditPlan(Model):
     time_limit_s: float | None = None
 
 
-class AuditReport(Model):
+class AuditReport(WireModel):
     schema_version: int = version_field(2)
     source: str  # the folder of experiments, or the list file
     started_at: str

@@ -22,11 +22,11 @@ known before a run); ``net_usd`` is the saving over the payback window minus tha
 from __future__ import annotations
 
 from ..config import RoiInputs
-from ..harness import expr
+from ..wire import expr
 from ..harness.peaks import compute_class, roofline
-from ..harness.protocol import CaseSpec
-from ..harness.results import CaseResult, DeviceInfo, EvalResult, Roofline
-from ..harness.signature import Signature
+from ..wire.protocol import CaseSpec
+from ..wire.results import CaseResult, DeviceInfo, EvalResult, Roofline
+from ..wire.signature import Signature
 from ..record.schema import Roi
 from ..report.roi import compute
 from .files import Headroom

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..evaluation.dispatch import Evaluator
-from ..harness.protocol import CaseSpec, TimingProtocol
-from ..harness.results import CaseResult, EvalResult
-from ..harness.stats import geomean
+from ..wire.protocol import CaseSpec, TimingProtocol
+from ..wire.results import CaseResult, EvalResult
+from ..wire.stats import geomean
 from ..winner.replay import MATTERS, environment_differences, interleaved
 from ..winner.verify import fresh_cases
 from .files import GuardCheck, GuardedCase

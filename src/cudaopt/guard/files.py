@@ -17,22 +17,22 @@ from pydantic import Field
 
 from ..checks import read_model_file
 from ..experiment import ExperimentLock
-from ..harness.protocol import LaunchSpec, Model, Role, TimingProtocol
-from ..harness.results import DeviceInfo, TimingStats
+from ..wire.protocol import LaunchSpec, WireModel, Role, TimingProtocol
+from ..wire.results import DeviceInfo, TimingStats
 from ..record.runs import ExperimentArgs
 from ..record.schema import version_field
 
 PATH_FIELDS = ("config", "reference", "initial_kernel", "input_cases")
 
 
-class GuardKernel(Model):
+class GuardKernel(WireModel):
     file: str  # relative to the guard file's folder
     entry: str
     sha256: str  # of the file's text when recorded
     launch: LaunchSpec | None = None  # None: each case's own launch (the input cases')
 
 
-class GuardCase(Model):
+class GuardCase(WireModel):
     """One performance case's figures: the median of each repeat, and one repeat's full spread."""
 
     name: str
@@ -42,7 +42,7 @@ class GuardCase(Model):
     vendor_median_us: float | None = None  # the experiment's vendor baseline, timed beside the first repeat
 
 
-class GuardBaseline(Model):
+class GuardBaseline(WireModel):
     """guard.json: what ``cudaopt guard check`` compares with."""
 
     schema_version: int = version_field(1)
@@ -85,7 +85,7 @@ CaseVerdict = Literal["passed", "incorrect", "regressed", "improved", "within", 
 FAILING = ("incorrect", "regressed", "error", "other_gpu")
 
 
-class GuardedCase(Model):
+class GuardedCase(WireModel):
     name: str
     role: Role
     status: str  # the kernel's harness outcome on the case ("ok", "mismatch", ...)
@@ -104,7 +104,7 @@ class GuardedCase(Model):
         return self.verdict in FAILING
 
 
-class GuardCheck(Model):
+class GuardCheck(WireModel):
     """One guard file checked."""
 
     file: str
@@ -129,7 +129,7 @@ class GuardCheck(Model):
     wall_s: float = 0.0
 
 
-class GuardReport(Model):
+class GuardReport(WireModel):
     """What ``cudaopt guard check --json`` writes."""
 
     schema_version: int = version_field(1)

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from ..checks import check_kernel_entry, check_launch, kernel_file
 from ..errors import ExperimentError, validation_message
 from ..experiment import Experiment
-from ..harness.protocol import CaseSpec, EvalRequest, LaunchSpec, TimingProtocol
+from ..wire.protocol import CaseSpec, EvalRequest, LaunchSpec, TimingProtocol
 from .files import GuardBaseline, GuardKernel, absolute_args, read_guard
 from .git import file_at
 

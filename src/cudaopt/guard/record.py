@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..evaluation.dispatch import Evaluator
-from ..harness.results import EvalResult
+from ..wire.results import EvalResult
 from ..trial import Trial
 from ..winner.verify import fresh_cases
 from .files import GuardBaseline, GuardCase, GuardKernel, relative_args

@@ -16,22 +16,22 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from ..wire.protocol import CaseSpec, OutputSpec
+from ..wire.results import CheckInfo
+from ..wire.signature import DTYPES, Signature
 from .check import compare
 from .controls import ControlSet, negative_controls
-from .gpu import Gpu, call
-from .protocol import CaseSpec, OutputSpec
-from .results import CheckInfo
-from .signature import DTYPES, Signature
+from .device import Device
 
 
 class DeviceAnswer:
     """Reference values (float64) that are on the device right now; :meth:`scrub` ends that."""
 
-    def __init__(self, gpu: Gpu, buffer, shape: tuple[int, ...]):
+    def __init__(self, gpu: Device, buffer, shape: tuple[int, ...]):
         self.gpu, self.buffer, self.shape = gpu, buffer, shape
 
     @classmethod
-    def upload(cls, gpu: Gpu, values: np.ndarray) -> DeviceAnswer:
+    def upload(cls, gpu: Device, values: np.ndarray) -> DeviceAnswer:
         data = np.ascontiguousarray(values, dtype=np.float64)
         buffer = gpu.alloc(data.nbytes)
         gpu.upload(int(buffer.handle), data)
@@ -52,22 +52,12 @@ class DeviceAnswer:
 class LockedAnswer:
     """Reference values (float64) in device memory that no kernel can touch outside :meth:`opened`."""
 
-    def __init__(self, gpu: Gpu, source: np.ndarray | DeviceAnswer):
-        from cuda.bindings import driver
-
+    def __init__(self, gpu: Device, source: np.ndarray | DeviceAnswer):
         self.gpu = gpu
         self.shape = tuple(source.shape)
         self.nbytes = 8 * int(np.prod(self.shape, dtype=np.int64))
-        prop = driver.CUmemAllocationProp()
-        prop.type = driver.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
-        prop.location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-        prop.location.id = gpu.device.device_id
-        granularity = call("cuMemGetAllocationGranularity", prop,
-                           driver.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM)
-        self.size = max(1, -(-self.nbytes // granularity)) * granularity
-        self.ptr = int(call("cuMemAddressReserve", self.size, 0, 0, 0))
-        self._handle = call("cuMemCreate", self.size, prop, 0)
-        call("cuMemMap", self.ptr, self.size, 0, self._handle, 0)
+        self.memory = gpu.lock_memory(self.nbytes)
+        self.ptr, self.size = self.memory.ptr, self.memory.size
         with self.opened():
             if isinstance(source, DeviceAnswer):
                 gpu.copy_async(self.ptr, source.ptr, self.nbytes)
@@ -75,36 +65,23 @@ class LockedAnswer:
             else:
                 gpu.upload(self.ptr, np.ascontiguousarray(source, dtype=np.float64))
 
-    def _access(self, flags) -> None:
-        from cuda.bindings import driver
-
-        desc = driver.CUmemAccessDesc()
-        desc.location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-        desc.location.id = self.gpu.device.device_id
-        desc.flags = flags
-        call("cuMemSetAccess", self.ptr, self.size, [desc], 1)
-
     @contextmanager
     def opened(self):
         """Readable for the duration: the stream is drained first, and closed again after."""
-        from cuda.bindings import driver
-
         self.gpu.stream.sync()
-        self._access(driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+        self.memory.set_readable(True)
         try:
             yield self.ptr
             self.gpu.stream.sync()
         finally:
-            self._access(driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_NONE)
+            self.memory.set_readable(False)
 
     def to_host(self) -> np.ndarray:
         with self.opened():
             return self.gpu.download(self.ptr, self.nbytes).view(np.float64).reshape(self.shape)
 
     def close(self) -> None:
-        call("cuMemUnmap", self.ptr, self.size)
-        call("cuMemRelease", self._handle)
-        call("cuMemAddressFree", self.ptr, self.size)
+        self.memory.free()
 
 
 Answer = np.ndarray | DeviceAnswer | LockedAnswer
@@ -124,7 +101,7 @@ def answer_controls(case: CaseSpec, signature: Signature, host_sets: list, answe
                 values.fill(0)
 
 
-def check_output(gpu: Gpu, name: str, dtype: str, out_ptr: int, out_bytes: int, shape: tuple[int, ...],
+def check_output(gpu: Device, name: str, dtype: str, out_ptr: int, out_bytes: int, shape: tuple[int, ...],
                  tol: OutputSpec, answer: Answer, input_set: int, phase: str, launch: int | None = None) -> CheckInfo:
     """Compare one output buffer with its reference: on the device, details from the host on failure.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .signature import DTYPES
+from ..wire.signature import DTYPES
 
 
 class DeviceRange:

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .gpu import KINDS, Gpu, poison_bits
+from ..wire.protocol import InitSpec
+from ..wire.signature import DTYPES, Signature
+from .device import Device
+from .gpu import KINDS, poison_bits
 from .inputs import HostTensor
-from .protocol import InitSpec
-from .signature import DTYPES, Signature
 
 # Guard patterns: a NaN in every float width that differs from the output poison (0x7FF8...), and
 # for integers a byte that makes a huge or negative index.
@@ -70,7 +71,7 @@ class Guarded:
 
 @dataclass
 class CaseBuffers:
-    gpu: Gpu
+    gpu: Device
     signature: Signature
     sets: list[dict[str, HostTensor]]
     output_shapes: dict[str, tuple[int, ...]]

@@ -7,12 +7,12 @@ import hashlib
 import json
 from collections import OrderedDict
 
+from ..wire.protocol import CaseSpec
+from ..wire.signature import Signature
 from .buffers import CaseBuffers
-from .gpu import Gpu, call
+from .device import Device
 from .inputs import InputError, generate, shape_of
 from .lru import Lru
-from .protocol import CaseSpec
-from .signature import Signature
 
 
 def cache_key(*parts) -> str:
@@ -53,7 +53,7 @@ class DeviceCases:
     scribbled anywhere), with fresh guard bands; a byte budget bounds what is kept.
     """
 
-    def __init__(self, gpu: Gpu):
+    def __init__(self, gpu: Device):
         self.gpu = gpu
         self.kept: OrderedDict[str, CaseBuffers] = OrderedDict()
         self._budget: int | None = None
@@ -62,7 +62,7 @@ class DeviceCases:
     def budget(self) -> int:
         """A quarter of the device's memory, at most 16 GiB: candidates need the rest."""
         if self._budget is None:
-            _free, total = call("cuMemGetInfo")
+            _free, total = self.gpu.memory_info()
             self._budget = min(16 << 30, int(total) // 4)
         return self._budget
 

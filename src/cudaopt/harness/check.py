@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..wire.results import CheckInfo
+from ..wire.signature import DTYPES
 from .inputs import to_numbers
-from .results import CheckInfo
-from .signature import DTYPES
 
 
 def poison_array(shape: tuple[int, ...], dtype: str) -> np.ndarray:

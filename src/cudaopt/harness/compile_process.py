@@ -32,9 +32,9 @@ import tempfile
 import threading
 import time
 
+from ..wire.protocol import KernelSpec
+from ..wire.results import CompileInfo
 from .nvrtc_build import CompileError
-from .protocol import KernelSpec
-from .results import CompileInfo
 from .sandbox import worker_environment
 
 START_TIMEOUT = 120.0  # importing NVRTC and the warm-up compilation

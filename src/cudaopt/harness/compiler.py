@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..wire.protocol import KernelSpec
+from ..wire.results import CompileInfo
 from .compile_process import compile_remote
 from .lru import Lru
 from .nvrtc_build import CompileError, parse_ptxas, with_hints  # noqa: F401 (callers import them here)
-from .protocol import KernelSpec
-from .results import CompileInfo
 from .sandbox import PROGRAM_NAME, IncludeError, check_includes
 
 DEFAULT_ARCH = "sm_90"

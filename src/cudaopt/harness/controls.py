@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..wire.protocol import CaseSpec
+from ..wire.results import ControlOutcome, Controls
+from ..wire.signature import DTYPES, Signature
 from .check import agrees
 from .inputs import from_numbers, to_numbers
-from .protocol import CaseSpec
-from .results import ControlOutcome, Controls
-from .signature import DTYPES, Signature
 
 SAMPLE = 4096  # elements compared before a full comparison
 

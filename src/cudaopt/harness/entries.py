@@ -11,15 +11,15 @@ cases' outputs are checked whichever kernel wrote them.
 
 from __future__ import annotations
 
+from ..wire.results import CompileInfo, EntryInfo
+from ..wire.signature import DTYPES, Signature, SignatureError, entry_names, find_entry, other_entry_problem
 from .compiler import parse_ptxas
 from .launcher import CaseFailure
-from .results import CompileInfo, EntryInfo
-from .signature import DTYPES, Signature, SignatureError, entry_names, find_entry, other_entry_problem
 
 
 class Entries:
-    def __init__(self, cubin, source: str, entry: str, signature: Signature, info: CompileInfo):
-        self.cubin, self.source, self.entry, self.signature, self.info = cubin, source, entry, signature, info
+    def __init__(self, module, source: str, entry: str, signature: Signature, info: CompileInfo):
+        self.module, self.source, self.entry, self.signature, self.info = module, source, entry, signature, info
         self._kernels: dict[str, object] = {}
         self.get(None)  # the request's own entry must be there, whatever the cases launch
 
@@ -39,7 +39,7 @@ class Entries:
             raise CaseFailure("bad_signature", f"{name} is declared as '{declared}', the experiment needs "
                                                f"'{self.signature}' (every kernel a case launches takes its parameters)")
         try:
-            kernel = self.cubin.get_kernel(name)
+            kernel = self.module.get_kernel(name)
         except Exception:
             found = entry_names(self.source)
             hint = f"; the source defines {', '.join(found)}" if found else ""

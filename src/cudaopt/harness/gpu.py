@@ -1,4 +1,5 @@
-"""The worker's GPU: context, stream, raw memory operations, the gate and the L2 flush.
+"""The worker's GPU (the real :class:`device.Device`): context, stream, raw memory operations,
+modules and launches, the gate and the L2 flush.
 
 Memory operations go through the Driver API (``cuda.bindings``, which cuda-core is built on)
 with raw device pointers, because the harness works with offsets inside guarded allocations.
@@ -14,8 +15,9 @@ from importlib import resources
 
 import numpy as np
 
-from .results import Clocks, DeviceInfo, MeasuredPeaksInfo
-from .signature import DTYPES
+from ..wire.results import Clocks, DeviceInfo, MeasuredPeaksInfo
+from ..wire.signature import DTYPES
+from .driver import DEFAULT_SHARED_LIMIT, CudaCallError, allow_dynamic_shared, call
 
 # Element kinds understood by utilities.cu.
 KINDS = {
@@ -34,53 +36,6 @@ def poison_bits(dtype: str) -> int:
     info = DTYPES[dtype]
     pattern = info.poison * (info.itemsize // len(info.poison) or 1)
     return int.from_bytes(pattern[: info.itemsize], "little")
-
-# CUDA errors after which the context is unusable: the worker must be retired.
-STICKY_ERRORS = (
-    "CUDA_ERROR_ILLEGAL_ADDRESS",
-    "CUDA_ERROR_LAUNCH_FAILED",
-    "CUDA_ERROR_ILLEGAL_INSTRUCTION",
-    "CUDA_ERROR_MISALIGNED_ADDRESS",
-    "CUDA_ERROR_INVALID_ADDRESS_SPACE",
-    "CUDA_ERROR_INVALID_PC",
-    "CUDA_ERROR_HARDWARE_STACK_ERROR",
-    "CUDA_ERROR_ASSERT",
-    "CUDA_ERROR_LAUNCH_TIMEOUT",
-    "CUDA_ERROR_ECC_UNCORRECTABLE",
-    "CUDA_ERROR_CONTEXT_IS_DESTROYED",
-    "CUDA_ERROR_ILLEGAL_STATE",
-    "CUDA_ERROR_UNKNOWN",
-)
-
-
-class CudaCallError(RuntimeError):
-    """A failed CUDA call (:func:`is_sticky` tells whether the context can still be used)."""
-
-
-def is_sticky(message: str) -> bool:
-    return any(name in message for name in STICKY_ERRORS)
-
-
-def _driver():
-    from cuda.bindings import driver
-
-    return driver
-
-
-def call(name: str, *args):
-    """Call a Driver API function and raise :class:`CudaCallError` on failure."""
-    driver = _driver()
-    result = getattr(driver, name)(*args)
-    err = result[0] if isinstance(result, tuple) else result
-    if err != driver.CUresult.CUDA_SUCCESS:
-        _, err_name = driver.cuGetErrorName(err)
-        _, err_text = driver.cuGetErrorString(err)
-        raise CudaCallError(f"{name}: {err_name.decode()}: {err_text.decode()}")
-    if isinstance(result, tuple):
-        return result[1] if len(result) == 2 else result[1:]
-    return None
-
-
 
 
 @dataclass
@@ -181,6 +136,39 @@ class Gpu:
     def flush_l2(self) -> None:
         """Evict the L2 by writing a buffer twice its size (stream-ordered, outside any timing)."""
         call("cuMemsetD32Async", int(self._flush.handle), 0x5A5A5A5A, self._flush_bytes // 4, self.stream.handle)
+
+    def memory_info(self) -> tuple[int, int]:
+        """(free, total) bytes of device memory."""
+        free, total = call("cuMemGetInfo")
+        return int(free), int(total)
+
+    def lock_memory(self, nbytes: int):
+        from .locked import LockedMemory
+
+        return LockedMemory(self.device.device_id, nbytes)
+
+    # --- modules, launches, events -------------------------------------------------------
+
+    def load_module(self, cubin):
+        """A compiled module (cuda-core ObjectCode): its kernels are loaded on first use."""
+        return cubin
+
+    def launch(self, kernel, grid, block, shared_bytes: int, args) -> None:
+        from cuda.core import LaunchConfig, launch
+
+        if shared_bytes > DEFAULT_SHARED_LIMIT:
+            allow_dynamic_shared(kernel, shared_bytes, self.device.device_id)
+        launch(self.stream, LaunchConfig(grid=grid, block=block, shmem_size=shared_bytes), kernel, *args)
+
+    def record_event(self):
+        from cuda.core import EventOptions
+
+        return self.stream.record(options=EventOptions(timing_enabled=True))
+
+    def leftovers(self):
+        from .leftovers import Leftovers
+
+        return Leftovers(self)
 
     # --- the gate ------------------------------------------------------------------------
 

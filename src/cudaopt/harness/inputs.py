@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import expr
-from .protocol import CaseSpec, InitSpec
-from .signature import DTYPES, Signature
+from ..wire import expr
+from ..wire.protocol import CaseSpec, InitSpec
+from ..wire.signature import DTYPES, Signature
 
 
 class InputError(ValueError):

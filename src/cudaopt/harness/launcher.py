@@ -8,10 +8,9 @@ replaced, and nothing measured after that point is trusted.
 
 from __future__ import annotations
 
-from .gpu import CudaCallError, Gpu, is_sticky
-from .results import Occupancy, ResolvedLaunch
-
-DEFAULT_SHARED_LIMIT = 48 * 1024
+from ..wire.results import Occupancy, ResolvedLaunch
+from .device import Device
+from .driver import CudaCallError, is_sticky
 
 
 class CaseFailure(Exception):
@@ -23,19 +22,13 @@ class CaseFailure(Exception):
 
 
 class Launcher:
-    def __init__(self, gpu: Gpu):
+    def __init__(self, gpu: Device):
         self.gpu = gpu
         self.dead = False
 
     def launch(self, kernel, launch: ResolvedLaunch, args: list) -> None:
-        from cuda.core import LaunchConfig
-        from cuda.core import launch as cuda_launch
-
         try:
-            if launch.shared_bytes > DEFAULT_SHARED_LIMIT:
-                _set_max_dynamic_shared(kernel, launch.shared_bytes, self.gpu.device.device_id)
-            config = LaunchConfig(grid=launch.grid, block=launch.block, shmem_size=launch.shared_bytes)
-            cuda_launch(self.gpu.stream, config, kernel, *args)
+            self.gpu.launch(kernel, launch.grid, launch.block, launch.shared_bytes, args)
         except Exception as exc:
             raise self.failure(exc, "launch_error") from None
 
@@ -71,16 +64,3 @@ def is_cuda_error(exc: BaseException) -> bool:
     """A failure of the driver or of cuda-core (as opposed to a bug in the harness's Python)."""
     return isinstance(exc, CudaCallError) or type(exc).__module__.startswith(("cuda.", "cupy", "torch"))
 
-
-def _set_max_dynamic_shared(kernel, nbytes: int, device_id: int) -> None:
-    from cuda.bindings import driver
-
-    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    handle = kernel.handle
-    if isinstance(handle, driver.CUkernel):
-        (err,) = driver.cuKernelSetAttribute(attr, nbytes, handle, device_id)
-    else:
-        (err,) = driver.cuFuncSetAttribute(handle, attr, nbytes)
-    if err != driver.CUresult.CUDA_SUCCESS:
-        _, name = driver.cuGetErrorName(err)
-        raise CudaCallError(f"cannot allow {nbytes} bytes of dynamic shared memory: {name.decode()}")

@@ -22,8 +22,8 @@ from importlib import resources
 
 import numpy as np
 
-from .gpu import Gpu
-from .launcher import _set_max_dynamic_shared
+from .device import Device
+from .driver import allow_dynamic_shared
 
 # A float32 NaN (and, twice over, a float64 NaN; its upper half a float16/bfloat16 NaN) that differs
 # from the output poison and the guard pattern, and as an integer a huge index.
@@ -32,9 +32,10 @@ _RANGE = np.dtype([("ptr", "<u8"), ("bytes", "<u8")])  # leftovers.cu's CudaoptR
 
 
 class Leftovers:
-    """The worker's wipes of shared memory, registers and pinned L2 lines (leftovers.cu)."""
+    """The worker's wipes of shared memory, registers and pinned L2 lines (leftovers.cu); the real
+    :class:`device.Wipes`, made by :meth:`gpu.Gpu.leftovers`."""
 
-    def __init__(self, gpu: Gpu):
+    def __init__(self, gpu: Device):
         from cuda.core import Program, ProgramOptions
 
         self.gpu = gpu
@@ -46,7 +47,7 @@ class Leftovers:
         self._demote = module.get_kernel("cudaopt_demote_l2")
         self.sm_count = int(gpu.props.multiprocessor_count)
         self.shared_bytes = int(gpu.props.max_shared_memory_per_block_optin)
-        _set_max_dynamic_shared(self._poison, self.shared_bytes, gpu.device.device_id)
+        allow_dynamic_shared(self._poison, self.shared_bytes, gpu.device.device_id)
         self.persisting_l2_bytes = no_persisting_l2()
 
     def poison(self, seen: int = 0) -> None:

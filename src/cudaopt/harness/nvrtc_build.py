@@ -10,10 +10,10 @@ import functools
 import re
 import time
 
+from ..wire.protocol import KernelSpec
+from ..wire.results import CompileInfo
 from .cubin import inspect_cubin
 from .host_headers import HEADERS, PRELUDE_NAME
-from .protocol import KernelSpec
-from .results import CompileInfo
 from .sandbox import PROGRAM_NAME, filter_log
 
 # Header families a kernel may include, each with the CUDA wheel that ships it (cuda-toolkit extras,

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .protocol import Model
-from .results import Roofline
+from ..wire.protocol import WireModel
+from ..wire.results import Roofline
 
 if TYPE_CHECKING:
     from .gpu import Gpu
@@ -37,7 +37,7 @@ FMA_ITERATIONS = 1 << 16
 SAMPLES = 10
 
 
-class MeasuredPeaks(Model):
+class MeasuredPeaks(WireModel):
     """What one GPU reached: copy bandwidth (bytes read + written per second) and FMA rates."""
 
     bytes_per_s: float
@@ -202,7 +202,7 @@ def judge_plausibility(out, case, signature, limits, flush_l2: bool, spec, measu
     """Fill ``out.roofline``; a median under the speed-of-light floor for the arithmetic the
     experiment allows makes the case ``implausible``. Flops and bytes come from the case's own
     scalars, never from a candidate's tunables."""
-    from . import expr
+    from ..wire import expr
     from .gpu import floor_rate_key
 
     if out.timing is None or out.status != "ok":

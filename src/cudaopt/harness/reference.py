@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .signature import Signature
+from ..wire.signature import Signature
 
 
 class ReferenceFailure(RuntimeError):
@@ -103,16 +103,16 @@ class CudaReference:
         self._kernels: dict[tuple, object] = {}
 
     def kernel(self, ref):
+        from ..wire.launch import device_defines
+        from ..wire.protocol import KernelSpec
         from .compiler import CompileError, compile_kernel
-        from .launch import device_defines
-        from .protocol import KernelSpec
 
         key = (ref.source, ref.entry, self.launcher.gpu.arch)
         if key not in self._kernels:
             try:
                 spec = device_defines(KernelSpec(source=ref.source, entry=ref.entry), self.launcher.gpu.facts())
                 compiled = compile_kernel(spec, self.launcher.gpu.arch)
-                self._kernels[key] = compiled.cubin.get_kernel(ref.entry)
+                self._kernels[key] = self.launcher.gpu.load_module(compiled.cubin).get_kernel(ref.entry)
             except CompileError as exc:
                 raise ReferenceFailure(f"the reference kernel does not compile:\n{exc.log}") from None
             except Exception as exc:
@@ -122,8 +122,8 @@ class CudaReference:
     def run(self, ref, signature: Signature, case, buffers) -> dict:
         """Launch the reference on the staged inputs; its outputs widened to float64 on the device
         (:class:`answers.DeviceAnswer`, the caller scrubs them)."""
+        from ..wire.launch import LaunchError, resolve_launch
         from .answers import DeviceAnswer
-        from .launch import LaunchError, resolve_launch
         from .launcher import CaseFailure
 
         spec = ref.launch or case.launch

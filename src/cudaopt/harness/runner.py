@@ -1,7 +1,7 @@
 """Evaluate one request on this process's GPU: compile, check every case, time, judge.
 
 Runs inside a worker process. The steps live in modules of their own — launching and CUDA
-errors (launcher.py), launch expressions and tunables (launch.py), case data (case_data.py),
+errors (launcher.py), launch expressions and tunables (wire/launch.py), case data (case_data.py),
 the answer key (answers.py), the references (reference.py, torch_reference.py), the timed run
 (timing.py), the vendors (vendor.py) — and this module puts them in order. After a CUDA error that may have lost the
 context the runner is ``dead``: the worker reports and exits, and the supervisor starts a fresh one.
@@ -16,26 +16,25 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
+from ..wire.launch import LaunchError, candidate_names, device_defines, resolve_launch, tunable_clashes
+from ..wire.messages import CaseDone, Compiled, PhaseStarted
+from ..wire.protocol import CaseSpec, EvalRequest, KernelSpec, VendorSpec
+from ..wire.results import Audit, CaseResult, CompileInfo, Controls, EvalResult, VendorResult
+from ..wire.signature import Signature, parse_signature
+from ..wire.stats import summarize
 from .answers import DeviceAnswer, LockedAnswer, answer_controls, check_output
 from .buffers import CaseBuffers
 from .case_data import DeviceCases, HostSets, cache_key
 from .check import describe
 from .compiler import CompileCache, CompileError, compile_kernel
 from .controls import judge
+from .device import Device
 from .entries import Entries
-from .gpu import Gpu
 from .inputs import InputError
-from .launch import LaunchError, candidate_names, device_defines, resolve_launch, tunable_clashes
 from .launcher import CaseFailure, Launcher, is_cuda_error, occupancy
-from .leftovers import Leftovers
 from .lru import Lru
-from .messages import CaseDone, Compiled, PhaseStarted
 from .peaks import judge_plausibility
-from .protocol import CaseSpec, EvalRequest, KernelSpec, VendorSpec
 from .reference import CudaReference, ReferenceFailure, call_python, load_python
-from .results import Audit, CaseResult, CompileInfo, Controls, EvalResult, VendorResult
-from .signature import Signature, parse_signature
-from .stats import summarize
 from .timing import CHECKED_INPUTS, TimedRun, draw_plan, method, new_seed
 from .torch_reference import TorchReference
 from .vendor import BoundVendor, Vendor, VendorError
@@ -59,11 +58,11 @@ def check_order(sets: int) -> list[int]:
 
 
 class Runner:
-    def __init__(self, gpu: Gpu, on_event: Callable[[object], None] = lambda event: None):
+    def __init__(self, gpu: Device, on_event: Callable[[object], None] = lambda event: None):
         self.gpu = gpu
         self.on_event = on_event
         self.launcher = Launcher(gpu)
-        self.leftovers = Leftovers(gpu)  # shared memory and registers poisoned before each candidate launch
+        self.leftovers = gpu.leftovers()  # shared memory and registers poisoned before each candidate launch
         self.cuda_reference = CudaReference(self.launcher)
         self.torch_reference = TorchReference(gpu)
         self._host_sets = HostSets()
@@ -157,7 +156,7 @@ class Runner:
             self._compiled.put(key, compiled)
         # a copy: the kernels other than the entry that this request's cases launch are its own
         info: CompileInfo = compiled.info.model_copy(update={"entries": {}})
-        return Entries(compiled.cubin, spec.source, spec.entry, signature, info), info
+        return Entries(self.gpu.load_module(compiled.cubin), spec.source, spec.entry, signature, info), info
 
     # --- one case ------------------------------------------------------------------------
 

@@ -29,11 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..wire.protocol import TimingProtocol
 from .buffers import CaseBuffers
-from .gpu import Gpu
+from .device import Device, Wipes
 from .launcher import CaseFailure, Launcher
-from .leftovers import Leftovers
-from .protocol import TimingProtocol
 
 VENDOR_LAUNCHES = 1 << 40  # each vendor's fresh inputs come from launch numbers of their own (+ index << 32)
 CHECKED_INPUTS = 1 << 39  # the stream of the input set the checked launches share
@@ -75,7 +74,7 @@ class Timings:
 class TimedRun:
     """Warm up and time one case's candidate (and vendor), with the per-launch audit."""
 
-    def __init__(self, gpu: Gpu, launcher: Launcher, leftovers: Leftovers, buffers: CaseBuffers,
+    def __init__(self, gpu: Device, launcher: Launcher, leftovers: Wipes, buffers: CaseBuffers,
                  proto: TimingProtocol, seed: int, plan: LaunchPlan):
         self.gpu, self.launcher, self.leftovers, self.buffers = gpu, launcher, leftovers, buffers
         self.proto, self.seed, self.plan = proto, seed, plan
@@ -130,8 +129,6 @@ class TimedRun:
     def _sample(self, name: str, run, launch: int, timed: int | None):
         """Poison shared memory and registers, stage fresh inputs, (demote and flush the L2, events around) the
         run; for the candidate, the audit and, on a checked launch, its outputs set aside."""
-        from cuda.core import EventOptions
-
         checked = name == "candidate" and timed is not None and timed in self.plan.checked
         if name == "candidate":
             stream = CHECKED_INPUTS if checked else launch
@@ -145,10 +142,9 @@ class TimedRun:
             if self.proto.flush_l2:
                 self.leftovers.demote_l2(self.ranges)  # no line kept past the flush by an evict_last hint
                 self.gpu.flush_l2()
-            timing = EventOptions(timing_enabled=True)
-            start = self.gpu.stream.record(options=timing)
+            start = self.gpu.record_event()
             run()
-            end = self.gpu.stream.record(options=timing)
+            end = self.gpu.record_event()
         if name == "candidate":
             self.buffers.audit(self.seed, stream, int(self.audit.handle) + 8 * _AUDIT_WORDS * launch, inputs=checked)
             if checked:

@@ -20,8 +20,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from ..wire.signature import Signature
 from .reference import ReferenceFailure, reference_outputs
-from .signature import Signature
 
 
 def import_torch():

@@ -22,10 +22,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..wire.protocol import VendorSpec
+from ..wire.signature import Signature
 from .arrays import DeviceRange, torch_view, typestr
-from .protocol import VendorSpec
 from .reference import named_outputs
-from .signature import Signature
 
 
 class VendorError(RuntimeError):

@@ -22,10 +22,10 @@ def main() -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
 
+    from ..wire.messages import Done, Fatal, Prefetch, Ready, read_order
+    from ..wire.results import EvalResult
     from .gpu import Gpu
-    from .messages import Done, Fatal, Prefetch, Ready, read_order
     from .peaks import identity, load, load_or_measure
-    from .results import EvalResult
     from .runner import Runner
 
     def send(message) -> None:

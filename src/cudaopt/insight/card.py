@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from ..harness.protocol import Model
+from ..wire.protocol import WireModel
 from .parse import KernelMetrics
 
 Bound = Literal["memory", "compute", "latency", "occupancy"]
@@ -66,7 +66,7 @@ class CardError(ValueError):
     """The profile lacks the Speed-of-Light metrics a card needs."""
 
 
-class BottleneckCard(Model):
+class BottleneckCard(WireModel):
     kernel: str
     case: str
     bound: Bound
@@ -211,7 +211,7 @@ def _pct(value: float | None) -> str:
     return f"{value:.1f}%" if value is not None else "n/a"
 
 
-class ProfileRecord(Model):
+class ProfileRecord(WireModel):
     """``profiles/attempt-N.json``: one attempt profiled under Nsight Compute (``--use-nsight``)."""
 
     schema_version: int = Field(1, ge=1, le=1)

@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import Field
 
 from ..harness.compiler import compile_kernel, compile_ptx
-from ..harness.protocol import KernelSpec, Model
+from ..wire.protocol import KernelSpec, WireModel
 from .locate import find_tool
 
 _SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_.]*)")
@@ -27,7 +27,7 @@ _PTX_BITS = {"b8": 8, "u8": 8, "s8": 8, "b16": 16, "u16": 16, "s16": 16, "f16": 
              "b128": 128}
 
 
-class CodeSummary(Model):
+class CodeSummary(WireModel):
     """Static counts over one kernel's compiled code."""
 
     kind: str  # "sass" or "ptx"

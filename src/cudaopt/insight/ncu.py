@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..harness.inputs import shape_of
-from ..harness.messages import Done, Fatal, read_message
-from ..harness.protocol import CaseSpec, EvalRequest, TimingProtocol
-from ..harness.results import EvalResult
-from ..harness.signature import entry_names
+from ..wire.messages import Done, Fatal, read_message
+from ..wire.protocol import CaseSpec, EvalRequest, TimingProtocol
+from ..wire.results import EvalResult
+from ..wire.signature import entry_names
 from .parse import KernelMetrics, parse_raw_csv
 
 # What every profile collects (Hopper sm_90 names). Change the list here and nowhere else.

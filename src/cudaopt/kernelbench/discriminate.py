@@ -31,8 +31,8 @@ import numpy as np
 from ..config import KernelBenchCase, KernelBenchOrigin
 from ..cpu_controls import batch_shrunk, elements, reference_sets
 from ..harness.controls import negative_controls
-from ..harness.protocol import CaseSpec, InitSpec, InputSpec
-from ..harness.signature import Signature
+from ..wire.protocol import CaseSpec, InitSpec, InputSpec
+from ..wire.signature import Signature
 
 ATOL_SCALE = 1e-2  # KernelBench's atol for outputs of magnitude 1, scaled with the outputs
 TIGHTEN = 4.0

@@ -18,8 +18,8 @@ from ..config import CasesFile, ExperimentConfig, KernelBenchOrigin, VendorSecti
 from ..errors import ExperimentError
 from ..experiment import Experiment, load_experiment
 from ..harness.inputs import InputError
-from ..harness.protocol import Limits
 from ..harness.reference import ReferenceFailure, load_python
+from ..wire.protocol import Limits
 from .discriminate import discriminate
 from .glue import reference_source, vendor_source
 from .problem import Problem

@@ -16,12 +16,12 @@ from pathlib import Path
 
 from ..errors import ExperimentError, shortened
 from ..experiment import load_experiment
-from ..harness.protocol import Model
+from ..wire.protocol import WireModel
 
 IMPORT_TIMEOUT_S = 300.0  # what one problem may take to import (its forward runs on the CPU at several sizes)
 
 
-class ImportJob(Model):
+class ImportJob(WireModel):
     """What the child is asked to import, and where it writes its answer."""
 
     path: str
@@ -34,7 +34,7 @@ class ImportJob(Model):
     answer: str
 
 
-class ImportAnswer(Model):
+class ImportAnswer(WireModel):
     """The child's answer: the notes of a done import, or the bad input that stopped it."""
 
     notes: list[str] = []

@@ -18,15 +18,15 @@ from typing import Literal
 from pydantic import Field
 
 from ..errors import ExperimentError
-from ..harness.protocol import Model
 from ..record.runs import open_run, read_run_json
 from ..record.schema import Summary, VerifyOutcome, version_field
+from ..wire.protocol import WireModel
 
 Baseline = Literal["eager", "compile"]
 THRESHOLDS = (0.0, 1.0, 1.5, 2.0)
 
 
-class RunMetrics(Model):
+class RunMetrics(WireModel):
     """One problem's run as KernelBench counts it."""
 
     run: str
@@ -41,13 +41,13 @@ class RunMetrics(Model):
     changes: list[str] = Field(default_factory=list)
 
 
-class FastP(Model):
+class FastP(WireModel):
     threshold: float
     fraction: float
     count: int  # correct and faster than the baseline by more than the threshold
 
 
-class FastPReport(Model):
+class FastPReport(WireModel):
     """What ``cudaopt fast-p --json`` writes."""
 
     schema_version: int = version_field(1)

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ExperimentError
-from ..harness import expr
-from ..harness.protocol import CaseSpec, InitSpec, InputSpec, LaunchSpec, OutputSpec
-from ..harness.signature import Arg, Signature
+from ..wire import expr
+from ..wire.protocol import CaseSpec, InitSpec, InputSpec, LaunchSpec, OutputSpec
+from ..wire.signature import Arg, Signature
 from .problem import CPU_BYTES, DTYPES, ITEMSIZE, SAMPLE_LIMIT, Layout, Problem, Size, Tensor
 
 _RESERVED = {

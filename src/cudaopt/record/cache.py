@@ -6,8 +6,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from ..harness.protocol import EvalRequest
-from ..harness.results import DeviceInfo, EvalResult
+from ..wire.protocol import EvalRequest
+from ..wire.results import DeviceInfo, EvalResult
 from .rundir import write_atomic
 
 

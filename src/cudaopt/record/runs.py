@@ -15,12 +15,12 @@ from pydantic import Field
 from ..checks import read_json_file, read_model_file
 from ..errors import ExperimentError
 from ..experiment import Experiment, ExperimentLock, load_experiment
-from ..harness.protocol import LaunchSpec, Model
+from ..wire.protocol import LaunchSpec, WireModel
 from .rundir import RunDir
 from .schema import Attempt, History, ModelCall, Summary, version_field
 
 
-class Budget(Model):
+class Budget(WireModel):
     """When a run stops (whichever comes first)."""
 
     max_iterations: int = 7
@@ -31,7 +31,7 @@ class Budget(Model):
     max_model_errors: int = 3  # stop after this many model errors in a row
 
 
-class ExperimentArgs(Model):
+class ExperimentArgs(WireModel):
     """How the experiment was given (paths as absolute strings), so --resume can load it again."""
 
     config: str | None = None
@@ -49,7 +49,7 @@ class ExperimentArgs(Model):
                                input_cases=p(self.input_cases), max_iterations=self.max_iterations)
 
 
-class RunSettings(Model):
+class RunSettings(WireModel):
     """settings.json: what the run was asked to do (no secret: the model's public settings only)."""
 
     schema_version: int = version_field(2)
@@ -62,7 +62,7 @@ class RunSettings(Model):
     budget: Budget = Field(default_factory=Budget)
 
 
-def read_run_json(run: RunDir, name: str, model: type[Model] | None = None) -> Any:
+def read_run_json(run: RunDir, name: str, model: type[WireModel] | None = None) -> Any:
     """One of a run's JSON files (validated as ``model`` when given); unreadable or broken is bad
     input naming the file and the field."""
     path = run.file(name)

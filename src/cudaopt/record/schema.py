@@ -27,8 +27,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from ..evaluation.dispatch import GpuRef
-from ..harness.protocol import LaunchSpec, Model
-from ..harness.results import STATUSES, CaseResult, CompileInfo, DeviceInfo
+from ..wire.protocol import LaunchSpec, WireModel
+from ..wire.results import STATUSES, CaseResult, CompileInfo, DeviceInfo
 
 
 def version_field(current: int):
@@ -37,7 +37,7 @@ def version_field(current: int):
     return Field(current, ge=1, le=current, description=f"the file's schema version (this cudaopt writes {current})")
 
 
-class Attempt(Model):
+class Attempt(WireModel):
     """One entry of history.json: the baseline, or one proposal (evaluated or rejected)."""
 
     id: int
@@ -74,18 +74,18 @@ class Attempt(Model):
         return {c.name: c.median_us for c in self.cases if c.median_us is not None}
 
 
-class History(Model):
+class History(WireModel):
     schema_version: int = version_field(3)
     attempts: list[Attempt]
 
 
-class ModelUsage(Model):
+class ModelUsage(WireModel):
     input_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
 
 
-class ModelCall(Model):
+class ModelCall(WireModel):
     """model-NNN.json: one request to the model, its answer, tool calls and usage."""
 
     schema_version: int = version_field(1)
@@ -103,7 +103,7 @@ class ModelCall(Model):
     error: str | None = None
 
 
-class Roi(Model):
+class Roi(WireModel):
     """The return-on-investment worksheet of one case (report/roi.py computes it; the report and
     audit.json show it)."""
 
@@ -121,7 +121,7 @@ class Roi(Model):
     fits_window: bool
 
 
-class CaseVendor(Model):
+class CaseVendor(WireModel):
     """One vendor on one case, timed in the baseline evaluation."""
 
     label: str
@@ -130,7 +130,7 @@ class CaseVendor(Model):
     speedup: float | None = None  # vendor median / best median
 
 
-class CaseSummary(Model):
+class CaseSummary(WireModel):
     name: str
     role: str
     baseline_median_us: float | None
@@ -139,7 +139,7 @@ class CaseSummary(Model):
     vendors: list[CaseVendor] = Field(default_factory=list)
 
 
-class VendorSummary(Model):
+class VendorSummary(WireModel):
     """One vendor over the run: the geometric mean of its medians and the best attempt's speed-up over it."""
 
     label: str
@@ -148,7 +148,7 @@ class VendorSummary(Model):
     speedup: float | None = None  # vendor score / best score
 
 
-class KernelBenchMetrics(Model):
+class KernelBenchMetrics(WireModel):
     """The run as KernelBench reports a problem: correct or not, and the speed-ups over PyTorch."""
 
     correct: bool  # some attempt passed every correctness and performance case
@@ -169,7 +169,7 @@ class KernelBenchMetrics(Model):
                    speedup_vs_compile=compiled.speedup if compiled and correct else None, changes=changes)
 
 
-class CaseBest(Model):
+class CaseBest(WireModel):
     """The fastest passing attempt on one performance case, beside the overall winner's time there."""
 
     case: str
@@ -180,7 +180,7 @@ class CaseBest(Model):
     gain: float | None  # winner / best: what a dispatch choosing per shape would gain here
 
 
-class Totals(Model):
+class Totals(WireModel):
     model_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -190,7 +190,7 @@ class Totals(Model):
     wall_seconds: float = 0.0
 
 
-class Finalist(Model):
+class Finalist(WireModel):
     """One of the best attempts, measured again on the finalists' GPU."""
 
     attempt: int
@@ -202,7 +202,7 @@ class Finalist(Model):
     reason: str = ""
 
 
-class Finalists(Model):
+class Finalists(WireModel):
     """The attempts recorded within a few percent of the best (and, when several GPUs measured them,
     the three best) measured again, interleaved, on one GPU; the winner is the fastest there, so
     neither the moment an attempt was measured nor a GPU's own speed decides between them."""
@@ -213,7 +213,7 @@ class Finalists(Model):
     winner: int | None
 
 
-class Summary(Model):
+class Summary(WireModel):
     """summary.json (version 2: vendors as a list, ``baseline``, ``kernelbench``, ``per_case_best``,
     ``dispatch_score_us`` and ``finalists``)."""
 
@@ -268,7 +268,7 @@ class Summary(Model):
         return data
 
 
-class Environment(Model):
+class Environment(WireModel):
     """env.json: where the run ran."""
 
     schema_version: int = version_field(2)
@@ -283,7 +283,7 @@ class Environment(Model):
     finished_at: str | None = None
 
 
-class SanitizeReport(Model):
+class SanitizeReport(WireModel):
     """One compute-sanitizer tool's verdict on the winner (``verify --sanitize``)."""
 
     tool: str
@@ -294,7 +294,7 @@ class SanitizeReport(Model):
     report: str = ""  # the first lines of the tool's log
 
 
-class VerifiedCase(Model):
+class VerifiedCase(WireModel):
     name: str
     role: str
     status: str
@@ -305,7 +305,7 @@ class VerifiedCase(Model):
     gpu: GpuRef | None = None
 
 
-class TimedCase(Model):
+class TimedCase(WireModel):
     """One shape timed by verify: the winner, the baseline and the vendor, interleaved repeat by repeat.
 
     A ``regression`` is a shape where the winner was slower than the baseline in every repeat by
@@ -330,7 +330,7 @@ class TimedCase(Model):
     regression: bool = False
 
 
-class VerifyOutcome(Model):
+class VerifyOutcome(WireModel):
     """verify.json: the winner on the holdout (and extra) cases, with fresh seeds; the timed holdout
     cases and any shape sweep beside the baseline and the vendor (version 2 added ``timed``)."""
 
@@ -355,7 +355,7 @@ class VerifyOutcome(Model):
         return sorted((c for c in self.timed if key(c) != float("inf")), key=key)[:count]
 
 
-class ReplayedCase(Model):
+class ReplayedCase(WireModel):
     name: str
     role: str
     status: str
@@ -372,7 +372,7 @@ class ReplayedCase(Model):
     gpu: GpuRef | None = None  # the GPU every measurement of this case was made on
 
 
-class ReplayOutcome(Model):
+class ReplayOutcome(WireModel):
     """replay.json: the winner measured again, interleaved with the baseline."""
 
     schema_version: int = version_field(2)

@@ -16,7 +16,7 @@ import time
 from ..config import TuneSpace
 from ..engine.recorder import Candidate, Recorder
 from ..errors import ExperimentError
-from ..harness.protocol import LaunchSpec
+from ..wire.protocol import LaunchSpec
 from .base import Context, register
 
 

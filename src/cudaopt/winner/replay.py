@@ -35,10 +35,10 @@ from ..engine.recorder import Recorder
 from ..engine.scoring import score
 from ..errors import ExperimentError
 from ..evaluation.dispatch import Evaluator
-from ..harness.protocol import EvalRequest
-from ..harness.results import DeviceInfo, EvalResult, TimingStats
-from ..harness.signature import SignatureError, parse_signature
-from ..harness.stats import geomean
+from ..wire.protocol import EvalRequest
+from ..wire.results import DeviceInfo, EvalResult, TimingStats
+from ..wire.signature import SignatureError, parse_signature
+from ..wire.stats import geomean
 from ..record.events import AttemptStarted
 from ..record.runs import load_run_experiment, open_run, read_run_json, winner
 from ..record.schema import Environment, Finalist, Finalists, ReplayedCase, ReplayOutcome

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..errors import ExperimentError
 from ..evaluation.supervisor import WORKER_COMMAND, Supervisor
-from ..harness.protocol import EvalRequest, Timeouts
+from ..wire.protocol import EvalRequest, Timeouts
 from ..record.schema import SanitizeReport
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")

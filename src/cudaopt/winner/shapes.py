@@ -25,8 +25,8 @@ from ..checks import check_case, read_json_file
 from ..errors import ExperimentError, validation_message
 from ..evaluation.dispatch import Evaluator
 from ..experiment import Experiment
-from ..harness.protocol import CaseSpec, EvalRequest, Model, TimingProtocol
-from ..harness.results import CaseResult, TimingStats
+from ..wire.protocol import CaseSpec, EvalRequest, WireModel, TimingProtocol
+from ..wire.results import CaseResult, TimingStats
 from ..record.schema import TimedCase
 
 MIN_MARGIN = 0.02
@@ -38,7 +38,7 @@ SWEEP_PROTOCOL = {"warmup": 5, "iterations": 30, "input_sets": 1, "checked_launc
 Scalars = dict[str, int | float]
 
 
-class ShapesFile(Model):
+class ShapesFile(WireModel):
     """``--shapes FILE``: scalar sets, or a grid (every combination), on a template case."""
 
     template: str | None = None  # a case of the experiment (default: its first performance case)

@@ -21,7 +21,7 @@ from pathlib import Path
 from ..errors import ExperimentError
 from ..evaluation.dispatch import Evaluator
 from ..experiment import Experiment
-from ..harness.protocol import CaseSpec, EvalRequest, TimingProtocol
+from ..wire.protocol import CaseSpec, EvalRequest, TimingProtocol
 from ..record.rundir import RunDir
 from ..record.runs import Winner, load_run_experiment, open_run, winner
 from ..record.schema import VerifiedCase, VerifyOutcome

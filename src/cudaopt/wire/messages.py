@@ -13,40 +13,40 @@ from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter
 
-from .protocol import EvalRequest, KernelSpec, Model
+from .protocol import EvalRequest, KernelSpec, WireModel
 from .results import CaseResult, CompileInfo, DeviceInfo, EvalResult
 
 Phase = Literal["compile", "check", "launch", "timing"]  # launch: the candidate's checked launches
 
 
-class Ready(Model):
+class Ready(WireModel):
     type: Literal["ready"] = "ready"
     device: DeviceInfo
 
 
-class Fatal(Model):
+class Fatal(WireModel):
     type: Literal["fatal"] = "fatal"
     message: str
 
 
-class PhaseStarted(Model):
+class PhaseStarted(WireModel):
     type: Literal["phase"] = "phase"
     phase: Phase
     case: str = ""
     reference_s: float | None = None  # launch: how long the reference took on this case, a measure of the launches
 
 
-class Compiled(Model):
+class Compiled(WireModel):
     type: Literal["compiled"] = "compiled"
     compile: CompileInfo
 
 
-class CaseDone(Model):
+class CaseDone(WireModel):
     type: Literal["case"] = "case"
     case: CaseResult
 
 
-class Done(Model):
+class Done(WireModel):
     type: Literal["result"] = "result"
     result: EvalResult
 
@@ -60,7 +60,7 @@ def read_message(line: str | bytes) -> WorkerMessage:
     return _OUT.validate_json(line)
 
 
-class Prefetch(Model):
+class Prefetch(WireModel):
     prefetch: list[KernelSpec]
 
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_serializer, model_validator
 
-from .protocol import HARNESS_VERSION, Model, Role, drop_unset_entry, vendor_as_list
+from .protocol import HARNESS_VERSION, Role, WireModel, drop_unset_entry, vendor_as_list
 
 # Every way an evaluation can end. Only "ok" is a pass.
 STATUSES = (
@@ -35,13 +35,13 @@ STATUSES = (
 Status = Literal[STATUSES]  # type: ignore[valid-type]
 
 
-class MeasuredPeaksInfo(Model):
+class MeasuredPeaksInfo(WireModel):
     bytes_per_s: float
     flops_per_s: dict[str, float]
     measured_at: str = ""
 
 
-class DeviceInfo(Model):
+class DeviceInfo(WireModel):
     """The GPU a worker runs on (``env.json``'s ``gpu``; the model's ``gpu_info`` tool)."""
 
     name: str = ""
@@ -58,7 +58,7 @@ class DeviceInfo(Model):
     measured_peaks: MeasuredPeaksInfo | None = None
 
 
-class EntryInfo(Model):
+class EntryInfo(WireModel):
     """What the driver reports of a kernel other than the signature's entry that a case launched:
     each kernel has registers of its own, so each its own occupancy."""
 
@@ -70,7 +70,7 @@ class EntryInfo(Model):
     max_threads_per_block: int
 
 
-class CompileInfo(Model):
+class CompileInfo(WireModel):
     ok: bool
     log: str
     arch: str = ""
@@ -95,7 +95,7 @@ class CompileInfo(Model):
         return self.registers, self.spill_stores, self.spill_loads
 
 
-class CheckInfo(Model):
+class CheckInfo(WireModel):
     """The comparison of one output of one input set with the reference.
 
     ``input_set`` -1 with ``launch`` set: the fresh inputs of that timed launch (0-based among the
@@ -120,7 +120,7 @@ class CheckInfo(Model):
     launch: int | None = None
 
 
-class TimingStats(Model):
+class TimingStats(WireModel):
     median_us: float
     mean_us: float
     stdev_us: float
@@ -132,7 +132,7 @@ class TimingStats(Model):
     method: str = ""
 
 
-class VendorResult(Model):
+class VendorResult(WireModel):
     """The vendor baseline on one case: checked once against the reference, then timed.
 
     ``error``: it could not run (library missing, an exception); ``mismatch``: its outputs
@@ -146,7 +146,7 @@ class VendorResult(Model):
     timing: TimingStats | None = None
 
 
-class ResolvedLaunch(Model):
+class ResolvedLaunch(WireModel):
     """A launch with every expression evaluated for one case: what the driver is given."""
 
     grid: tuple[int, int, int]
@@ -163,14 +163,14 @@ class ResolvedLaunch(Model):
         return self.block[0] * self.block[1] * self.block[2]
 
 
-class Occupancy(Model):
+class Occupancy(WireModel):
     blocks_per_sm: int | None = None
     warps_per_sm: int | None = None
     occupancy: float | None = None
     error: str = ""
 
 
-class Roofline(Model):
+class Roofline(WireModel):
     """Achieved rates against the roofs, and the speed-of-light floor (harness/peaks.py)."""
 
     flops: float | None = None
@@ -189,7 +189,7 @@ class Roofline(Model):
     error: str = ""  # the work could not be evaluated
 
 
-class Clocks(Model):
+class Clocks(WireModel):
     sm_mhz: int | None = None
     mem_mhz: int | None = None
     temperature_c: int | None = None
@@ -197,7 +197,7 @@ class Clocks(Model):
     error: str = ""
 
 
-class Audit(Model):
+class Audit(WireModel):
     """Which timed launches were checked on fresh inputs, and how many were scanned for unwritten outputs."""
 
     checked_launches: list[int] = Field(default_factory=list)
@@ -205,7 +205,7 @@ class Audit(Model):
     seed: int | None = None
 
 
-class ControlOutcome(Model):
+class ControlOutcome(WireModel):
     """A trivial output that the check of one output accepted: the case cannot tell it from the answer."""
 
     output: str
@@ -216,7 +216,7 @@ class ControlOutcome(Model):
     atol: float
 
 
-class Controls(Model):
+class Controls(WireModel):
     """The negative controls of a case (harness/controls.py): ``tried`` trivial outputs compared with
     the reference's answers under the case's tolerances; ``accepted`` those that passed (none: the
     case discriminates); ``waived`` the case's written ``trivial_ok`` reason when some passed."""
@@ -230,7 +230,7 @@ class Controls(Model):
         return not self.accepted
 
 
-class CaseResult(Model):
+class CaseResult(WireModel):
     name: str
     role: Role
     status: Status
@@ -267,7 +267,7 @@ class CaseResult(Model):
         return vendor.timing.median_us if vendor and vendor.status == "ok" and vendor.timing else None
 
 
-class EvalResult(Model):
+class EvalResult(WireModel):
     status: Status
     reason: str = ""
     request_id: str = ""

@@ -25,7 +25,7 @@ Role = Literal["correctness", "performance", "holdout"]
 Expr = str | int | float
 
 
-class Model(BaseModel):
+class WireModel(BaseModel):
     """Every wire and file type: unknown fields are errors; NaN and Infinity survive JSON."""
 
     model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
@@ -53,7 +53,7 @@ def check_exprs(values: list[Expr]) -> list[Expr]:
     return values
 
 
-class InitSpec(Model):
+class InitSpec(WireModel):
     """How an input is filled: a seeded distribution or a ``.npy`` file."""
 
     dist: Literal["uniform", "normal", "integers", "file"] = "uniform"
@@ -78,14 +78,14 @@ class InitSpec(Model):
         return self
 
 
-class InputSpec(Model):
+class InputSpec(WireModel):
     shape: list[Expr]
     init: InitSpec = Field(default_factory=InitSpec)
 
     _shape = field_validator("shape")(check_exprs)
 
 
-class OutputSpec(Model):
+class OutputSpec(WireModel):
     shape: list[Expr]
     rtol: float = Field(1e-5, ge=0, allow_inf_nan=False)  # an infinite tolerance would pass anything
     atol: float = Field(1e-6, ge=0, allow_inf_nan=False)
@@ -93,7 +93,7 @@ class OutputSpec(Model):
     _shape = field_validator("shape")(check_exprs)
 
 
-class LaunchSpec(Model):
+class LaunchSpec(WireModel):
     """Grid, block and dynamic shared bytes as integers or expressions (resolved by launch.py).
 
     ``entry`` picks the kernel a case launches when the source has several with the
@@ -126,7 +126,7 @@ class LaunchSpec(Model):
         return self
 
 
-class CaseSpec(Model):
+class CaseSpec(WireModel):
     """One input case: its scalars, how its inputs are drawn, its outputs' tolerances."""
 
     name: str = Field(min_length=1)
@@ -177,7 +177,7 @@ class CaseSpec(Model):
         return self.timed if self.timed is not None else (self.flops is not None or self.bytes is not None)
 
 
-class KernelSpec(Model):
+class KernelSpec(WireModel):
     source: str
     entry: str
     defines: dict[str, int | float | str] = Field(default_factory=dict)
@@ -185,7 +185,7 @@ class KernelSpec(Model):
     max_registers: int | None = None
 
 
-class ReferenceSpec(Model):
+class ReferenceSpec(WireModel):
     """The user's trusted reference: a ``.cu`` kernel, a ``.py`` NumPy function (``py``) or a ``.py``
     PyTorch function (``torch``, run on the worker's GPU)."""
 
@@ -196,7 +196,7 @@ class ReferenceSpec(Model):
     launch: LaunchSpec | None = None  # .cu only; defaults to each case's launch
 
 
-class VendorSpec(Model):
+class VendorSpec(WireModel):
     """A library call timed beside the candidate as the bar to beat (cuBLAS through cupy, torch, ...).
 
     ``entry`` in ``source`` takes every signature argument by name: pointers as device arrays
@@ -226,7 +226,7 @@ def vendor_as_list(data: Any) -> Any:
     return data
 
 
-class TimingProtocol(Model):
+class TimingProtocol(WireModel):
     warmup: int = Field(10, ge=0)
     iterations: int = Field(100, ge=1)
     flush_l2: bool = True
@@ -243,21 +243,21 @@ class TimingProtocol(Model):
         return self
 
 
-class Limits(Model):
+class Limits(WireModel):
     """What a candidate may use beyond its buffers, and which arithmetic the floor assumes."""
 
     global_bytes: int = Field(1024, ge=0)  # mutable __device__ memory the cubin may hold (device malloc is refused)
     allow_tf32: bool = False  # float32 work may use tensor cores: the floor uses their rate
 
 
-class CaseTimeouts(Model):
+class CaseTimeouts(WireModel):
     """One case's check and timing limits, scaled from what was measured (config.TimeoutPolicy)."""
 
     check_s: float
     timing_s: float
 
 
-class Timeouts(Model):
+class Timeouts(WireModel):
     """How long each phase may run before the supervisor kills the worker.
 
     ``check_s``/``timing_s`` hold for any case not in ``cases``; ``basis`` says where the limits
@@ -295,7 +295,7 @@ class Timeouts(Model):
         return self.basis
 
 
-class EvalRequest(Model):
+class EvalRequest(WireModel):
     """``kernel`` None: no candidate, only the vendors checked and timed (the baseline of a run
     without an initial kernel)."""
 

@@ -1,0 +1,225 @@
+"""The runner's logic on the CPU, through the fake device (tests/fake_device.py): staging input
+sets, guard bands, the per-launch audit, checked launches against the answer key, timing
+statistics and every status a case can end with. The kernels are compiled by NVRTC as for a GPU;
+what they do is a Python function registered under the kernel's name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cudaopt.harness.runner import Runner
+from cudaopt.wire.protocol import (
+    CaseSpec,
+    EvalRequest,
+    InitSpec,
+    InputSpec,
+    KernelSpec,
+    LaunchSpec,
+    OutputSpec,
+    ReferenceSpec,
+    TimingProtocol,
+)
+from tests.fake_device import FakeDevice
+
+SIGNATURE = 'extern "C" __global__ void relu(const float* x, float* y, int n)'
+SOURCE = SIGNATURE + " {\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] = fmaxf(x[i], 0.0f);\n}\n"
+REFERENCE = "import numpy as np\n\n\ndef relu(x, n):\n    return np.maximum(x, np.float32(0))\n"
+SIZES = [8, 8, 4]  # two pointers and an int
+PROTOCOL = TimingProtocol(warmup=2, iterations=10, chunk=4, checked_launches=2, seed=11)
+
+
+def case(name: str = "c", n: int = 1000, **extra) -> CaseSpec:
+    extra.setdefault("launch", LaunchSpec(grid=["cdiv(n, 256)"], block=[256]))
+    return CaseSpec(name=name, role="performance", seed=3, scalars={"n": n},
+                    inputs={"x": InputSpec(shape=["n"], init=InitSpec(dist="uniform", low=-1, high=1))},
+                    outputs={"y": OutputSpec(shape=["n"])}, **extra)
+
+
+def request(*cases: CaseSpec, source: str = SOURCE, reference: str = REFERENCE,
+            protocol: TimingProtocol = PROTOCOL) -> EvalRequest:
+    return EvalRequest(signature=SIGNATURE, kernel=KernelSpec(source=source, entry="relu"),
+                       cases=list(cases or [case()]), protocol=protocol,
+                       reference=ReferenceSpec(kind="py", source=reference, entry="relu", path="reference.py"))
+
+
+def relu(dev, launch, x, y, n, *, out=None):
+    """The honest kernel, with an optional change to what it writes (``out(x, y)``)."""
+    xs, ys = dev.view(x, np.float32, int(n)), dev.view(y, np.float32, int(n))
+    ys[:] = np.maximum(xs, 0)
+    if out is not None:
+        out(dev, xs, ys, int(x), int(y), int(n))
+
+
+def run(device: FakeDevice, req: EvalRequest | None = None, body=relu, duration_ms=0.02):
+    device.kernel("relu", body, SIZES, duration_ms)
+    return Runner(device).evaluate(req or request())
+
+
+@pytest.fixture
+def device():
+    return FakeDevice()
+
+
+def test_an_honest_kernel_passes_every_check_and_is_timed_as_scripted(device):
+    times = [0.030, 0.010, 0.020, 0.040]  # ms, cycled over every launch
+    result = run(device, duration_ms=lambda k: times[k % 4])
+    assert result.status == "ok", result.reason
+    (out,) = result.cases
+    checks = [(c.phase, c.input_set) for c in out.checks]
+    assert checks[:3] == [("check", 0), ("check", 2), ("check", 1)]  # the near duplicate right after set 0
+    assert [c.phase for c in out.checks[3:]] == ["timed", "timed"]  # the hidden checked launches
+    assert all(c.ok for c in out.checks)
+    # 3 checks and 2 warm-ups come first: the timed launches are launch numbers 5..14
+    timed = [times[k % 4] * 1000 for k in range(5, 15)]
+    assert out.timing.n == 10
+    assert out.timing.median_us == pytest.approx(float(np.median(timed)))
+    assert out.timing.min_us == pytest.approx(10.0) and out.timing.max_us == pytest.approx(40.0)
+    assert "gated queue" in out.timing.method and "L2 flushed" in out.timing.method
+    assert out.audit.launches_scanned == 12 and len(out.audit.checked_launches) == 2
+    assert device.flushes == 10 and device.gates_closed == 3  # one flush per timed launch, chunks of 4
+    assert device.wipes.poisons == 3 + 12  # before every launch of the candidate
+    assert tuple(out.launch.grid) == (4, 1, 1) and out.occupancy.blocks_per_sm == 8
+
+
+def test_the_answer_key_is_locked_whenever_the_candidate_runs(device):
+    seen = []
+    run(device, body=lambda dev, launch, *args: (seen.append(len(dev.locked)), relu(dev, launch, *args)))
+    assert seen and min(seen) == 3  # the three input sets' answers, each in its own locked mapping
+
+
+def test_a_wrong_answer_is_a_mismatch_that_names_the_element(device):
+    def off_by_one(dev, xs, ys, *_):
+        ys[7] += 1.0
+
+    result = run(device, body=lambda *a: relu(*a, out=off_by_one))
+    assert result.status == "mismatch"
+    bad = next(c for c in result.cases[0].checks if not c.ok)
+    assert bad.first_bad_index == [7] and bad.mismatches == 1 and bad.input_set == 0
+    assert "case c: y (input set 0, check): 1/1000 wrong" in result.reason
+
+
+def test_a_non_finite_output_fails_and_is_counted(device):
+    def nan(dev, xs, ys, *_):
+        ys[5] = np.nan
+
+    result = run(device, body=lambda *a: relu(*a, out=nan))
+    bad = next(c for c in result.cases[0].checks if not c.ok)
+    assert result.status == "mismatch" and bad.nan_count == 1 and bad.actual is None
+
+
+def test_a_write_past_the_end_lands_in_the_guard_band(device):
+    def past_the_end(dev, xs, ys, x, y, n):
+        dev.view(y + 4 * n, np.float32, 3)[:] = 0.0
+
+    result = run(device, body=lambda *a: relu(*a, out=past_the_end))
+    assert result.status == "guard_violation"
+    assert "y: wrote past the end (from byte 1 after the last element)" in result.reason
+
+
+def test_a_write_before_the_start_lands_in_the_guard_band(device):
+    def before(dev, xs, ys, x, y, n):
+        dev.view(y - 8, np.float32, 1)[:] = 0.0
+
+    result = run(device, body=lambda *a: relu(*a, out=before))
+    assert result.status == "guard_violation" and "y: wrote before the start (from byte 8" in result.reason
+
+
+def test_a_kernel_that_changes_its_input_is_caught(device):
+    def scribble(dev, xs, ys, *_):
+        xs[2] = 42.0
+
+    result = run(device, body=lambda *a: relu(*a, out=scribble))
+    assert result.status == "input_modified" and "x: 4 bytes changed, first in element 2" in result.reason
+
+
+def test_a_launch_that_skips_its_work_after_the_checks_is_caught_by_the_audit(device):
+    def lazy(dev, launch, x, y, n):
+        if dev.kernels["relu"].launches < 3:  # the three checked input sets, then nothing
+            relu(dev, launch, x, y, n)
+
+    result = run(device, body=lazy)
+    assert result.status == "mismatch"
+    assert "warm-up launch 0 left 1000 output elements unwritten" in result.reason
+
+
+def test_an_illegal_address_loses_the_context_and_the_later_cases(device):
+    def wild(dev, xs, ys, x, y, n):
+        dev.view(y + (1 << 24), np.float32, 1)[:] = 0.0
+
+    runner_result = run(device, request(case("first"), case("second", n=500)), body=lambda *a: relu(*a, out=wild))
+    first, second = runner_result.cases
+    assert first.status == "crashed" and "ILLEGAL_ADDRESS" in first.reason
+    assert second.status == "crashed" and second.reason == "not run: the GPU context was lost"
+    assert runner_result.status == "crashed"
+
+
+def test_a_gate_that_timed_out_is_said_in_the_method(device):
+    device.gate_times_out = True
+    result = run(device)
+    assert result.status == "ok"
+    assert "gate timed out in 3 chunk(s): host latency may be included" in result.cases[0].timing.method
+
+
+def test_a_time_under_the_speed_of_light_is_implausible(device):
+    # 8 MiB moved in 0.1 us is far beyond the fake's 4.8 TB/s
+    result = run(device, request(case(n=1 << 20, bytes="8 * n")), duration_ms=1e-4)
+    assert result.status == "implausible" and result.cases[0].roofline.floor_us > 0.1
+
+
+def test_a_reference_that_accepts_a_trivial_output_is_refused(device):
+    zeros = "import numpy as np\n\n\ndef relu(x, n):\n    return np.zeros_like(x)\n"
+    result = run(device, request(reference=zeros), body=lambda dev, launch, x, y, n: dev.view(
+        y, np.float32, int(n)).fill(0))
+    assert result.status == "non_discriminating"
+
+
+def test_a_launch_of_a_kernel_the_module_lacks_is_a_missing_entry(device):
+    req = request(case(launch=LaunchSpec(grid=["cdiv(n, 256)"], block=[256], entry="relu_fast")))
+    result = run(device, req)
+    assert result.status == "missing_entry" and "relu_fast" in result.reason
+
+
+def test_a_kernel_that_does_not_compile_never_reaches_the_device(device):
+    result = run(device, request(source=SIGNATURE + " { this is not C++ }\n"))
+    assert result.status == "compile_error" and device.kernels["relu"].launches == 0
+
+
+def test_an_argument_size_that_differs_from_the_signature_is_refused(device):
+    device.kernel("relu", relu, [8, 8, 8])
+    result = Runner(device).evaluate(request())
+    assert result.status == "bad_signature" and "argument sizes [8, 8, 8] != expected [8, 8, 4]" in result.reason
+
+
+def test_passing_buffers_are_kept_for_the_next_request_with_fresh_guards(device):
+    device.kernel("relu", relu, SIZES)
+    runner = Runner(device)
+    assert runner.evaluate(request()).status == "ok"
+    allocations = len(device.memory)
+    assert runner.evaluate(request()).status == "ok"
+    assert len(device.memory) == allocations  # the same buffers, the same answer key
+
+
+def test_a_kernel_wrong_only_while_timed_is_caught_by_the_hidden_checked_launches(device):
+    def wrong_when_timed(dev, launch, x, y, n):
+        relu(dev, launch, x, y, n)
+        if dev.kernels["relu"].launches >= 5:  # after the checks and the warm-ups: a plausible wrong answer
+            dev.view(y, np.float32, int(n))[:] = dev.view(x, np.float32, int(n))
+
+    result = run(device, body=wrong_when_timed)
+    bad = next(c for c in result.cases[0].checks if not c.ok)
+    assert result.status == "mismatch" and bad.phase == "timed" and bad.launch in result.cases[0].audit.checked_launches
+
+
+@pytest.mark.parametrize("implementation", ["cudaopt.harness.gpu:Gpu", "tests.fake_device:FakeDevice"])
+def test_the_real_device_and_the_fake_have_every_method_of_the_interface(implementation):
+    import importlib
+
+    from cudaopt.harness import device
+
+    module, name = implementation.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    for protocol in (device.Device,):
+        wanted = {n for n, v in vars(protocol).items() if callable(v) and not n.startswith("_")} | {"peaks"}
+        missing = sorted(n for n in wanted if not hasattr(cls, n) and n not in getattr(cls, "__dataclass_fields__", {}))
+        assert not missing, f"{implementation} lacks {missing}"

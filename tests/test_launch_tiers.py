@@ -209,3 +209,34 @@ def test_the_nested_form_still_resolves_and_writes_as_before():
     assert LaunchSpec(**plain).to_data() == plain
     nested = LaunchSpec(entry="'a' if n > 4 else 'b'", grid=["n if n > 4 else 1"], block=[32])
     assert resolve_launch(nested, {"n": 8}).entry == "a" and resolve_launch(nested, {"n": 2}).grid == (1, 1, 1)
+
+
+def _answer(launch: dict, tunables: dict | None = None) -> str:
+    source = ('extern "C" __global__ void matmul_f32(const float* a, const float* b, float* c, int m, int n, int k) {}\n'
+              'extern "C" __global__ void matmul_f32_wide(const float* a, const float* b, float* c, int m, int n, int k) {}\n')
+    block = {"launch": launch, **({"tunables": tunables} if tunables else {})}
+    return f"```cuda\n{source}```\n```json\n{json.dumps(block)}\n```"
+
+
+def test_a_proposal_may_give_its_launch_as_a_tier_table(sgemm):
+    from cudaopt.agent.proposal import ProposalError, parse
+
+    table = {"let": {"wide": "n >= 4 * m"}, "size": ["n", "m"],
+             "tiers": [{"name": "wide", "when": "wide", "entry": "matmul_f32_wide", "block": ["B"], "tile": ["B", 8]},
+                       {"name": "square", "block": [16, 16], "tile": [16, 16]}]}
+    proposal = parse(_answer(table, {"B": [64, 128]}), sgemm.signature, sgemm.cases(), allow_tunables=True)
+    assert [t.name for t in proposal.launch.tiers] == ["wide", "square"] and len(proposal.configurations) == 2
+    holdout = next(c for c in sgemm.cases() if c.name.startswith("holdout-96x3072"))
+    launch = resolve_launch(proposal.launch, candidate_names(holdout.scalars, {"B": 64}, {"num_sms": 132}))
+    assert (launch.entry, launch.grid, launch.block, launch.tier) == ("matmul_f32_wide", (48, 12, 1), (64, 1, 1), "wide")
+    table["tiers"][0]["entry"] = "matmul_f32_gone"  # a kernel the source lacks, in a tier no case may take
+    table["let"]["wide"] = "n >= 1000 * m"
+    with pytest.raises(ProposalError, match=r"tiers\[0\]\.entry.*matmul_f32_gone"):
+        parse(_answer(table, {"B": [64, 128]}), sgemm.signature, sgemm.cases(), allow_tunables=True)
+    table["tiers"][0]["entry"] = "matmul_f32_wide"
+    table["tiers"][1]["block"] = ["C * 16"]
+    with pytest.raises(ProposalError, match=r"tiers\[1\]\.block\[0\].*unknown name 'C'"):
+        parse(_answer(table, {"B": [64, 128]}), sgemm.signature, sgemm.cases(), allow_tunables=True)
+    with pytest.raises(ProposalError, match=r"bad field 'launch'.*only the last tier may omit"):
+        parse(_answer({"size": ["n"], "tiers": [{"block": [1], "tile": [1]}, {"block": [1], "tile": [1]}]}),
+              sgemm.signature, sgemm.cases())

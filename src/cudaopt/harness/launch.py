@@ -17,9 +17,9 @@ from collections.abc import Iterable, Mapping
 
 from . import expr
 from .protocol import KernelSpec, LaunchSpec
-from .tiers import LaunchError, choose_tier
 from .results import DeviceInfo, ResolvedLaunch
 from .signature import C_TYPES, Signature
+from .tiers import LaunchError, choose_tier
 
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 _RESERVED_WORDS = {word for c_type in C_TYPES for word in c_type.split()} | {
@@ -60,10 +60,11 @@ def resolve_launch(spec: LaunchSpec, names: Mapping) -> ResolvedLaunch:
         if written is None:  # the tier's grid: the problem's size in tiles
             tiles = [evaluated(f"tile[{d}]", text) for d, text in enumerate(tier.tile)]
             sizes = [(f"size[{d}]", text) for d, text in enumerate(spec.size)]
-            for d, tile in enumerate(tiles):
+            for d, (text, tile) in enumerate(zip(tier.tile, tiles, strict=True)):
                 if tile < 1:
-                    raise tier.error(f"{tier.tile[d]!r} gives {tile}: a tile must be at least 1", f"tile[{d}]")
-            dims[label] = [-(-evaluated_size(field, text, scope) // tile)
+                    said = f"{tile}" if isinstance(text, (int, float)) else f"{text!r} gives {tile}"
+                    raise tier.error(f"{said}: a tile must be at least 1", f"tile[{d}]")
+            dims[label] = [-(-_size(field, text, scope) // tile)
                            for (field, text), tile in zip(sizes, tiles, strict=True)]
             written = tier.grid_text(spec.size)
         else:
@@ -86,7 +87,8 @@ def resolve_launch(spec: LaunchSpec, names: Mapping) -> ResolvedLaunch:
     return ResolvedLaunch(grid=pad(grid), block=pad(block), shared_bytes=shared, entry=entry, tier=tier.name)
 
 
-def evaluated_size(field: str, text, scope: Mapping) -> int:
+def _size(field: str, text, scope: Mapping) -> int:
+    """One of the launch's ``size`` (shared by its tiers, so its errors name no tier)."""
     try:
         return expr.evaluate_int(text, scope)
     except expr.ExprError as exc:

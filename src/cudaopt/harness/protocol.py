@@ -14,7 +14,15 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from . import expr
 
@@ -159,19 +167,27 @@ class LaunchSpec(Model):
     ``tiers`` is tried in order (the first whose ``when`` holds is taken) and ``size`` gives
     the problem's extents that a tier's ``tile`` divides into its grid."""
 
-    grid: list[Expr] | None = Field(None, min_length=1, max_length=3)
-    block: list[Expr] | None = Field(None, min_length=1, max_length=3)
-    shared_bytes: Expr = 0
-    entry: str | None = Field(None, min_length=1)
+    # the table's parts come first so that grid and block know whether they may be left out
     let: dict[str, Expr] | None = None
     size: list[Expr] | None = Field(None, min_length=1, max_length=3)
     tiers: list[LaunchTier] | None = Field(None, min_length=1)
+    grid: list[Expr] | None = Field(None, min_length=1, max_length=3, validate_default=True)
+    block: list[Expr] | None = Field(None, min_length=1, max_length=3, validate_default=True)
+    shared_bytes: Expr = 0
+    entry: str | None = Field(None, min_length=1)
 
     @model_serializer(mode="wrap")
     def _without_unset(self, handler):
         return _drop_unset(handler(self), ("grid", "block", "let", "size", "tiers"))
 
     _listify = field_validator("grid", "block", "size", mode="before")(_dims)
+
+    @field_validator("grid", "block")
+    @classmethod
+    def _needed(cls, value: list[Expr] | None, info: ValidationInfo) -> list[Expr] | None:
+        if value is None and "tiers" in info.data and info.data["tiers"] is None:
+            raise ValueError("Field required (or give tiers)")
+        return value
 
     @field_validator("let")
     @classmethod
@@ -195,8 +211,6 @@ class LaunchSpec(Model):
         if self.entry is not None:
             expr.check_name(self.entry)
         if self.tiers is None:
-            if self.grid is None or self.block is None:
-                raise ValueError(f"a launch needs {'a grid' if self.grid is None else 'a block'} (or tiers)")
             if self.size is not None:
                 raise ValueError("size is divided by the tiers' tiles: give tiers, or drop size")
             return self

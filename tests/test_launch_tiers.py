@@ -144,6 +144,8 @@ def test_resolution_errors_name_the_tier_and_field():
     ({"size": ["n"], "tiers": [{"block": ["'k'"], "tile": [1]}]}, "only numeric constants"),
     ({"size": ["n"], "tiers": [{"name": "t", "block": [1], "tile": [1]}, {"name": "t", "block": [1], "tile": [1]}]},
      "only the last tier"),
+    ({"size": ["n"], "tiers": [{"when": "n > 1", "block": [1], "tile": [1]}] * 17}, "at most 16 items"),
+    ({"let": {f"v{i}": i for i in range(33)}, "grid": [1], "block": [1]}, "at most 32 items"),
     ({"size": ["n"], "tiers": [{"name": "t", "when": "1", "block": [1], "tile": [1]},
                                {"name": "t", "block": [1], "tile": [1]}]}, "two tiers are named 't'"),
 ])

@@ -14,15 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationInfo,
-    field_validator,
-    model_serializer,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from . import expr
 
@@ -138,12 +130,7 @@ class LaunchTier(Model):
 
     _listify = field_validator("block", "tile", "grid", mode="before")(_dims)
 
-    @field_validator("when")
-    @classmethod
-    def _when(cls, value: str | None) -> str | None:
-        if value is not None:
-            expr.parse(value)
-        return value
+    _when = field_validator("when")(lambda value: check_exprs([value])[0])
 
     @model_validator(mode="after")
     def _check(self) -> LaunchTier:
@@ -168,9 +155,9 @@ class LaunchSpec(Model):
     the problem's extents that a tier's ``tile`` divides into its grid."""
 
     # the table's parts come first so that grid and block know whether they may be left out
-    let: dict[str, Expr] | None = None
+    let: dict[str, Expr] | None = Field(None, max_length=32)  # bounded: a proposal's too
     size: list[Expr] | None = Field(None, min_length=1, max_length=3)
-    tiers: list[LaunchTier] | None = Field(None, min_length=1)
+    tiers: list[LaunchTier] | None = Field(None, min_length=1, max_length=16)
     grid: list[Expr] | None = Field(None, min_length=1, max_length=3, validate_default=True)
     block: list[Expr] | None = Field(None, min_length=1, max_length=3, validate_default=True)
     shared_bytes: Expr = 0

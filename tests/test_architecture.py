@@ -35,7 +35,7 @@ PACKAGE_LAYERS = {
     "wire": [
         {"expr", "signature"},  # the two small languages: expressions, C signatures
         {"protocol"},  # requests, and WireModel, the base of every wire and file type
-        {"results"},  # what comes back
+        {"results", "tiers"},  # what comes back; a tier table chosen for one case
         {"launch", "messages", "stats"},  # a launch resolved, the worker's messages, statistics
     ],
     "harness": [

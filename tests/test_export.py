@@ -15,7 +15,8 @@ import pytest
 from cudaopt.agent.model import ModelSettings
 from cudaopt.errors import ExperimentError
 from cudaopt.exporter import files, from_flags, from_run, write
-from cudaopt.wire import expr
+from cudaopt.wire.launch import resolve_launch
+from cudaopt.wire.tiers import unknown_name
 from cudaopt.optimize import Options, start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs
 from cudaopt.winner.verify import verify
@@ -74,7 +75,8 @@ def test_the_torch_module_from_the_winner_imports_without_a_gpu_and_launches_as_
 
     src = from_run(verified)
     launch = json.loads((verified / "best-launch.json").read_text())
-    assert src.launch.entry == launch["entry"] and "BM" not in json.dumps(launch)  # tunables baked in
+    assert {**src.launch.to_data(), "schema_version": 1} == launch
+    assert unknown_name(src.launch, {"m", "n", "k", "num_sms"}) is None  # the tunables are baked in
     (path,) = write(src, "torch", tmp_path)
     text = path.read_text()
     assert "verify: passed" in text and src.provenance.lock["lock"] in text and "Scripted GPU" in text
@@ -83,10 +85,8 @@ def test_the_torch_module_from_the_winner_imports_without_a_gpu_and_launches_as_
     assert module.KERNEL_SOURCE == (verified / "best.cu").read_text()
     for m, n, k, sms in [(4096, 4096, 4096, 132), (16, 16, 16, 132), (515, 261, 1031, 132), (96, 3072, 1536, 108)]:
         names = {"m": m, "n": n, "k": k, "num_sms": sms}
-        entry, grid, block, shared = module.launch_config(m, n, k, sms)
-        assert entry == expr.evaluate_name(launch["entry"], names)
-        assert grid == tuple(expr.evaluate_int(g, names) for g in launch["grid"]) + (1,)
-        assert block[0] == expr.evaluate_int(launch["block"][0], names)
+        want = resolve_launch(src.launch, names)
+        assert module.launch_config(m, n, k, sms) == (want.entry, want.grid, want.block, want.shared_bytes)
     assert module.shapes(3, 5, 4) == {"a": (3, 4), "b": (4, 5), "c": (3, 5)}
     a, b = torch.ones(3, 4), torch.ones(4, 5)
     with pytest.raises(ValueError, match="a is on cpu; the kernel takes CUDA tensors"):

@@ -111,50 +111,6 @@ def _example_launch(m, n, k, sms, config):
                                                                     {"num_sms": sms}))
 
 
-def test_each_kernel_the_example_launches_gets_the_grid_and_block_of_its_tier():
-    """experiment.json picks one of tunable.cu's kernels per shape and sizes grid and block for
-    it: on every shape and configuration the grid must cover C with that kernel's tile and the
-    block must be its thread count, within its launch bounds. The tiles, thread counts and bounds
-    are read from the source, so a change to either file that breaks the pairing fails here."""
-    import random
-    import re
-
-    from cudaopt.wire.expr import evaluate
-
-    source = (SGEMM / "tunable.cu").read_text()
-    tiers = {name: (kind, re.findall(r"[^,<>]+", args)) for name, kind, args in
-             re.findall(r"using (\w+) = (\w+)Tier<([^;]*)>;", source)}
-    kernels = {name: (bound, tier) for bound, name, tier in re.findall(
-        r'extern "C" __global__ void __launch_bounds__\((\d+)[^)]*\)\s*(\w+)\(.*?(?:staged|async|direct)_gemm<(\w+)>',
-        source, re.DOTALL)}
-    assert sorted(kernels) == ["matmul_f32", "matmul_f32_direct", "matmul_f32_medium", "matmul_f32_small",
-                               "matmul_f32_tiny"]
-
-    def tile(tier, config):  # rows, cols and threads of a tier: TM x TN outputs per thread, or one
-        kind, args = tiers[tier]
-        if kind == "Direct":
-            rows, cols = (int(evaluate(a.strip(), config)) for a in args)
-            return rows, cols, rows * cols
-        rows, cols, _, tm, tn = (int(evaluate(a.strip(), config)) for a in args[:5])
-        return rows, cols, (rows // tm) * (cols // tn)
-
-    rng = random.Random(7)
-    shapes = [(rng.choice([1, 8, 31, 64, 100, 512, 777, 2048, 5000, 32768]), rng.randint(1, 9000),
-               rng.choice([1, 7, 64, 1000])) for _ in range(300)]
-    configs = _example_tuning().space.configurations()
-    seen = set()
-    for config in (configs[0], configs[-1]):
-        for sms in (16, 108, 132):
-            for m, n, k in shapes + [(n, m, k) for m, n, k in shapes]:
-                launch = _example_launch(m, n, k, sms, config)
-                bound, tier = kernels[launch.entry]
-                rows, cols, threads = tile(tier, config)
-                assert launch.grid[:2] == (-(-n // cols), -(-m // rows)), (m, n, sms, config)
-                assert launch.block == (threads, 1, 1) and threads <= int(bound), (m, n, sms, config)
-                seen.add(launch.entry)
-    assert seen == set(kernels)
-
-
 def test_space_from_a_kernel_comment_block():
     source = '/* cudaopt-tune {"tunables": {"B": [64, 128]}, "launch": {"grid": ["cdiv(n, B)"], "block": ["B"]}} */\n'
     space = from_source(source + 'extern "C" __global__ void f(float* x, int n) {}')

@@ -20,6 +20,7 @@ from .wire import expr
 from .wire.launch import DEVICE_NAMES, NOMINAL_DEVICE, LaunchError, resolve_launch
 from .wire.protocol import CaseSpec, LaunchSpec
 from .wire.signature import Signature, SignatureError, find_entry, other_entry_problem
+from .wire.tiers import choose_tier, unknown_name
 
 # Limits every CUDA GPU of compute capability 5.0 or later shares.
 MAX_THREADS_PER_BLOCK = 1024
@@ -150,27 +151,38 @@ def check_launch(path: Path, field: str, launch: LaunchSpec, case: CaseSpec, nam
     names is declared there."""
     scope = {**(names or {}), **(device or NOMINAL_DEVICE), **case.scalars}
     sep = "." if field else ""
+    unknown = unknown_name(launch, set(scope))  # every tier's expressions, not only the one this case takes
+    if unknown:
+        raise ExperimentError(path, f"{field}{sep}{unknown[0]}", f"case {case.name!r}: {unknown[1]}")
     try:
         resolved = resolve_launch(launch, scope)
+        tier = choose_tier(launch, scope)[0]
     except LaunchError as exc:
         raise ExperimentError(path, f"{field}{sep}{exc.field}", f"case {case.name!r}: {exc}") from None
-    for label, values, dims, limits in (("grid", launch.grid, resolved.grid, MAX_GRID),
-                                        ("block", launch.block, resolved.block, MAX_BLOCK)):
+    where = f"{field}{sep}" + ("" if tier.index is None else f"tiers[{tier.index}].")
+    grid = tier.grid if tier.grid is not None else tier.grid_text(launch.size or [])
+    for label, values, dims, limits in (("grid", grid, resolved.grid, MAX_GRID),
+                                        ("block", tier.block, resolved.block, MAX_BLOCK)):
         for d, text in enumerate(values):
             if dims[d] > limits[d]:
                 said = f"{dims[d]}" if isinstance(text, (int, float)) else f"{text!r} gives {dims[d]}"
-                raise ExperimentError(path, f"{field}{sep}{label}[{d}]", f"case {case.name!r}: {said}, above the "
+                raise ExperimentError(path, f"{where}{label}[{d}]", f"case {case.name!r}: {said}, above the "
                                       f"{limits[d]} every GPU allows in {label} dimension {d}")
     if resolved.shared_bytes > max_shared:
-        raise ExperimentError(path, f"{field}{sep}shared_bytes", f"case {case.name!r}: {resolved.shared_bytes} bytes "
+        raise ExperimentError(path, f"{where}shared_bytes", f"case {case.name!r}: {resolved.shared_bytes} bytes "
                                                                  f"of dynamic shared memory, above the {max_shared} "
                                                                  "a block may have")
     if kernel is not None:
         problem = other_entry_problem(kernel[0], resolved.entry, kernel[1])
         if problem:
-            raise ExperimentError(path, f"{field}{sep}entry", f"case {case.name!r}: {problem}")
+            raise ExperimentError(path, f"{where}entry", f"case {case.name!r}: {problem}")
+        for i, other in enumerate(launch.tiers or []):  # the kernels of tiers this case does not take
+            plain = other.entry.strip() if other.entry and expr.IDENTIFIER.fullmatch(other.entry.strip()) else None
+            problem = plain and other_entry_problem(kernel[0], plain, kernel[1])
+            if problem:
+                raise ExperimentError(path, f"{field}{sep}tiers[{i}].entry", problem)
     if resolved.threads > MAX_THREADS_PER_BLOCK:
-        raise ExperimentError(path, f"{field}{sep}block", f"case {case.name!r}: block {list(resolved.block)} "
+        raise ExperimentError(path, f"{where}block", f"case {case.name!r}: block {list(resolved.block)} "
                                                           f"({resolved.threads} threads) exceeds the "
                                                           f"{MAX_THREADS_PER_BLOCK} threads a block may have")
 

@@ -32,6 +32,7 @@ work for every shape, including shapes you have not seen.
 kernel, so a path that needs few registers can run at a higher occupancy in a kernel of its own). \
 "entry" in the launch configuration names the one a case launches: a name, or quoted names \
 chosen by conditionals, e.g. "'small_tiles' if m * n < 1048576 else '{entry}'"; by default {entry}.
+- When the kernels' paths differ in tile and block, write the launch as a table instead of grid and block: {{"let": {{"fills": "cdiv(m, 128) * cdiv(n, 128) >= num_sms"}}, "size": ["n", "m"], "tiers": [{{"name": "large", "when": "fills", "entry": "big_tiles", "block": [256], "tile": [128, 128]}}, {{"name": "small", "entry": "{entry}", "block": [64], "tile": [32, 32]}}]}}: lets name values over the scalars and earlier lets, the first tier whose "when" holds is taken (only the last may omit it), and its grid is cdiv(size[i], tile[i]) unless it gives "grid".
 - You may call the gpu_info tool to read the GPU's properties.
 
 Answer with exactly two fenced blocks and nothing else required:

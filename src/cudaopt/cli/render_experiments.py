@@ -42,7 +42,8 @@ def evaluation_table(evaluation: Evaluation) -> Table:
         ]
         for i in range(len(labels)):
             cells += _vendor_cells(case, i)
-        kernel = [(case.launch.entry if case.launch else None) or "(the entry)"] if kernels else []
+        tier = f" ({case.launch.tier})" if case.launch and case.launch.tier else ""  # a tier table's row
+        kernel = [((case.launch.entry if case.launch else None) or "(the entry)") + tier] if kernels else []
         table.add_row(*cells, regs, spills, *kernel)
     if labels:
         notes = [f"{c.name}: {v.label + ': ' if len(labels) > 1 else ''}{v.status}: {' '.join(v.reason.split())}"

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from ..wire.launch import DEVICE_NAMES, NOMINAL_DEVICE
 from ..wire.signature import C_TYPES
-from .lower import c_helpers, entry_to_c, to_c_int
+from .launch_code import c_launch
+from .lower import c_helpers
 from .source import ExportSource
 
 
@@ -38,14 +39,10 @@ def header(src: ExportSource) -> str:
 def source(src: ExportSource) -> str:
     sig = src.signature
     types = {a.name: "i" if a.dtype in _INTS else "f" for a in sig.scalars} | {n: "i" for n in DEVICE_NAMES}
-    launch = src.launch
     kernels = {name: name for name in src.kernels}
-    dims = lambda exprs: [to_c_int(e, types) for e in exprs] + ["1LL"] * (3 - len(exprs))
-    grid, block = dims(launch.grid), dims(launch.block)
-    shared = to_c_int(launch.shared_bytes, types)
-    entry = entry_to_c(launch.entry, types, kernels) if launch.entry else src.entry
     params = ", ".join([a.c_decl() for a in sig.args] + ["cudaStream_t stream"])
     pointer = f"void (*kernel)({', '.join(_type_of(a) for a in sig.args)})"
+    launch = c_launch(src.launch, types, kernels, src.entry, pointer)
     num_sms = NOMINAL_DEVICE["num_sms"]
     defines = []
     if "CUDAOPT_NUM_SMS" in src.source:
@@ -59,15 +56,13 @@ def source(src: ExportSource) -> str:
         *defines, "", "// ---- the kernel (best.cu) ----", src.source.rstrip(), "// ---- end of the kernel ----", "",
         f'#include "{sig.name}.h"', "#include <math.h>", "#include <stdlib.h>", "",
         "// Python's integer and float rules for the launch expressions (an error sets *bad).",
-        c_helpers("\n".join([*grid, *block, shared, entry])), "",
+        c_helpers("\n".join(launch)), "",
         f'extern "C" cudaError_t launch_{sig.name}({params})', "{",
         "    int bad = 0;", "    int device = 0, sms = 0;",
         "    cudaError_t err = cudaGetDevice(&device);", "    if (err != cudaSuccess) return err;",
         "    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);",
         "    if (err != cudaSuccess) return err;", "    long long num_sms = sms;", "    (void)num_sms;",
-        *[f"    long long grid_{i} = {g};" for i, g in enumerate(grid)],
-        *[f"    long long block_{i} = {b};" for i, b in enumerate(block)],
-        f"    long long shared_bytes = {shared};", f"    {pointer} = {entry};",
+        *launch,
         "    if (bad || grid_0 < 1 || grid_1 < 1 || grid_2 < 1 || block_0 < 1 || block_1 < 1 || block_2 < 1",
         "        || grid_0 > 2147483647LL || grid_1 > 65535LL || grid_2 > 65535LL",
         "        || block_0 * block_1 * block_2 > 1024LL",

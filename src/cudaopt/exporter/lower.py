@@ -39,6 +39,13 @@ def _as_int(value, what):
             raise ValueError(f"{what} evaluates to {value}, not an integer")
         return int(value)
     return int(value) if isinstance(value, (int, bool)) else value  # a SymInt under torch.compile stays one
+
+
+def _tile(value, what):
+    value = _as_int(value, what)
+    if value < 1:
+        raise ValueError(f"{what} is {value}: a tile must be at least 1")
+    return value
 '''
 
 _PY_CALLS = {"cdiv": "_cdiv", "round_up": "_round_up", "min": "min", "max": "max", "abs": "abs", "int": "int",
@@ -117,6 +124,10 @@ static inline long long co_ipow(long long a, long long b, int* bad) {
 static inline long long co_cdiv(long long a, long long b, int* bad) {
     return -co_floordiv(-a, b, bad);
 }
+static inline long long co_tile(long long a, int* bad) {
+    if (a < 1) { *bad = 1; return 1; }
+    return a;
+}
 static inline long long co_round_up(long long a, long long b, int* bad) {
     return co_cdiv(a, b, bad) * b;
 }
@@ -156,30 +167,34 @@ _C_COMPARE = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt:
 _C_ARITH = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
 
 
-def to_c(text: str | int | float, types: Mapping[str, str], *, bad: str = "&bad") -> tuple[str, str]:
+def to_c(text: str | int | float, types: Mapping[str, str], *, bad: str = "&bad",
+         rename: Mapping[str, str] | None = None) -> tuple[str, str]:
     """C source for one expression and its type (``"i"``: long long, ``"f"``: double). ``types``
-    gives each name's type; errors set ``*bad``."""
+    gives each name's type, ``rename`` the C variable of a name that is not its own (a let's);
+    errors set ``*bad``."""
     if isinstance(text, bool):
         raise LowerError("booleans are not numbers here")
     if isinstance(text, int):
         return f"{text}LL", "i"
     if isinstance(text, float):
         return repr(text), "f"
-    return _C(text, types, bad).node(expr.parse(text).body)
+    return _C(text, types, bad, rename).node(expr.parse(text).body)
 
 
-def to_c_int(text: str | int | float, types: Mapping[str, str], *, bad: str = "&bad") -> str:
+def to_c_int(text: str | int | float, types: Mapping[str, str], *, bad: str = "&bad",
+             rename: Mapping[str, str] | None = None) -> str:
     """C for an expression that must be an integer (a dimension): a double is checked integral."""
-    code, kind = to_c(text, types, bad=bad)
+    code, kind = to_c(text, types, bad=bad, rename=rename)
     return code if kind == "i" else f"co_to_int({code}, {bad})"
 
 
-def entry_to_c(text: str, types: Mapping[str, str], kernels: Mapping[str, str], *, bad: str = "&bad") -> str:
+def entry_to_c(text: str, types: Mapping[str, str], kernels: Mapping[str, str], *, bad: str = "&bad",
+               rename: Mapping[str, str] | None = None) -> str:
     """C choosing a kernel: the function named by ``text``, or its conditionals over quoted names;
     ``kernels`` maps each name the source declares to the C expression of its function."""
     if text.strip().isidentifier():
         return _kernel(text.strip(), kernels, text)
-    helper = _C(text, types, bad)
+    helper = _C(text, types, bad, rename)
 
     def choose(node: ast.AST) -> str:
         if isinstance(node, ast.IfExp):
@@ -196,8 +211,8 @@ def _kernel(name: str, kernels: Mapping[str, str], text: str) -> str:
 
 
 class _C:
-    def __init__(self, text: str, types: Mapping[str, str], bad: str):
-        self.text, self.types, self.bad = text, types, bad
+    def __init__(self, text: str, types: Mapping[str, str], bad: str, rename: Mapping[str, str] | None = None):
+        self.text, self.types, self.bad, self.rename = text, types, bad, rename or {}
 
     def cond(self, node: ast.AST) -> str:
         code, kind = self.node(node)
@@ -210,8 +225,8 @@ class _C:
             if node.id not in self.types:
                 raise LowerError(f"{self.text!r} uses {node.id!r}, which is neither a scalar of the signature nor "
                                  f"a fact of the GPU ({', '.join(sorted(self.types))})")
-            kind = self.types[node.id]
-            return (f"((long long){node.id})", "i") if kind == "i" else (f"((double){node.id})", "f")
+            kind, name = self.types[node.id], self.rename.get(node.id, node.id)
+            return (f"((long long){name})", "i") if kind == "i" else (f"((double){name})", "f")
         if isinstance(node, ast.UnaryOp):
             code, kind = self.node(node.operand)
             if isinstance(node.op, ast.Not):

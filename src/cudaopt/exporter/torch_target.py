@@ -18,6 +18,7 @@ from ..harness.host_headers import HEADERS, PRELUDE_NAME
 from ..harness.nvrtc_build import HEADER_LIBS
 from ..wire.launch import DEVICE_NAMES
 from ..wire.protocol import Expr
+from .launch_code import python_launch_config
 from .lower import PY_HELPERS, py_name, to_python
 from .source import ExportSource
 
@@ -248,11 +249,6 @@ def generate(src: ExportSource) -> str:
     def shape_code(exprs: list[Expr]) -> str:
         return _tuple([f'_as_int({to_python(e, names)}, "shape")' for e in exprs])
 
-    launch = src.launch
-    grid = [f'_as_int({to_python(g, names)}, "grid[{i}]")' for i, g in enumerate(launch.grid)]
-    block = [f'_as_int({to_python(b, names)}, "block[{i}]")' for i, b in enumerate(launch.block)]
-    pad = lambda dims: _tuple(dims + ["1"] * (3 - len(dims)))
-    entry_code = to_python(launch.entry, names, entry=True) if launch.entry else repr(src.entry)
     lines = [f'"""{name}: a kernel verified by cudaopt, as the PyTorch operator cudaopt::{name}.', "",
              *[f"{line}" for line in src.provenance.lines()], "", "Use:", f"    import this module; "
              f"{name}({', '.join(a.name for a in sig.inputs)}) returns "
@@ -266,15 +262,7 @@ def generate(src: ExportSource) -> str:
              f"KERNEL_SOURCE = {_literal(src.source)}", f"HEADER_LIBS = {HEADER_LIBS!r}",
              f"PRELUDE_NAME = {PRELUDE_NAME!r}", f"HOST_HEADERS = {HEADERS!r}", PY_HELPERS, _RUNTIME]
     params = ", ".join([*sp, *facts])
-    lines += ["", f"def launch_config({params}):",
-              '    """The kernel, grid, block and dynamic shared bytes for these scalars (the exported launch)."""',
-              f"    _entry = {entry_code}",
-              f"    _grid = {pad(grid)}", f"    _block = {pad(block)}",
-              f'    _shared = _as_int({to_python(launch.shared_bytes, names)}, "shared_bytes")',
-              "    if min(_grid) < 1 or min(_block) < 1 or _shared < 0:",
-              '        raise ValueError(f"{ENTRY}: launch grid={_grid} block={_block} shared_bytes={_shared} is not '
-              'usable for these scalars")',
-              "    return _entry, _grid, _block, _shared", "",
+    lines += ["", *python_launch_config(src.launch, names, src.entry, params), "",
               f"def shapes({', '.join(sp)}):", '    """Every tensor argument\'s shape for these scalars."""',
               "    return {" + ", ".join(f"{a.name!r}: {shape_code(shapes[a.name])}" for a in pointers) + "}", ""]
     lines += _op_code(src, sp, inferred)

@@ -14,7 +14,8 @@ def bake(source: str, defines: dict) -> str:
 
 
 def bake_launch(launch: dict, defines: dict) -> dict:
-    """Launch expressions with tunable names replaced by their values."""
+    """Launch expressions with tunable names replaced by their values (in lets and tiers too;
+    names of lets and tiers stay as they are)."""
     def sub(value):
         if not isinstance(value, str):
             return value
@@ -24,4 +25,9 @@ def bake_launch(launch: dict, defines: dict) -> dict:
                 parts[i] = re.sub(rf"\b{re.escape(name)}\b", str(val), parts[i])
         return "".join(parts)
 
-    return {key: ([sub(v) for v in val] if isinstance(val, list) else sub(val)) for key, val in launch.items()}
+    def baked(value):
+        if isinstance(value, dict):
+            return {key: (val if key == "name" else baked(val)) for key, val in value.items()}
+        return [baked(v) for v in value] if isinstance(value, list) else sub(value)
+
+    return baked(launch)

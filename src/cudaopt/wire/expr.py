@@ -67,7 +67,7 @@ _COMPARE = {
 }
 _LIMIT = 2**63
 _MAX_LENGTH = 500
-_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+_IDENTIFIER = IDENTIFIER = re.compile(r"[A-Za-z_]\w*")  # a kernel name
 
 
 def parse(text: str, names: bool = False) -> ast.Expression:
@@ -80,9 +80,9 @@ def parse(text: str, names: bool = False) -> ast.Expression:
     return _parse(text, names)
 
 
-def names_in(text: str) -> set[str]:
-    """The names an expression uses (function names excluded)."""
-    tree = parse(text)
+def names_in(text: str, names: bool = False) -> set[str]:
+    """The names an expression (a kernel name's, with ``names``) uses, function names excluded."""
+    tree = parse(text, names)
     called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in called}
 

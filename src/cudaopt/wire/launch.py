@@ -19,6 +19,7 @@ from . import expr
 from .protocol import KernelSpec, LaunchSpec
 from .results import DeviceInfo, ResolvedLaunch
 from .signature import C_TYPES, Signature
+from .tiers import LaunchError, choose_tier
 
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 _RESERVED_WORDS = {word for c_type in C_TYPES for word in c_type.split()} | {
@@ -43,41 +44,55 @@ def device_defines(spec: KernelSpec, device: Mapping) -> KernelSpec:
     return spec.model_copy(update={"defines": {**spec.defines, **extra}})
 
 
-class LaunchError(ValueError):
-    """A launch that cannot be used; ``field`` names the part at fault (``grid[1]``, ``shared_bytes``)."""
-
-    def __init__(self, message: str, field: str):
-        super().__init__(message)
-        self.field = field
-
-
 def resolve_launch(spec: LaunchSpec, names: Mapping) -> ResolvedLaunch:
-    """Evaluate grid, block, shared bytes and the entry; raise :class:`LaunchError` on anything unusable."""
+    """Evaluate the lets, pick the tier, then grid, block, shared bytes and the entry; raise
+    :class:`LaunchError` on anything unusable (naming the tier, when the launch has tiers)."""
+    tier, scope = choose_tier(spec, names)
+
     def evaluated(field: str, text, evaluate=expr.evaluate_int):
         try:
-            return evaluate(text, names)
+            return evaluate(text, scope)
         except expr.ExprError as exc:
-            raise LaunchError(str(exc), field) from None
+            raise tier.error(str(exc), field) from None
 
     dims = {}
-    for label, written in (("grid", spec.grid), ("block", spec.block)):
-        if not 1 <= len(written) <= 3:
-            raise LaunchError(f"{label} needs 1 to 3 dimensions, got {len(written)}", label)
-        dims[label] = [evaluated(f"{label}[{d}]", text) for d, text in enumerate(written)]
+    for label, written in (("grid", tier.grid), ("block", tier.block)):
+        if written is None:  # the tier's grid: the problem's size in tiles
+            tiles = [evaluated(f"tile[{d}]", text) for d, text in enumerate(tier.tile)]
+            sizes = [(f"size[{d}]", text) for d, text in enumerate(spec.size)]
+            for d, (text, tile) in enumerate(zip(tier.tile, tiles, strict=True)):
+                if tile < 1:
+                    said = f"{tile}" if isinstance(text, (int, float)) else f"{text!r} gives {tile}"
+                    raise tier.error(f"{said}: a tile must be at least 1", f"tile[{d}]")
+            dims[label] = [-(-_size(field, text, scope) // tile)
+                           for (field, text), tile in zip(sizes, tiles, strict=True)]
+            written = tier.grid_text(spec.size)
+        else:
+            if not 1 <= len(written) <= 3:
+                raise tier.error(f"{label} needs 1 to 3 dimensions, got {len(written)}", label)
+            dims[label] = [evaluated(f"{label}[{d}]", text) for d, text in enumerate(written)]
         for d, (text, value) in enumerate(zip(written, dims[label], strict=True)):
             if value < 1:
                 said = f"{value}" if isinstance(text, (int, float)) else f"{text!r} gives {value}"
-                raise LaunchError(f"{said}: a launch dimension must be at least 1", f"{label}[{d}]")
+                raise tier.error(f"{said}: a launch dimension must be at least 1", f"{label}[{d}]")
     grid, block = dims["grid"], dims["block"]
-    shared = evaluated("shared_bytes", spec.shared_bytes)
+    shared = evaluated("shared_bytes", tier.shared_bytes)
     if shared < 0:
-        raise LaunchError(f"shared_bytes {shared} is negative", "shared_bytes")
-    entry = evaluated("entry", spec.entry, expr.evaluate_name) if spec.entry is not None else None
+        raise tier.error(f"shared_bytes {shared} is negative", "shared_bytes")
+    entry = evaluated("entry", tier.entry, expr.evaluate_name) if tier.entry is not None else None
 
     def pad(dims: list[int]) -> tuple[int, ...]:
         return tuple(dims) + (1,) * (3 - len(dims))
 
-    return ResolvedLaunch(grid=pad(grid), block=pad(block), shared_bytes=shared, entry=entry)
+    return ResolvedLaunch(grid=pad(grid), block=pad(block), shared_bytes=shared, entry=entry, tier=tier.name)
+
+
+def _size(field: str, text, scope: Mapping) -> int:
+    """One of the launch's ``size`` (shared by its tiers, so its errors name no tier)."""
+    try:
+        return expr.evaluate_int(text, scope)
+    except expr.ExprError as exc:
+        raise LaunchError(str(exc), field) from None
 
 
 def tunable_clashes(names: Iterable[str], signature: Signature, scalar_names: Iterable[str]) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from . import expr
 
@@ -93,36 +93,127 @@ class OutputSpec(WireModel):
     _shape = field_validator("shape")(check_exprs)
 
 
+def _dims(value: Any) -> Any:
+    """A single dimension may be written without its list; true/false is never one."""
+    value = [value] if isinstance(value, (int, str)) else value
+    if isinstance(value, list) and any(isinstance(v, bool) for v in value):
+        raise ValueError("true/false is not a launch dimension (give a number or an expression)")
+    return value
+
+
+def _drop_unset(data: Any, keys: tuple[str, ...]) -> Any:
+    """Optional launch parts left out are not written (``"let": null``), so a launch of the
+    plain form reads and writes as before tiers existed."""
+    if isinstance(data, dict):
+        for key in keys:
+            if key in data and data[key] is None:
+                data.pop(key)
+    return drop_unset_entry(data)
+
+
+class LaunchTier(WireModel):
+    """One row of a launch's tier table: taken when ``when`` holds (the last may omit it: the
+    default), launching ``entry`` with ``block``; the grid is ``cdiv(size[i], tile[i])`` unless
+    ``grid`` is given. ``shared_bytes`` and ``entry`` default to the launch's."""
+
+    name: str | None = Field(None, min_length=1)
+    when: str | None = None
+    entry: str | None = Field(None, min_length=1)
+    block: list[Expr] = Field(min_length=1, max_length=3)
+    tile: list[Expr] | None = Field(None, min_length=1, max_length=3)
+    grid: list[Expr] | None = Field(None, min_length=1, max_length=3)
+    shared_bytes: Expr | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset(self, handler):
+        return _drop_unset(handler(self), ("name", "when", "tile", "grid", "shared_bytes"))
+
+    _listify = field_validator("block", "tile", "grid", mode="before")(_dims)
+
+    _when = field_validator("when")(lambda value: check_exprs([value])[0])
+
+    @model_validator(mode="after")
+    def _check(self) -> LaunchTier:
+        check_exprs([*self.block, *(self.tile or []), *(self.grid or []), self.shared_bytes or 0])
+        if self.entry is not None:
+            expr.check_name(self.entry)
+        if self.grid is None and self.tile is None:
+            raise ValueError("a tier needs its tile (the grid is the launch's size divided by it) or a grid")
+        return self
+
+
 class LaunchSpec(WireModel):
     """Grid, block and dynamic shared bytes as integers or expressions (resolved by launch.py).
 
     ``entry`` picks the kernel a case launches when the source has several with the
     signature's parameters (each with registers and limits of its own): a name, or quoted names
     chosen by conditionals (``'gemm_small' if m * n < 2**20 else 'gemm_large'``). By default,
-    the signature's own entry."""
+    the signature's own entry.
 
-    grid: list[Expr] = Field(min_length=1, max_length=3)
-    block: list[Expr] = Field(min_length=1, max_length=3)
+    Or a table: ``let`` names values (each over the scalars, tunables and earlier lets),
+    ``tiers`` is tried in order (the first whose ``when`` holds is taken) and ``size`` gives
+    the problem's extents that a tier's ``tile`` divides into its grid."""
+
+    # the table's parts come first so that grid and block know whether they may be left out
+    let: dict[str, Expr] | None = Field(None, max_length=32)  # bounded: a proposal's too
+    size: list[Expr] | None = Field(None, min_length=1, max_length=3)
+    tiers: list[LaunchTier] | None = Field(None, min_length=1, max_length=16)
+    grid: list[Expr] | None = Field(None, min_length=1, max_length=3, validate_default=True)
+    block: list[Expr] | None = Field(None, min_length=1, max_length=3, validate_default=True)
     shared_bytes: Expr = 0
     entry: str | None = Field(None, min_length=1)
 
     @model_serializer(mode="wrap")
-    def _without_unset_entry(self, handler):
-        return drop_unset_entry(handler(self))
+    def _without_unset(self, handler):
+        return _drop_unset(handler(self), ("grid", "block", "let", "size", "tiers"))
 
-    @field_validator("grid", "block", mode="before")
+    _listify = field_validator("grid", "block", "size", mode="before")(_dims)
+
+    @field_validator("grid", "block")
     @classmethod
-    def _listify(cls, value: Any) -> Any:
-        value = [value] if isinstance(value, (int, str)) else value
-        if isinstance(value, list) and any(isinstance(v, bool) for v in value):
-            raise ValueError("true/false is not a launch dimension (give a number or an expression)")
+    def _needed(cls, value: list[Expr] | None, info: ValidationInfo) -> list[Expr] | None:
+        if value is None and "tiers" in info.data and info.data["tiers"] is None:
+            raise ValueError("Field required (or give tiers)")
         return value
+
+    @field_validator("let")
+    @classmethod
+    def _lets(cls, lets: dict[str, Expr] | None) -> dict[str, Expr] | None:
+        for i, (name, text) in enumerate((lets or {}).items()):
+            if not name.isidentifier() or not name.isascii():
+                raise ValueError(f"{name!r} is not a name (letters, digits and _)")
+            if name in expr.FUNCTIONS:
+                raise ValueError(f"{name!r} shadows the expression function {name}()")
+            if isinstance(text, bool):
+                raise ValueError(f"{name}: true/false is not an expression (write 1 or 0)")
+            if isinstance(text, str):
+                later = sorted(expr.names_in(text) & set(list(lets)[i:]))
+                if later:
+                    raise ValueError(f"{name}: {text!r} uses {later[0]!r}, which is not defined before it")
+        return lets
 
     @model_validator(mode="after")
     def _check(self) -> LaunchSpec:
-        check_exprs([*self.grid, *self.block, self.shared_bytes])
+        check_exprs([*(self.grid or []), *(self.block or []), *(self.size or []), self.shared_bytes])
         if self.entry is not None:
             expr.check_name(self.entry)
+        if self.tiers is None:
+            if self.size is not None:
+                raise ValueError("size is divided by the tiers' tiles: give tiers, or drop size")
+            return self
+        if self.grid is not None or self.block is not None:
+            raise ValueError("a launch with tiers gives grid and block in each tier, not beside them")
+        for i, tier in enumerate(self.tiers):
+            label = f"launch tier {tier.name!r} (tiers[{i}])" if tier.name else f"launch tier tiers[{i}]"
+            if tier.when is None and i < len(self.tiers) - 1:
+                raise ValueError(f"{label}.when: only the last tier may omit `when` (the default)")
+            if tier.grid is None and len(tier.tile) != len(self.size or []):
+                said = f"size has {len(self.size)}" if self.size else "the launch gives no size"
+                raise ValueError(f"{label}.tile: {len(tier.tile)} dimension(s), but {said} (the grid is "
+                                 "cdiv(size[i], tile[i]))")
+        names = [t.name for t in self.tiers if t.name]
+        if len(names) != len(set(names)):
+            raise ValueError(f"two tiers are named {next(n for n in names if names.count(n) > 1)!r}")
         return self
 
 

@@ -153,10 +153,14 @@ class ResolvedLaunch(WireModel):
     block: tuple[int, int, int]
     shared_bytes: int = 0
     entry: str | None = None  # the kernel, when the launch names one (else the signature's)
+    tier: str | None = None  # the tier taken, when the launch has named tiers
 
     @model_serializer(mode="wrap")
     def _without_unset_entry(self, handler):
-        return drop_unset_entry(handler(self))
+        data = drop_unset_entry(handler(self))
+        if isinstance(data, dict) and data.get("tier", "") is None:
+            data.pop("tier")
+        return data
 
     @property
     def threads(self) -> int:

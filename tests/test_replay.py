@@ -88,3 +88,15 @@ def test_replay_cli_without_a_run(tmp_path):
 
     result = CliRunner().invoke(app, ["replay", str(tmp_path)])
     assert result.exit_code == 2 and "is not a run directory" in result.output
+
+
+def test_replay_reads_its_target_once_before_any_gpu_work(run_dir):
+    from cudaopt.winner.replay import load_target
+
+    loaded = load_target(run_dir)
+    assert loaded.trial.attempt.id == json.loads((run_dir / "summary.json").read_text())["best_attempt"]
+    for path in run_dir.glob("best-case-*.json"):
+        path.unlink()  # what was read is what is replayed: nothing is read again
+    (run_dir / "env.json").unlink()
+    outcome = replay(loaded, ScriptedEvaluator(), repeats=1)
+    assert outcome.passed and {c.name for c in outcome.cases} == {c.cases[0].name for c in loaded.cases}

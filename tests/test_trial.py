@@ -93,3 +93,48 @@ def test_optimize_loads_the_experiment_once(example, monkeypatch, tmp_path):
                                       "--max-evals", "2", "--results-dir", str(tmp_path / "results")])
     assert result.exit_code == 0, result.output
     assert seen == {"at the pool": 1, "at the run directory": 1}
+
+
+def test_a_python_caller_prepares_once_and_passes_the_trial_to_evaluate_verify_and_guard(example, steps):
+    from cudaopt import api
+    from tests.scripted import ScriptedEvaluator
+
+    folder, _ = example
+    trial = api.prepare_trial(ExperimentArgs(config=str(folder / "experiment.json")), warmup=2)
+    measured = ScriptedEvaluator()
+    assert api.evaluate(trial, evaluator=measured).candidate.ok
+    assert measured.requests[0].protocol.warmup == 2 and measured.requests[0].kernel.source == trial.source
+    verified = ScriptedEvaluator()
+    outcome = api.verify(trial, evaluator=verified, seed=5)
+    assert outcome.passed and outcome.attempt is None and outcome.cases
+    assert {c.role for r in verified.requests for c in r.cases} <= {"holdout"}
+    assert not (folder / "verify.json").exists()
+    done = api.guard_record(trial, out=folder / "guard.json", repeats=2, evaluator=ScriptedEvaluator())
+    assert done.baseline is not None and done.baseline.protocol.warmup == 2
+    assert (folder / "guard.json").is_file()
+    assert [s[0] for s in steps] == ["load", "preflight"]  # prepared once, whatever measured it
+    with pytest.raises(ExperimentError, match="a Trial holds its kernel"):
+        api.evaluate(trial, folder / "initial.cu", evaluator=ScriptedEvaluator())
+
+
+def test_a_guard_needs_to_know_how_the_experiment_was_given(example, steps):
+    from cudaopt import api
+
+    folder, _ = example
+    trial = prepare_trial(api.load(folder / "experiment.json"))
+    with pytest.raises(ExperimentError, match="ExperimentArgs"):
+        api.guard_record(trial, out=folder / "guard.json")
+
+
+def test_a_candidate_of_a_run_is_a_variant_of_the_run_trial(example):
+    from cudaopt.trial import run_trial
+
+    folder, _ = example
+    base = run_trial(ExperimentArgs(config=str(folder / "experiment.json")).load())
+    assert base.source == (folder / "initial.cu").read_text()
+    tuned = base.variant("// tuned", None, {"BLOCK": 32})
+    request = tuned.request(request_id="attempt-1", roles={"performance"})
+    assert request.kernel.source == "// tuned" and request.kernel.defines == {"BLOCK": 32}
+    assert {c.role for c in request.cases} == {"performance"} and request.protocol == base.protocol
+    assert request.protocol is not base.protocol  # each request its own copy
+    assert base.variant(None, None).request().kernel is None  # the vendors alone

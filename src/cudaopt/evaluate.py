@@ -32,26 +32,17 @@ class Evaluation(WireModel):
         return theirs.timing.median_us / mine.timing.median_us
 
 
-def evaluate_kernel(
-    experiment: Experiment,
-    source: str,
-    evaluator: Evaluator,
-    *,
-    entry: str | None = None,
-    launch: LaunchSpec | None = None,
-    protocol: TimingProtocol | None = None,
-    time_reference: bool = True,
-    time_vendor: bool = True,
-    on_event: OnEvent | None = None,
-) -> Evaluation:
-    """Check and time ``source`` on the correctness and performance cases (never the holdout), with the
-    experiment's vendor baseline timed beside it when it declares one (and ``time_vendor``); the workers'
-    messages go to ``on_event``."""
-    requests = [experiment.request(source, entry=entry, launch=launch, protocol=protocol, request_id="candidate",
-                                   vendor=time_vendor)]
+def evaluate_trial(trial: Trial, evaluator: Evaluator, *, time_reference: bool = True, time_vendor: bool = True,
+                   on_event: OnEvent | None = None) -> Evaluation:
+    """Check and time a prepared :class:`~cudaopt.trial.Trial` (its kernel, entry, launch and protocol)
+    on the correctness and performance cases (never the holdout), with the experiment's vendor
+    baseline timed beside it when it declares one (and ``time_vendor``), and the ``.cu`` reference
+    with the same protocol (``time_reference``); the workers' messages go to ``on_event``."""
+    experiment = trial.experiment
+    requests = [trial.request(request_id="candidate", vendor=time_vendor)]
     if time_reference and experiment.reference_kind == "cu":
         requests.append(experiment.request(experiment.reference_source, entry=experiment.reference_entry,
-                                           protocol=protocol, roles={"performance"}, check=False,
+                                           protocol=trial.protocol.model_copy(), roles={"performance"}, check=False,
                                            request_id="reference"))
     measured = evaluator.evaluate_all(requests, on_event=on_event)
     names = ["candidate", "reference"][:len(measured)]
@@ -59,9 +50,11 @@ def evaluate_kernel(
                       gpus={name: m.gpu for name, m in zip(names, measured, strict=True)})
 
 
-def evaluate_trial(trial: Trial, evaluator: Evaluator, *, time_reference: bool = True, time_vendor: bool = True,
-                   on_event: OnEvent | None = None) -> Evaluation:
-    """:func:`evaluate_kernel` on a prepared :class:`~cudaopt.trial.Trial`: its kernel, entry, launch and protocol."""
-    return evaluate_kernel(trial.experiment, trial.source, evaluator, entry=trial.entry, launch=trial.launch,
-                           protocol=trial.protocol, time_reference=time_reference, time_vendor=time_vendor,
-                           on_event=on_event)
+def evaluate_kernel(experiment: Experiment, source: str, evaluator: Evaluator, *, entry: str | None = None,
+                    launch: LaunchSpec | None = None, protocol: TimingProtocol | None = None,
+                    **options) -> Evaluation:
+    """:func:`evaluate_trial` on kernel text not read from a file (a benchmark's, a test's);
+    ``options`` as its."""
+    trial = Trial(experiment=experiment, kernel=None, source=source, protocol=protocol or experiment.protocol(),
+                  entry=entry, launch=launch)
+    return evaluate_trial(trial, evaluator, **options)

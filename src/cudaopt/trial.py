@@ -1,11 +1,14 @@
 """A Trial: one kernel on one experiment (its entry, its launch, the timing protocol), prepared and
 checked once before any GPU work.
 
-``cudaopt evaluate``, ``guard record`` and the Python API take one, so each step runs once and in
-one order whoever calls: the experiment loaded, the kernel file read and held to the signature,
-the launch read, the protocol with the caller's overrides, the output paths checked, then the
-checks of ``cudaopt check`` (preflight.py). A run's winner becomes a Trial with
-:func:`winner_trial`: the experiment the run holds (lock-checked), best.cu and best-launch.json.
+``cudaopt evaluate``, ``guard record``, ``guard check``, ``verify``, ``replay``, the run engine
+and the Python API take one, so each step runs once and in one order whoever calls: the
+experiment loaded, the kernel file read and held to the signature, the launch read, the protocol
+with the caller's overrides, the output paths checked, then the checks of ``cudaopt check``
+(preflight.py). A run's winner becomes a Trial with :func:`winner_trial` (as shipped: best.cu and
+best-launch.json) or :func:`recorded_trial` (as the run recorded it: the attempt's source, tunable
+values and launch); every request a Trial's kernel is measured with comes from
+:meth:`Trial.request`.
 """
 
 from __future__ import annotations
@@ -14,16 +17,18 @@ import contextlib
 import json
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .checks import kernel_file
 from .errors import ExperimentError
 from .experiment import Experiment, load_launch
-from .wire.protocol import LaunchSpec, TimingProtocol
+from .wire.protocol import CaseSpec, EvalRequest, LaunchSpec, TimingProtocol, Timeouts
 from .paths import check_output_path
 from .preflight import preflight
-from .record.runs import ExperimentArgs
+from .record.rundir import RunDir
+from .record.schema import Attempt
+from .record.runs import ExperimentArgs, RunSettings, load_run_experiment, open_run, read_run_json, winner
 
 LaunchGiven = LaunchSpec | dict | str | None  # the model, its data, or JSON text / a JSON file (as --launch)
 
@@ -33,16 +38,38 @@ class Trial:
     """What a measurement of one kernel needs, checked: nothing here is read again."""
 
     experiment: Experiment
-    kernel: Path  # the kernel file
-    source: str  # its text, its entry matched to the signature
+    kernel: Path | None  # the kernel file (None: a run's candidate, its source recorded by the run)
+    source: str | None  # its text, its entry matched to the signature (None: no kernel, the vendors alone)
     protocol: TimingProtocol  # the experiment's, with the caller's warm-up and iterations
     entry: str | None = None  # None: the signature's name
     launch: LaunchSpec | None = None  # None: each case's own launch
     args: ExperimentArgs | None = None  # how the experiment was given, when it was (a guard file keeps it)
+    defines: dict = field(default_factory=dict)  # tunable values (#defines), as an attempt recorded them
+    attempt: Attempt | None = None  # the run's attempt this kernel is (its recorded figures), when from a run
 
     @property
     def entry_name(self) -> str:
         return self.entry or self.experiment.signature.name
+
+    def request(self, *, roles: set[str] | None = None, cases: Sequence[CaseSpec] | None = None,
+                protocol: TimingProtocol | None = None, timeouts: Timeouts | None = None, request_id: str = "",
+                vendor: bool = False, timed: bool = True) -> EvalRequest:
+        """This kernel (entry, launch, tunable values) on the experiment's cases of ``roles`` (default:
+        correctness and performance), or on ``cases`` (fresh seeds: the caller's); with the trial's
+        protocol unless given; ``timed`` False: checked only; ``vendor``: the vendors timed beside it."""
+        made = self.experiment.request(self.source, entry=self.entry, launch=self.launch, defines=self.defines,
+                                       roles=roles, protocol=(protocol or self.protocol).model_copy(), timeouts=timeouts,
+                                       request_id=request_id, vendor=vendor)
+        if cases is not None:
+            made.cases = list(cases)
+        if not timed:
+            made.time_roles = []
+        return made
+
+    def variant(self, source: str | None, launch: LaunchSpec | None, defines: dict | None = None) -> Trial:
+        """Another kernel on the same experiment and protocol (a candidate of a run; ``source`` None:
+        no kernel, the vendors alone)."""
+        return replace(self, source=source, launch=launch, defines=dict(defines or {}), entry=None, attempt=None)
 
 
 def launch_origin(text: str | None) -> str:
@@ -90,16 +117,34 @@ def prepare_trial(experiment: Experiment | ExperimentArgs, kernel: Path | None =
     return Trial(experiment=exp, kernel=path, source=source, protocol=protocol, entry=entry, launch=spec, args=args)
 
 
-def winner_trial(run_dir: Path, *, what: str = "measure", **options) -> Trial:
+def winner_trial(run_dir: Path | RunDir, *, what: str = "measure", **options) -> Trial:
     """A run's winner as shipped (best.cu, best-launch.json) on the experiment the run holds, its
     lock checked; ``what`` says what a run without a winner cannot have done (in the error);
     ``options`` as :func:`prepare_trial`'s (warm-up, iterations, outputs, checking)."""
-    from .record.runs import RunSettings, load_run_experiment, open_run, read_run_json, winner
-
-    run = open_run(run_dir)
+    run = run_dir if isinstance(run_dir, RunDir) else open_run(run_dir)
     experiment = load_run_experiment(run)
-    winner(run, what)  # the run has one
+    best = winner(run, what)  # the run has one
     launch = run.file("best-launch.json")
     trial = prepare_trial(experiment, run.file("best.cu"), launch=str(launch) if launch.is_file() else None,
                           origin="best-launch.json", **options)
-    return replace(trial, args=read_run_json(run, "settings.json", RunSettings).experiment)
+    return replace(trial, args=read_run_json(run, "settings.json", RunSettings).experiment, attempt=best.attempt)
+
+
+def recorded_trial(run_dir: Path | RunDir, *, what: str = "verify") -> Trial:
+    """A run's winner as the run recorded it (the attempt's source, tunable values and launch), on
+    the experiment the run holds, its lock checked: what ``verify`` and ``replay`` measure. It was
+    checked when it was recorded, so it is not preflighted again."""
+    run = run_dir if isinstance(run_dir, RunDir) else open_run(run_dir)
+    experiment = load_run_experiment(run)
+    best = winner(run, what)
+    return Trial(experiment=experiment, kernel=run.file(best.attempt.source_file), source=best.source,
+                 protocol=experiment.protocol(), launch=best.launch, defines=best.defines, attempt=best.attempt,
+                 args=read_run_json(run, "settings.json", RunSettings).experiment)
+
+
+def run_trial(experiment: Experiment) -> Trial:
+    """The run engine's Trial: the experiment and its protocol, with the initial kernel (when there is
+    one) as its kernel; each candidate is a :meth:`Trial.variant` of it."""
+    path = experiment.initial_kernel_path
+    return Trial(experiment=experiment, kernel=path, source=path.read_text() if path else None,
+                 protocol=experiment.protocol())

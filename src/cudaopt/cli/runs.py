@@ -24,13 +24,13 @@ def replay(
     """Measure the winner again beside the baseline; exit 1 if a check fails or the GPU/driver differ.
     On several GPUs the cases are shared out, each case's pairs on one GPU."""
     from ..report.build import build
-    from ..winner.replay import check_target
+    from ..winner.replay import load_target
     from ..winner.replay import replay as run_replay
     from .render_runs import replay_lines, replay_table
 
-    check_target(target)
+    loaded = load_target(target)  # read once, before any GPU work
     with gpu_pool(gpus_chosen(device, devices, ray), ray) as pool:
-        outcome = run_replay(target, pool, repeats)
+        outcome = run_replay(loaded, pool, repeats)
     out = console()
     out.print(replay_table(outcome))
     for line in replay_lines(outcome):

@@ -26,6 +26,7 @@ from ..record.events import AttemptFinished, AttemptStarted, OnProgress, PhasePr
 from ..record.rundir import RunDir
 from ..record.runs import model_calls, read_run_json
 from ..record.schema import Attempt, Finalists, History, ModelCall, Summary
+from ..trial import Trial, run_trial
 from .scoring import baseline_of, best_of, comparable, medians, score
 from .summary import RunFacts, summarise
 
@@ -54,6 +55,7 @@ class Recorder:
     def __init__(self, experiment: Experiment, run: RunDir, evaluator: Evaluator, *, strategy: str,
                  model: dict, prices: dict, cache: ResultCache | None = None, on_progress: OnProgress = ignore):
         self.exp = experiment
+        self.trial: Trial = run_trial(experiment)  # each candidate is a variant of it
         self.run = run
         self.evaluator = evaluator
         self.strategy = strategy
@@ -137,8 +139,7 @@ class Recorder:
         once per run (a resumed run keeps its own), with the vendors timed beside it; without an
         initial kernel, the vendors alone (speed-ups are then over the first vendor)."""
         if self.baseline is None:
-            path = self.exp.initial_kernel_path
-            self.evaluate("baseline", path.read_text() if path else None, None)
+            self.evaluate("baseline", self.trial.source, None)
         return self.baseline
 
     @property
@@ -164,8 +165,8 @@ class Recorder:
         true the rest are not measured (None in the answer)."""
         base = len(self.attempts)
         timeouts = self.timeouts()
-        requests = [self.exp.request(c.source, launch=c.launch, defines=c.defines, roles=ROLES,
-                                     request_id=f"attempt-{base + i}", vendor=c.kind == "baseline", timeouts=timeouts)
+        requests = [self.trial.variant(c.source, c.launch, c.defines).request(
+                        roles=ROLES, request_id=f"attempt-{base + i}", vendor=c.kind == "baseline", timeouts=timeouts)
                     for i, c in enumerate(candidates)]
         cached = [self.cache.get(r) if self.cache else None for r in requests]
         todo = [i for i, hit in enumerate(cached) if hit is None]

@@ -54,7 +54,7 @@ def check(guarded: Guarded, evaluator: Evaluator, settings: Settings,
     differences = environment_differences(baseline.gpu, gpu, GPU_MATTERS)
     cases = fresh_cases(experiment.cases(), seed)
     on_progress(f"{guarded.path.name}: checking {len(cases)} cases")
-    result = evaluator.evaluate(guarded.kernel.request(experiment, cases, protocol, timed=False))
+    result = evaluator.evaluate(guarded.kernel.request(cases, protocol, timed=False))
     recorded = {c.name: c.medians_us for c in baseline.cases}
     out, series = [], {}
     for case in cases:
@@ -107,7 +107,7 @@ def _time(guarded: Guarded, case: CaseSpec, protocol: TimingProtocol, repeats: i
     """The kernel's medians and the old kernel's (A/B, interleaved), or the kernel's alone; and the
     case's line when a side failed."""
     sides = [guarded.kernel] + ([guarded.against] if guarded.against else [])
-    requests = [kernel.request(guarded.experiment, [case], protocol, timed=True) for kernel in sides]
+    requests = [kernel.request([case], protocol, timed=True) for kernel in sides]
     mine: list[float] = []
     theirs: list[float] = []
     for repeat, results in enumerate(interleaved(evaluator, requests, repeats, alternate=True)):

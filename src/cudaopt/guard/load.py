@@ -1,7 +1,7 @@
 """A guard file made ready for checking, before any GPU work: read and validated, its experiment
-loaded from the paths it names and lock-checked, its kernel read, and the old kernel to measure
-beside it (``--against`` a file, ``--against-ref`` a commit). Anything wrong is bad input naming
-the file and the field.
+loaded from the paths it names and lock-checked, its kernel read (a Trial, with the recorded
+protocol), and the old kernel to measure beside it (``--against`` a file, ``--against-ref`` a
+commit). Anything wrong is bad input naming the file and the field.
 """
 
 from __future__ import annotations
@@ -16,39 +16,43 @@ from pydantic import ValidationError
 from ..checks import check_kernel_entry, check_launch, kernel_file
 from ..errors import ExperimentError, validation_message
 from ..experiment import Experiment
-from ..wire.protocol import CaseSpec, EvalRequest, LaunchSpec, TimingProtocol
+from ..record.runs import ExperimentArgs
+from ..trial import Trial
+from ..wire.protocol import CaseSpec, EvalRequest, TimingProtocol
 from .files import GuardBaseline, GuardKernel, absolute_args, read_guard
 from .git import file_at
 
 
 @dataclass(frozen=True)
 class Kernel:
-    """A kernel to measure: source, entry and launch, and what to call it in a report."""
+    """A kernel to measure (a Trial: source, entry, launch, protocol) and what to call it in a report."""
 
-    source: str
-    entry: str
-    launch: LaunchSpec | None
+    trial: Trial
     label: str
 
-    def request(self, experiment: Experiment, cases: list[CaseSpec], protocol: TimingProtocol, *, timed: bool,
+    @property
+    def source(self) -> str:
+        return self.trial.source
+
+    def request(self, cases: list[CaseSpec], protocol: TimingProtocol | None = None, *, timed: bool,
                 vendor: bool = False) -> EvalRequest:
-        """Checked on ``cases`` (fresh seeds: the caller's), and timed on their performance ones when ``timed``."""
-        made = experiment.request(self.source, entry=self.entry, launch=self.launch, protocol=protocol, vendor=vendor,
+        """Checked on ``cases`` (fresh seeds: the caller's), and timed on their performance ones when
+        ``timed``; with the trial's protocol unless given."""
+        return self.trial.request(cases=cases, protocol=protocol, vendor=vendor, timed=timed,
                                   request_id=f"guard-{'timed' if timed else 'check'}")
-        made.cases = cases
-        if not timed:
-            made.time_roles = []
-        return made
 
 
 @dataclass(frozen=True)
 class Guarded:
     path: Path
     baseline: GuardBaseline
-    experiment: Experiment
     kernel: Kernel
     against: Kernel | None  # None: compare with the recorded figures
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def experiment(self) -> Experiment:
+        return self.kernel.trial.experiment
 
     @property
     def against_label(self) -> str:
@@ -72,7 +76,8 @@ def shown(path: Path) -> str:
 def load_guard(path: Path, against: Path | None = None, against_ref: str | None = None) -> Guarded:
     baseline = read_guard(path)
     folder = path.parent
-    experiment = absolute_args(baseline.experiment, folder).load()
+    args = absolute_args(baseline.experiment, folder)
+    experiment = args.load()
     if experiment.lock().lock != baseline.lock.lock:
         raise ExperimentError(path, "lock", "the reference, the input cases or the harness changed since this guard "
                                             "was recorded; record it again (cudaopt guard record) and review it")
@@ -80,33 +85,41 @@ def load_guard(path: Path, against: Path | None = None, against_ref: str | None 
     recorded = sorted(c.name for c in baseline.cases)
     if recorded != timed:
         raise ExperimentError(path, "cases", f"figures for {recorded}, but the experiment times {timed}")
-    kernel = _current_kernel(path, baseline.kernel, experiment)
+    kernel = _current_kernel(path, baseline, experiment, args)
     notes: list[str] = []
     old = None
     if against is not None:
-        old = Kernel(kernel_file(against, baseline.kernel.entry, experiment.signature, "--against"),
-                     baseline.kernel.entry, baseline.kernel.launch, shown(against))
+        source = kernel_file(against, baseline.kernel.entry, experiment.signature, "--against")
+        old = _kernel(baseline, baseline.kernel, experiment, args, against, source, shown(against))
     elif against_ref is not None:
-        old = _kernel_at(against_ref, path, baseline, experiment, notes)
+        old = _kernel_at(against_ref, path, baseline, experiment, args, notes)
     for measured in (kernel, old):
         if measured is not None:  # every case's launch resolves and fits a GPU, before any worker starts
             for i, case in enumerate(experiment.case_specs):
-                launch = measured.launch or case.launch
-                field = "kernel.launch" if measured.launch else f"{shown(experiment.cases_path)}: cases[{i}].launch"
+                launch = measured.trial.launch or case.launch
+                field = "kernel.launch" if measured.trial.launch else f"{shown(experiment.cases_path)}: cases[{i}].launch"
                 if launch is not None:
                     check_launch(path, field, launch, case, kernel=(measured.source, experiment.signature))
-    return Guarded(path, baseline, experiment, kernel, old, notes)
+    return Guarded(path, baseline, kernel, old, notes)
 
 
-def _current_kernel(path: Path, recorded: GuardKernel, experiment: Experiment) -> Kernel:
+def _kernel(baseline: GuardBaseline, recorded: GuardKernel, experiment: Experiment, args: ExperimentArgs,
+            file: Path, source: str, label: str) -> Kernel:
+    """A kernel of the guard as a Trial: the recorded entry, launch and protocol."""
+    return Kernel(Trial(experiment=experiment, kernel=file, source=source, protocol=baseline.protocol.model_copy(),
+                        entry=recorded.entry, launch=recorded.launch, args=args), label)
+
+
+def _current_kernel(path: Path, baseline: GuardBaseline, experiment: Experiment, args: ExperimentArgs) -> Kernel:
+    recorded = baseline.kernel
     file = path.parent / recorded.file
     if not file.is_file():
         raise ExperimentError(path, "kernel.file", f"{shown(file)} not found")
     source = kernel_file(file, recorded.entry, experiment.signature, "kernel.file")
-    return Kernel(source, recorded.entry, recorded.launch, shown(file))
+    return _kernel(baseline, recorded, experiment, args, file, source, shown(file))
 
 
-def _kernel_at(ref: str, path: Path, baseline: GuardBaseline, experiment: Experiment,
+def _kernel_at(ref: str, path: Path, baseline: GuardBaseline, experiment: Experiment, args: ExperimentArgs,
                notes: list[str]) -> Kernel | None:
     """The kernel as it is at ``ref``, with the entry and launch its guard file had there (the
     current file's when the guard is new or unreadable there); None when the kernel is not there."""
@@ -127,4 +140,4 @@ def _kernel_at(ref: str, path: Path, baseline: GuardBaseline, experiment: Experi
         return None
     label = f"{shown(file)} at {ref}"
     check_kernel_entry(Path(label), source, recorded.entry, experiment.signature)
-    return Kernel(source, recorded.entry, recorded.launch, label)
+    return _kernel(baseline, recorded, experiment, args, Path(label), source, label)

@@ -40,17 +40,17 @@ def record(trial: Trial, evaluator: Evaluator, *, out: Path, repeats: int = 5, s
         raise ValueError("a guard file records how its experiment was given: the trial needs its args")
     experiment, protocol, kernel, source = trial.experiment, trial.protocol, trial.kernel, trial.source
     seed = secrets.randbits(31) if seed is None else seed
-    subject = Kernel(source, trial.entry_name, trial.launch, str(kernel))
+    subject = Kernel(trial, str(kernel))
     cases = fresh_cases(experiment.cases(), seed)
     on_progress(f"checking {len(cases)} cases")
-    checked = evaluator.evaluate(subject.request(experiment, cases, protocol, timed=False))
+    checked = evaluator.evaluate(subject.request(cases, timed=False))
     if not checked.ok:
         return Recorded(None, _failures(checked))
     perf = [c for c in cases if c.role == "performance"]
     results: list[EvalResult] = []
     for repeat in range(repeats if perf else 0):
         on_progress(f"timing {len(perf)} cases: repeat {repeat + 1}/{repeats}")
-        result = evaluator.evaluate(subject.request(experiment, perf, protocol, timed=True, vendor=repeat == 0))
+        result = evaluator.evaluate(subject.request(perf, timed=True, vendor=repeat == 0))
         if not result.ok:
             return Recorded(None, _failures(result))
         results.append(result)
@@ -66,7 +66,7 @@ def record(trial: Trial, evaluator: Evaluator, *, out: Path, repeats: int = 5, s
         recorded_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         experiment=relative_args(trial.args, folder),
         lock=experiment.lock(),
-        kernel=GuardKernel(file=os.path.relpath(kernel.resolve(), folder.resolve()), entry=subject.entry,
+        kernel=GuardKernel(file=os.path.relpath(kernel.resolve(), folder.resolve()), entry=trial.entry_name,
                            sha256=sha256(source), launch=trial.launch),
         protocol=protocol, repeats=repeats, seed=seed, gpu=evaluator.device_info(),
         vendor=experiment.primary_vendor.label if experiment.primary_vendor else None,

@@ -338,7 +338,7 @@ class VerifyOutcome(WireModel):
     passed: bool
     status: str
     reason: str = ""
-    attempt: int
+    attempt: int | None  # None: a kernel verified outside a run (the Python API's Trial; not written)
     seed: int
     cases: list[VerifiedCase]
     timed: list[TimedCase] = Field(default_factory=list)

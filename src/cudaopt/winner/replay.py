@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..checks import check_launch, read_model_file
@@ -40,8 +41,10 @@ from ..wire.results import DeviceInfo, EvalResult, TimingStats
 from ..wire.signature import SignatureError, parse_signature
 from ..wire.stats import geomean
 from ..record.events import AttemptStarted
-from ..record.runs import load_run_experiment, open_run, read_run_json, winner
+from ..record.rundir import RunDir
+from ..record.runs import open_run, read_run_json
 from ..record.schema import Environment, Finalist, Finalists, ReplayedCase, ReplayOutcome
+from ..trial import Trial, recorded_trial
 
 MATTERS = ("name", "arch", "driver_cuda_version")  # environment differences that invalidate a replay
 FINALISTS = 3  # the best attempts measured again, at least, when several GPUs measured them
@@ -89,34 +92,46 @@ def check_request(path: Path, request: EvalRequest) -> None:
                          kernel=(request.kernel.source, signature))
 
 
-def check_target(target: Path) -> None:
+@dataclass(frozen=True)
+class Target:
+    """What a replay reads, read and checked once before any GPU work: one request file, or a
+    run (its winner as a Trial, the environment it was measured in, its best-case-N.json)."""
+
+    path: Path
+    request: EvalRequest | None = None  # a request file's
+    run: RunDir | None = None
+    trial: Trial | None = None
+    env: Environment | None = None
+    cases: tuple[EvalRequest, ...] = ()  # best-case-N.json, in file order
+
+
+def load_target(target: Path) -> Target:
     """Read everything a replay of ``target`` reads, before any GPU work (bad input: exit 2)."""
     if target.is_file():
-        check_request(target, read_model_file(target, EvalRequest, "evaluation request"))
-        return
+        request = read_model_file(target, EvalRequest, "evaluation request")
+        check_request(target, request)
+        return Target(target, request=request)
     run = open_run(target)
-    load_run_experiment(run)
-    winner(run, "replay")
-    read_run_json(run, "env.json", Environment)
-    for path in sorted(run.path.glob("best-case-*.json")):
-        read_run_json(run, path.name, EvalRequest)
-
-
-def replay(target: Path, evaluator: Evaluator, repeats: int = 5) -> ReplayOutcome:
-    """Replay a run directory (every best-case-N.json, beside the baseline) or one request file."""
-    if target.is_file():
-        return _replay_request(target, evaluator)
-    run = open_run(target)
-    experiment = load_run_experiment(run)
-    best = winner(run, "replay").attempt
-    recorded = {c.name: c.timing for c in best.cases if c.timing}
+    trial = recorded_trial(run, what="replay")
     env = read_run_json(run, "env.json", Environment)
-    differences = environment_differences(env.gpu, evaluator.device_info())
+    cases = tuple(read_run_json(run, path.name, EvalRequest) for path in sorted(run.path.glob("best-case-*.json")))
+    return Target(target, run=run, trial=trial, env=env, cases=cases)
+
+
+def replay(target: Path | Target, evaluator: Evaluator, repeats: int = 5) -> ReplayOutcome:
+    """Replay a run directory (every best-case-N.json, beside the baseline) or one request file;
+    ``target`` as :func:`load_target` read it (read here when a path)."""
+    loaded = target if isinstance(target, Target) else load_target(target)
+    if loaded.request is not None:
+        return _replay_request(loaded.request, evaluator)
+    run, trial = loaded.run, loaded.trial
+    experiment = trial.experiment
+    recorded = {c.name: c.timing for c in trial.attempt.cases if c.timing}
+    differences = environment_differences(loaded.env.gpu, evaluator.device_info())
     baseline_source = experiment.initial_kernel_path.read_text() if experiment.initial_kernel_path else None
     width = len(evaluator.gpus())
     requests, pins, plan = [], [], []  # plan: each case with the positions of its requests
-    for j, path in enumerate(sorted(run.path.glob("best-case-*.json"))):
-        request = read_run_json(run, path.name, EvalRequest)
+    for j, request in enumerate(loaded.cases):
         (case,) = request.cases
         if case.role != "performance":
             plan.append((case, [len(requests)], 1))
@@ -211,8 +226,7 @@ def _compare(name: str, status: str, recorded: TimingStats | None, winner_us: li
     )
 
 
-def _replay_request(path: Path, evaluator: Evaluator) -> ReplayOutcome:
-    request = read_model_file(path, EvalRequest, "evaluation request")
+def _replay_request(request: EvalRequest, evaluator: Evaluator) -> ReplayOutcome:
     result = evaluator.evaluate(request)
     return ReplayOutcome(
         passed=result.ok,
@@ -246,8 +260,8 @@ def replay_finalists(recorder: Recorder, count: int = FINALISTS, repeats: int = 
         return None
     timeouts = rec.timeouts()
     plan = [(r, n) for r in range(repeats) for n in turn_order(len(finalists), r)]  # (repeat, finalist)
-    requests = [rec.exp.request(rec.source(finalists[n]), launch=finalists[n].launch, defines=finalists[n].defines,
-                                roles={"performance"}, request_id=f"finalist-{finalists[n].id}-{r}", timeouts=timeouts)
+    requests = [rec.trial.variant(rec.source(finalists[n]), finalists[n].launch, finalists[n].defines).request(
+                    roles={"performance"}, request_id=f"finalist-{finalists[n].id}-{r}", timeouts=timeouts)
                 for r, n in plan]
 
     def on_start(i: int, gpu) -> None:

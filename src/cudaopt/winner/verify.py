@@ -8,7 +8,8 @@ of ``--shapes FILE``, are also timed beside the baseline and the vendor (shapes.
 repeats on one GPU; a shape where the winner is slower than the baseline beyond noise is a
 regression, and fails verification. With ``--sanitize`` the winner also runs under
 compute-sanitizer (sanitize.py). The outcome goes to ``verify.json`` in the run directory, where
-the report's verdict reads it.
+the report's verdict reads it. A :class:`~cudaopt.trial.Trial` given instead of a run (the
+Python API's) is verified the same way, and nothing is written.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from pathlib import Path
 
 from ..errors import ExperimentError
 from ..evaluation.dispatch import Evaluator
-from ..experiment import Experiment
 from ..wire.protocol import CaseSpec, EvalRequest, TimingProtocol
 from ..record.rundir import RunDir
-from ..record.runs import Winner, load_run_experiment, open_run, winner
+from ..record.runs import open_run
 from ..record.schema import VerifiedCase, VerifyOutcome
+from ..trial import Trial, recorded_trial
 from .shapes import load_shapes, sweep_protocol, time_shapes
 
 
@@ -37,27 +38,26 @@ def fresh_cases(cases: list[CaseSpec], seed: int) -> list[CaseSpec]:
 class Prepared:
     """Everything verify reads, read and checked once before any GPU work."""
 
-    run: RunDir
-    experiment: Experiment
-    best: Winner
+    run: RunDir | None  # None: a trial verified outside a run (nothing written)
+    trial: Trial  # the winner as the run recorded it
     sweep: list[CaseSpec]  # the shapes to time
     cases: list[CaseSpec]  # the holdout cases and the extra ones
 
 
-def prepare(run_dir: Path, extra: Path | None = None, shapes: Path | None = None) -> Prepared:
+def prepare(target: Path | Trial, extra: Path | None = None, shapes: Path | None = None) -> Prepared:
     """Everything verify reads (the run, its experiment and winner, the extra cases, the shapes),
     read and checked before any GPU work."""
-    run = open_run(run_dir)
-    experiment = load_run_experiment(run)
-    best = winner(run)
+    run = None if isinstance(target, Trial) else open_run(target)
+    trial = target if isinstance(target, Trial) else recorded_trial(run)
+    experiment = trial.experiment
     sweep = load_shapes(shapes, experiment) if shapes else []
     cases = experiment.cases({"holdout"}) + (experiment.extra_cases(extra) if extra else [])
     if not cases and not sweep:
         raise ExperimentError(experiment.cases_path, "cases", "no holdout case to verify on (give --cases FILE)")
-    return Prepared(run, experiment, best, sweep, cases)
+    return Prepared(run, trial, sweep, cases)
 
 
-def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed: int | None = None,
+def verify(target: Path | Trial, evaluator: Evaluator, extra: Path | None = None, seed: int | None = None,
            sanitize_device: int | None = None, on_tool: Callable[[str], None] = lambda tool: None,
            shapes: Path | None = None, repeats: int = 3,
            on_step: Callable[[str, int, int], None] = lambda what, done, total: None,
@@ -65,15 +65,18 @@ def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed:
     """Check the winner on the holdout (and extra) cases and time what should be timed; with
     ``sanitize_device``, also run it under compute-sanitizer on that GPU, on the correctness and
     holdout cases. ``on_step(what, done, total)`` follows the timed part. ``prepared``: what
-    :func:`prepare` read of the same run, extra cases and shapes (read here otherwise)."""
-    prepared = prepared or prepare(run_dir, extra, shapes)
-    run, experiment, best, sweep, cases = (prepared.run, prepared.experiment, prepared.best, prepared.sweep,
-                                           prepared.cases)
+    :func:`prepare` read of the same target, extra cases and shapes (read here otherwise). ``target``:
+    a run directory (verify.json written there) or a Trial (nothing written; no ``sanitize_device``)."""
+    prepared = prepared or prepare(target, extra, shapes)
+    run, trial, sweep, cases = prepared.run, prepared.trial, prepared.sweep, prepared.cases
+    experiment = trial.experiment
+    if run is None and sanitize_device is not None:
+        raise ExperimentError("sanitize", "", "compute-sanitizer writes its logs into a run directory: verify a run")
     seed = secrets.randbits(31) if seed is None else seed
     fresh = fresh_cases(cases, seed)
-    request = experiment.request(best.source, launch=best.launch, defines=best.defines, roles={"holdout"},
-                                 request_id=f"verify-{best.attempt.id}")
-    request.cases, request.time_roles = fresh, []
+    attempt = trial.attempt.id if trial.attempt is not None else None
+    name = attempt if attempt is not None else "trial"
+    request = trial.request(cases=fresh, request_id=f"verify-{name}", timed=False)
     width = min(len(evaluator.gpus()), len(fresh))
     parts = [request] if width == 1 else [
         request.model_copy(update={"cases": fresh[k::width], "id": f"{request.id}-{k}"}) for k in range(width)]
@@ -89,7 +92,7 @@ def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed:
     ) for m in measured for c in m.result.cases), key=lambda v: order[v.name])
     outcome = VerifyOutcome(
         passed=failed is None, status=failed.status if failed else "ok", reason=failed.reason if failed else "",
-        attempt=best.attempt.id, seed=seed, cases=verified, repeats=repeats,
+        attempt=attempt, seed=seed, cases=verified, repeats=repeats,
         shapes_file=str(shapes) if shapes else None,
     )
     timed = [c for c in fresh if c.role == "holdout" and c.timed_in_verify]
@@ -102,12 +105,12 @@ def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed:
         on_step(name, done, total)
 
     if timed:
-        outcome.timed += time_shapes(evaluator, timed, "holdout", *_requests(experiment, best, experiment.protocol()),
+        outcome.timed += time_shapes(evaluator, timed, "holdout", *_requests(trial, trial.protocol),
                                      repeats, step)
     if sweep:
         sweep = fresh_cases(sweep, seed + len(fresh))
         outcome.timed += time_shapes(evaluator, sweep, "shapes",
-                                     *_requests(experiment, best, sweep_protocol(experiment.protocol())), repeats, step)
+                                     *_requests(trial, sweep_protocol(trial.protocol)), repeats, step)
     outcome.regressions = [c.name for c in outcome.timed if c.regression]
     broken = [c for c in outcome.timed if c.status != "ok"]
     outcome.passed = outcome.passed and not broken and not outcome.regressions
@@ -120,19 +123,22 @@ def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed:
         request.cases = checked + fresh
         outcome.sanitize = sanitize(request, sanitize_device, run.file("sanitize"), on_tool=on_tool)
         outcome.passed = outcome.passed and all(r.passed for r in outcome.sanitize)
+    if run is None:
+        return outcome
     run.write_model("verify.json", outcome)
-    run.log(f"verify: attempt {best.attempt.id} on {len(fresh)} case(s) and {len(sweep)} shape(s), seed {seed}: "
+    run.log(f"verify: attempt {attempt} on {len(fresh)} case(s) and {len(sweep)} shape(s), seed {seed}: "
             f"{'passed' if outcome.passed else 'failed'}"
             + (f", regressions: {', '.join(outcome.regressions)}" if outcome.regressions else ""))
     return outcome
 
 
-def _requests(experiment, best: Winner, protocol: TimingProtocol):
+def _requests(trial: Trial, protocol: TimingProtocol):
     """How the winner (with the vendor beside it) and the baseline are asked to time one case."""
+    experiment = trial.experiment
+
     def winner_request(case: CaseSpec) -> EvalRequest:
-        request = experiment.request(best.source, launch=best.launch, defines=best.defines, protocol=protocol,
-                                     request_id=f"verify-time-{case.name}", vendor=True)
-        request.cases, request.time_roles = [case], ["holdout"]
+        request = trial.request(cases=[case], protocol=protocol, request_id=f"verify-time-{case.name}", vendor=True)
+        request.time_roles = ["holdout"]
         return request
 
     def baseline_request(case: CaseSpec) -> EvalRequest:

@@ -16,7 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "cudaopt"
 LAYERS = [
     {"wire"},
     {"harness"},
-    {"errors", "paths", "config", "evaluation", "insight", "doctor"},
+    {"errors", "paths", "reading", "config", "evaluation", "insight", "doctor"},
     {"checks"},
     {"experiment"},
     {"preflight", "cpu_controls", "evaluate", "record", "trial"},
@@ -173,3 +173,15 @@ def test_modules_stay_small_or_say_why():
         if lines > 420:
             doc = ast.get_docstring(ast.parse(path.read_text())) or ""
             assert "Long because" in doc, f"{module} has {lines} lines and no reason in its docstring"
+
+
+def test_checks_are_given_what_experiment_read_and_read_nothing_themselves():
+    """Loading runs one way: experiment.py reads each file (reading.py) and hands it to checks.py;
+    checks.py opens no file but the header of a case's .npy input (check_npy)."""
+    tree = ast.parse((SRC / "checks.py").read_text())
+    reads = {"open", "read_text", "read_bytes", "read_json_file", "read_model_file", "read_text_file", "load"}
+    for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name != "check_npy"):
+        for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
+            name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+            assert name not in reads, f"checks.{fn.name} reads a file ({name}): read it in experiment.py"
+    assert "experiment" not in {m.rsplit(".", 1)[-1] for m in imports(SRC / "checks.py")}

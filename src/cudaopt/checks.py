@@ -3,19 +3,20 @@
 Each raises :class:`~.errors.ExperimentError` naming the file and the field. The schemas
 (config.py) check what a file says on its own; these check what it says against the rest:
 scalars against their C types, shapes and launches on every case, ``.npy`` headers, kernel
-entries and Python functions (read with ``ast``: nothing of the user's runs here).
+entries and Python functions (read with ``ast``: nothing of the user's runs here). They are
+given what experiment.py read (reading.py reads the files) and read nothing themselves, but the
+header of a case's ``.npy`` input; experiment.py calls one check per file, in one sequence.
 """
 
 from __future__ import annotations
 
 import ast
-import json
 import math
 import re
 from pathlib import Path
-from typing import Any
 
-from .errors import ExperimentError, shortened
+from .config import CasesFile
+from .errors import ExperimentError
 from .wire import expr
 from .wire.launch import DEVICE_NAMES, NOMINAL_DEVICE, LaunchError, resolve_launch
 from .wire.protocol import CaseSpec, LaunchSpec
@@ -39,47 +40,14 @@ SCALAR_RANGES = {
 }
 
 
-def read_json_file(path: Path, what: str) -> Any:
-    if not path.is_file():
-        raise ExperimentError(path, "", f"{what} not found")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ExperimentError(path, f"line {exc.lineno}", f"not valid JSON: {exc.msg}") from None
-    except UnicodeDecodeError:
-        raise ExperimentError(path, "", "not a UTF-8 text file (JSON is text)") from None
-    except OSError as exc:
-        raise ExperimentError(path, "", f"cannot be read: {exc.strerror or exc}") from None
-    except (ValueError, RecursionError) as exc:  # a number of thousands of digits, nesting thousands deep
-        raise ExperimentError(path, "", f"not valid JSON: {shortened(str(exc), 120)}") from None
-
-
-def read_model_file(path: Path, model, what: str):
-    """A JSON file validated as ``model``; missing, unreadable, broken or invalid is bad input
-    naming the file and the field."""
-    from pydantic import ValidationError
-
-    from .errors import validation_message
-
-    data = read_json_file(path, what)
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise ExperimentError(path, *validation_message(exc)) from None
-
-
-def read_text_file(path: Path, field: str) -> str:
-    """A source file's text; a binary or non-UTF-8 file is bad input naming the file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ExperimentError(path, field, "not a UTF-8 text file") from None
-    except OSError as exc:
-        raise ExperimentError(path, field, exc.strerror or str(exc)) from None
-    if "\0" in text:
-        line = text[:text.index("\0")].count("\n") + 1
-        raise ExperimentError(path, field, f"holds a NUL byte (line {line}): not a text file")
-    return text
+def check_cases(path: Path, cases: CasesFile, signature: Signature) -> None:
+    """An input-cases file against the signature: names unique, and each case (:func:`check_case`)."""
+    seen: set[str] = set()
+    for i, case in enumerate(cases.cases):
+        if case.name in seen:
+            raise ExperimentError(path, f"cases[{i}].name", f"duplicate case name {case.name!r}")
+        seen.add(case.name)
+        check_case(path, f"cases[{i}]", case, cases.launch, signature)
 
 
 def check_case(path: Path, where: str, case: CaseSpec, default_launch: LaunchSpec | None,
@@ -249,13 +217,49 @@ def check_kernel_entry(path: Path, source: str, entry: str, sig: Signature, plai
         raise ExperimentError(path, "signature", f"'{declared}' does not match the experiment's '{sig}'")
 
 
-def kernel_file(path: Path, entry: str, sig: Signature, field: str = "--kernel") -> str:
-    """A kernel file's text, its entry and signature matched to the experiment."""
-    if not path.is_file():
-        raise ExperimentError(path, field, "not found")
-    source = read_text_file(path, field)
-    check_kernel_entry(path, source, entry, sig)
-    return source
+def check_reference(path: Path, source: str, entry: str, sig: Signature, kind: str | None, origin: str) -> str:
+    """A reference's text against the signature; its kind: "cu" (a kernel declaring ``entry``), or for
+    a Python function (defined at the top level, taking every input and scalar) "torch" or "py"
+    (``kind`` as the config gives it, else whether the file imports torch)."""
+    if path.suffix == ".cu":
+        if kind:
+            raise ExperimentError(origin, "reference_kind", f"{kind!r} is for a .py reference; "
+                                                            f"{path.name} is a .cu kernel")
+        check_kernel_entry(path, source, entry, sig, plain=True)
+        return "cu"
+    python_function(path, source, entry, [a.name for a in sig.args if a.is_input or not a.pointer],
+                    "reference_entry", "input and scalar")
+    return "torch" if (kind or ("torch" if imports_torch(source) else "numpy")) == "torch" else "py"
+
+
+def check_vendor_function(path: Path, source: str, name: str, sig: Signature, field: str) -> None:
+    """A vendor's function: defined at the top level, taking every signature argument by name and
+    requiring nothing else."""
+    wanted = [a.name for a in sig.args]
+    fn = python_function(path, source, name, wanted, f"{field}.function", "signature argument")
+    extra = [n for n in required_parameters(fn) if n not in wanted]
+    if extra:
+        raise ExperimentError(path, f"{field}.function", f"{name}() requires {', '.join(extra)}, which the "
+                                                         f"signature does not have ({', '.join(wanted)})")
+
+
+def check_tune_kernel(path: Path, source: str, sig: Signature) -> None:
+    """The tunable kernel declares the signature's entry with its types."""
+    declared = find_entry(source, sig.name)
+    if declared is None or not declared.same_types(sig):
+        raise ExperimentError(path, "signature", f"no entry matching '{sig}'")
+
+
+def check_tune_launch(origin: str, launch: LaunchSpec, cases: list[CaseSpec], configs: list[dict],
+                      kernel: tuple[str, Signature]) -> None:
+    """``tune.launch`` on every configuration given and every case that is tuned (not the holdout)."""
+    for config in configs:
+        for case in cases:
+            if case.role != "holdout":
+                try:
+                    check_launch(origin, "tune.launch", launch, case, names=config, kernel=kernel)
+                except ExperimentError as exc:
+                    raise ExperimentError(exc.file, exc.field, f"{exc.message} (configuration {config})") from None
 
 
 def python_function(path: Path, source: str, name: str, wanted: list[str], field: str, what: str) -> ast.FunctionDef:

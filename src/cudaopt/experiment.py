@@ -4,6 +4,11 @@ Loaded from one config file (``--config``, paths relative to it) and/or seed-sty
 (flags win), validated (config.py's schemas, checks.py's cross-checks), and turned into
 self-contained evaluation requests. Every problem is reported as one
 :class:`~.errors.ExperimentError` naming the file and the field.
+
+One load is one sequence (:func:`load_experiment`): the config, the signature, then each file in
+turn (the reference, the initial kernel, the input cases, the tunable kernel, the vendors): read
+here (reading.py), then held to the signature by one check of checks.py. checks.py reads nothing
+of the experiment's and never calls back.
 """
 
 from __future__ import annotations
@@ -17,14 +22,12 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from .checks import (
-    check_case,
+    check_cases,
     check_kernel_entry,
-    check_launch,
-    imports_torch,
-    python_function,
-    read_json_file,
-    read_text_file,
-    required_parameters,
+    check_reference,
+    check_tune_kernel,
+    check_tune_launch,
+    check_vendor_function,
 )
 from .config import (
     CasesFile,
@@ -39,6 +42,7 @@ from .config import (
     space_in_source,
 )
 from .errors import ExperimentError, shortened, validation_message
+from .reading import read_json_file, read_text_file
 from .wire.launch import tunable_clashes
 from .wire.protocol import (
     HARNESS_VERSION,
@@ -53,7 +57,7 @@ from .wire.protocol import (
     VendorSpec,
     WireModel,
 )
-from .wire.signature import Signature, SignatureError, find_entry, parse_signature
+from .wire.signature import Signature, SignatureError, parse_signature
 
 LOCK_SCHEMA_VERSION = 1
 CHECKED_CONFIGURATIONS = 256  # a tune launch is checked on every configuration up to this many, a sample beyond
@@ -179,12 +183,7 @@ def load_cases(path: Path, signature: Signature) -> list[CaseSpec]:
         cases = CasesFile.model_validate(read_json_file(path, "input cases file"))
     except ValidationError as exc:
         raise ExperimentError(path, *validation_message(exc)) from None
-    seen: set[str] = set()
-    for i, case in enumerate(cases.cases):
-        if case.name in seen:
-            raise ExperimentError(path, f"cases[{i}].name", f"duplicate case name {case.name!r}")
-        seen.add(case.name)
-        check_case(path, f"cases[{i}]", case, cases.launch, signature)
+    check_cases(path, cases, signature)
     return [_resolved(case, path.parent, cases.launch) for case in cases.cases]
 
 
@@ -209,21 +208,10 @@ def load_experiment(
     input_cases: Path | None = None,
     max_iterations: int | None = None,
 ) -> Experiment:
-    """Load from a config file and/or flags; flags override the file's values."""
-    model = ExperimentConfig()
-    base = Path.cwd()
-    origin = "command line"
-    if config is not None:
-        raw = read_json_file(config, "config file")
-        try:
-            model = ExperimentConfig.model_validate(raw)
-        except ValidationError as exc:
-            field, message = validation_message(exc)
-            if isinstance(raw, dict) and isinstance(raw.get("vendor"), dict):  # one vendor, written as an object
-                field = field.replace("vendor[0]", "vendor", 1)
-            raise ExperimentError(config, field, message) from None
-        base = config.parent
-        origin = str(config)
+    """Load from a config file and/or flags; flags override the file's values. The steps, in order:
+    the config, the paths, the signature, the reference, the initial kernel, the input cases, the
+    tunable kernel, the vendors; each file read, then checked (checks.py) before the next."""
+    model, base, origin = _read_config(config)
 
     def from_file(value: str | None) -> Path | None:
         return (base / value).resolve() if value else None
@@ -251,18 +239,8 @@ def load_experiment(
         raise ExperimentError(*blamed("reference", reference), f"{ref_path} must be a .cu kernel or a .py NumPy or "
                                                                 "PyTorch function")
     ref_entry = model.reference_entry or sig.name
-    ref_source = read_text_file(ref_path, "reference")
-    if ref_path.suffix == ".cu":
-        if model.reference_kind:
-            raise ExperimentError(origin, "reference_kind", f"{model.reference_kind!r} is for a .py reference; "
-                                                            f"{ref_path.name} is a .cu kernel")
-        check_kernel_entry(ref_path, ref_source, ref_entry, sig, plain=True)
-        ref_kind = "cu"
-    else:  # parses, defines the function at the top level, and takes every input and scalar
-        python_function(ref_path, ref_source, ref_entry, [a.name for a in sig.args if a.is_input or not a.pointer],
-                        "reference_entry", "input and scalar")
-        kind = model.reference_kind or ("torch" if imports_torch(ref_source) else "numpy")
-        ref_kind = "torch" if kind == "torch" else "py"
+    ref_kind = check_reference(ref_path, read_text_file(ref_path, "reference"), ref_entry, sig, model.reference_kind,
+                               origin)
     if init_path is not None:
         if not init_path.is_file():
             raise ExperimentError(*blamed("initial_kernel", initial_kernel), f"{init_path} not found")
@@ -290,6 +268,22 @@ def load_experiment(
     )
 
 
+def _read_config(config: Path | None) -> tuple[ExperimentConfig, Path, str]:
+    """The config file validated (empty without one), the folder its paths are relative to, and how
+    errors name it."""
+    if config is None:
+        return ExperimentConfig(), Path.cwd(), "command line"
+    raw = read_json_file(config, "config file")
+    try:
+        model = ExperimentConfig.model_validate(raw)
+    except ValidationError as exc:
+        field, message = validation_message(exc)
+        if isinstance(raw, dict) and isinstance(raw.get("vendor"), dict):  # one vendor, written as an object
+            field = field.replace("vendor[0]", "vendor", 1)
+        raise ExperimentError(config, field, message) from None
+    return model, config.parent, str(config)
+
+
 def _load_vendors(sections: list[VendorSection], base: Path, origin: str, sig: Signature) -> list[VendorSpec]:
     """The vendor section (one or a list), each read and checked; labels and PyTorch kinds unique."""
     vendors: list[VendorSpec] = []
@@ -315,12 +309,7 @@ def _load_vendor(vendor: VendorSection, base: Path, origin: str, sig: Signature,
         raise ExperimentError(origin, f"{field}.file", f"{path} not found")
     source = read_text_file(path, f"{field}.file")
     name = vendor.function or sig.name
-    wanted = [a.name for a in sig.args]
-    fn = python_function(path, source, name, wanted, f"{field}.function", "signature argument")
-    extra = [n for n in required_parameters(fn) if n not in wanted]
-    if extra:
-        raise ExperimentError(path, f"{field}.function", f"{name}() requires {', '.join(extra)}, which the "
-                                                         f"signature does not have ({', '.join(wanted)})")
+    check_vendor_function(path, source, name, sig, field)
     return VendorSpec(source=source, entry=name, path=str(path), label=vendor.label or f"{path.name}:{name}",
                       arrays=vendor.arrays, allow_tf32=vendor.allow_tf32, returns=vendor.returns,
                       pytorch=vendor.pytorch)
@@ -331,9 +320,7 @@ def _load_tuning(tune: TuneSection, base: Path, origin: str, sig: Signature, cas
     if not path.is_file():
         raise ExperimentError(origin, "tune.kernel", f"{path} not found")
     source = read_text_file(path, "tune.kernel")
-    declared = find_entry(source, sig.name)
-    if declared is None or not declared.same_types(sig):
-        raise ExperimentError(path, "signature", f"no entry matching '{sig}'")
+    check_tune_kernel(path, source, sig)
     try:
         in_source = space_in_source(source)
     except SpaceError as exc:
@@ -363,14 +350,17 @@ def _load_tuning(tune: TuneSection, base: Path, origin: str, sig: Signature, cas
         raise ExperimentError(where, "tune.restrictions", f"no configuration satisfies them{space.why_empty()}")
     if len(configs) > CHECKED_CONFIGURATIONS:  # a large space: the first configuration and a seeded sample of the others
         configs = [configs[0]] + random.Random(0).sample(configs[1:], CHECKED_CONFIGURATIONS - 1)
-    for config in configs:
-        for case in cases:
-            if case.role != "holdout":
-                try:
-                    check_launch(origin, "tune.launch", launch, case, names=config, kernel=(source, sig))
-                except ExperimentError as exc:
-                    raise ExperimentError(exc.file, exc.field, f"{exc.message} (configuration {config})") from None
+    check_tune_launch(origin, launch, cases, configs, (source, sig))
     return Tuning(path=path, source=source, space=space, launch=launch)
+
+
+def kernel_file(path: Path, entry: str, sig: Signature, field: str = "--kernel") -> str:
+    """A kernel file's text, its entry and signature matched to the experiment."""
+    if not path.is_file():
+        raise ExperimentError(path, field, "not found")
+    source = read_text_file(path, field)
+    check_kernel_entry(path, source, entry, sig)
+    return source
 
 
 class LaunchFile(LaunchSpec):

@@ -20,9 +20,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .checks import kernel_file
 from .errors import ExperimentError
-from .experiment import Experiment, load_launch
+from .experiment import Experiment, kernel_file, load_launch
 from .wire.protocol import CaseSpec, EvalRequest, LaunchSpec, TimingProtocol, Timeouts
 from .paths import check_output_path
 from .preflight import preflight

@@ -54,7 +54,7 @@ def check(
 ) -> None:
     """Check an experiment without a GPU: files, fields, every expression on every case, the
     reference (a .py one is called on the smallest case), the kernels compiled with NVRTC."""
-    from ..checks import kernel_file
+    from ..experiment import kernel_file
     from .render_experiments import check_table
 
     exp = experiment(config, description, signature, reference, initial_kernel, input_cases)
@@ -230,7 +230,7 @@ def optimize(
 def _read_prices(path: Path) -> dict:
     from pydantic import TypeAdapter, ValidationError
 
-    from ..checks import read_json_file
+    from ..reading import read_json_file
     from ..errors import validation_message
 
     try:

@@ -13,7 +13,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..checks import kernel_file, read_text_file
+from ..experiment import kernel_file
+from ..reading import read_text_file
 from ..errors import ExperimentError
 from ..experiment import Experiment, load_launch
 from ..record.runs import load_run_experiment, open_run, read_run_json, winner

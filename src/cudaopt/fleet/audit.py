@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import strategies
-from ..checks import read_text_file
+from ..reading import read_text_file
 from ..errors import ExperimentError
 from ..evaluation.dispatch import Evaluator
 from ..experiment import Experiment

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from ..checks import read_model_file
+from ..reading import read_model_file
 from ..experiment import ExperimentLock
 from ..wire.protocol import LaunchSpec, WireModel, Role, TimingProtocol
 from ..wire.results import DeviceInfo, TimingStats

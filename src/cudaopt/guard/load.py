@@ -13,9 +13,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..checks import check_kernel_entry, check_launch, kernel_file
+from ..checks import check_kernel_entry, check_launch
 from ..errors import ExperimentError, validation_message
-from ..experiment import Experiment
+from ..experiment import Experiment, kernel_file
 from ..record.runs import ExperimentArgs
 from ..trial import Trial
 from ..wire.protocol import CaseSpec, EvalRequest, TimingProtocol

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import Field
 
-from ..checks import read_json_file, read_model_file
+from ..reading import read_json_file, read_model_file
 from ..errors import ExperimentError
 from ..experiment import Experiment, ExperimentLock, load_experiment
 from ..wire.protocol import LaunchSpec, WireModel

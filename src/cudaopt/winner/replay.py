@@ -31,7 +31,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..checks import check_launch, read_model_file
+from ..checks import check_launch
+from ..reading import read_model_file
 from ..engine.recorder import Recorder
 from ..engine.scoring import score
 from ..errors import ExperimentError

@@ -1,0 +1,55 @@
+"""Reading the user's files: missing, unreadable, not text or not JSON is bad input naming the
+file (and the field). experiment.py reads an experiment's files with these and hands what it
+read to checks.py; the run directory, guard files and request files are read with them too.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .errors import ExperimentError, shortened
+
+
+def read_json_file(path: Path, what: str) -> Any:
+    if not path.is_file():
+        raise ExperimentError(path, "", f"{what} not found")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ExperimentError(path, f"line {exc.lineno}", f"not valid JSON: {exc.msg}") from None
+    except UnicodeDecodeError:
+        raise ExperimentError(path, "", "not a UTF-8 text file (JSON is text)") from None
+    except OSError as exc:
+        raise ExperimentError(path, "", f"cannot be read: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError) as exc:  # a number of thousands of digits, nesting thousands deep
+        raise ExperimentError(path, "", f"not valid JSON: {shortened(str(exc), 120)}") from None
+
+
+def read_model_file(path: Path, model, what: str):
+    """A JSON file validated as ``model``; missing, unreadable, broken or invalid is bad input
+    naming the file and the field."""
+    from pydantic import ValidationError
+
+    from .errors import validation_message
+
+    data = read_json_file(path, what)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ExperimentError(path, *validation_message(exc)) from None
+
+
+def read_text_file(path: Path, field: str) -> str:
+    """A source file's text; a binary or non-UTF-8 file is bad input naming the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ExperimentError(path, field, "not a UTF-8 text file") from None
+    except OSError as exc:
+        raise ExperimentError(path, field, exc.strerror or str(exc)) from None
+    if "\0" in text:
+        line = text[:text.index("\0")].count("\n") + 1
+        raise ExperimentError(path, field, f"holds a NUL byte (line {line}): not a text file")
+    return text

@@ -40,7 +40,7 @@ PACKAGE_LAYERS = {
     ],
     "harness": [
         {"driver", "device", "lru", "arrays", "inputs", "pp_lines", "host_headers", "landlock", "cubin"},
-        {"locked", "leftovers", "launcher", "check", "sandbox"},
+        {"locked", "leftovers", "launcher", "compare", "sandbox"},
         {"gpu", "controls", "nvrtc_build"},
         {"buffers", "answers", "compile_process", "peaks"},
         {"case_data", "compiler", "timing"},

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from cudaopt.cli import app
 from cudaopt.errors import ExperimentError
 from cudaopt.experiment import load_cases, load_experiment
-from cudaopt.harness.check import compare
+from cudaopt.harness.compare import compare
 from cudaopt.harness.controls import ControlSet, judge, negative_controls, stored
 from cudaopt.harness.inputs import generate
 from cudaopt.wire.protocol import CaseSpec

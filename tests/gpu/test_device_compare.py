@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cudaopt.harness.check import compare, poison_array
+from cudaopt.harness.compare import compare, poison_array
 from cudaopt.harness.inputs import from_numbers
 
 pytestmark = pytest.mark.gpu

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from ..engine.scoring import medians
-from ..harness.check import shown
+from ..harness.compare import shown
 from ..wire.protocol import CaseSpec
 from ..wire.results import CaseResult
 from ..wire.signature import parse_signature

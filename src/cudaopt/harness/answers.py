@@ -19,7 +19,7 @@ import numpy as np
 from ..wire.protocol import CaseSpec, OutputSpec
 from ..wire.results import CheckInfo
 from ..wire.signature import DTYPES, Signature
-from .check import compare
+from .compare import compare
 from .controls import ControlSet, negative_controls
 from .device import Device
 

@@ -1,7 +1,7 @@
 """Negative controls: a check that cannot fail is not a check.
 
 For each output of a case, trivial outputs are compared with the reference's answer of each input
-set under the case's own tolerances, by the element rule of check.py: all zeros, all ones, a
+set under the case's own tolerances, by the element rule of compare.py: all zeros, all ones, a
 constant learnt from another input set's answer (its median and mean: an output that is nearly
 the same constant whatever the inputs), a copy of each input with as many elements (as the output's
 type stores it), and the answer for another input set (a stale answer). A case whose check accepts
@@ -23,7 +23,7 @@ import numpy as np
 from ..wire.protocol import CaseSpec
 from ..wire.results import ControlOutcome, Controls
 from ..wire.signature import DTYPES, Signature
-from .check import agrees
+from .compare import agrees
 from .inputs import from_numbers, to_numbers
 
 SAMPLE = 4096  # elements compared before a full comparison

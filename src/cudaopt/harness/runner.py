@@ -25,7 +25,7 @@ from ..wire.stats import summarize
 from .answers import DeviceAnswer, LockedAnswer, answer_controls, check_output
 from .buffers import CaseBuffers
 from .case_data import DeviceCases, HostSets, cache_key
-from .check import describe
+from .compare import describe
 from .compiler import CompileCache, CompileError, compile_kernel
 from .controls import judge
 from .device import Device

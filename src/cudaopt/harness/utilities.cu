@@ -60,7 +60,7 @@ struct CompareStats {
     unsigned long long first_bad;  // ~0ull when none
 };
 
-// The same rule as check.compare on the host: an element passes when |out - ref| <= atol +
+// The same rule as compare.compare on the host: an element passes when |out - ref| <= atol +
 // rtol*|ref|, or both are NaN, or both are the same infinity; an element holding the poison
 // bits is unwritten and fails (for integers, unless the poison value is the right answer).
 extern "C" __global__ void cudaopt_compare(const void* out, const double* ref, long long n, int kind,

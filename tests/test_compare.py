@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from cudaopt.harness.check import compare, describe, poison_array
+from cudaopt.harness.compare import compare, describe, poison_array
 from cudaopt.harness.inputs import from_numbers, to_numbers
 
 

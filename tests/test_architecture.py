@@ -17,7 +17,7 @@ LAYERS = [
     {"wire"},
     {"harness"},
     {"errors", "paths", "reading", "config", "evaluation", "insight", "doctor"},
-    {"checks"},
+    {"crosschecks"},
     {"experiment"},
     {"preflight", "cpu_controls", "evaluate", "record", "trial"},
     {"engine"},
@@ -176,12 +176,12 @@ def test_modules_stay_small_or_say_why():
 
 
 def test_checks_are_given_what_experiment_read_and_read_nothing_themselves():
-    """Loading runs one way: experiment.py reads each file (reading.py) and hands it to checks.py;
-    checks.py opens no file but the header of a case's .npy input (check_npy)."""
-    tree = ast.parse((SRC / "checks.py").read_text())
+    """Loading runs one way: experiment.py reads each file (reading.py) and hands it to crosschecks.py;
+    crosschecks.py opens no file but the header of a case's .npy input (check_npy)."""
+    tree = ast.parse((SRC / "crosschecks.py").read_text())
     reads = {"open", "read_text", "read_bytes", "read_json_file", "read_model_file", "read_text_file", "load"}
     for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name != "check_npy"):
         for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
             name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
             assert name not in reads, f"checks.{fn.name} reads a file ({name}): read it in experiment.py"
-    assert "experiment" not in {m.rsplit(".", 1)[-1] for m in imports(SRC / "checks.py")}
+    assert "experiment" not in {m.rsplit(".", 1)[-1] for m in imports(SRC / "crosschecks.py")}

@@ -177,7 +177,7 @@ CASE = CaseSpec(name="sq", role="performance", scalars={"m": 4096, "n": 4096}, o
 
 
 def test_check_launch_checks_the_names_of_tiers_no_case_takes():
-    from cudaopt.checks import check_launch
+    from cudaopt.crosschecks import check_launch
 
     table = json.loads(json.dumps(TABLE))
     check_launch(Path("e.json"), "tune.launch", LaunchSpec(**table), CASE, names={"T": 64})
@@ -193,7 +193,7 @@ def test_check_launch_checks_the_names_of_tiers_no_case_takes():
 
 
 def test_check_launch_names_the_tier_over_a_limit_and_every_tiers_kernel():
-    from cudaopt.checks import check_launch
+    from cudaopt.crosschecks import check_launch
     from cudaopt.wire.signature import parse_signature
 
     with pytest.raises(ExperimentError) as err:

@@ -1,14 +1,14 @@
 """Experiments: the user's description, signature, reference, initial kernel and input cases.
 
 Loaded from one config file (``--config``, paths relative to it) and/or seed-style flags
-(flags win), validated (config.py's schemas, checks.py's cross-checks), and turned into
+(flags win), validated (config.py's schemas, crosschecks.py's cross-checks), and turned into
 self-contained evaluation requests. Every problem is reported as one
 :class:`~.errors.ExperimentError` naming the file and the field.
 
 One load is one sequence (:func:`load_experiment`): the config, the signature, then each file in
 turn (the reference, the initial kernel, the input cases, the tunable kernel, the vendors): read
-here (reading.py), then held to the signature by one check of checks.py. checks.py reads nothing
-of the experiment's and never calls back.
+here (reading.py), then held to the signature by one check of crosschecks.py, which reads
+nothing of the experiment's and never calls back.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from .checks import (
+from .crosschecks import (
     check_cases,
     check_kernel_entry,
     check_reference,
@@ -210,7 +210,7 @@ def load_experiment(
 ) -> Experiment:
     """Load from a config file and/or flags; flags override the file's values. The steps, in order:
     the config, the paths, the signature, the reference, the initial kernel, the input cases, the
-    tunable kernel, the vendors; each file read, then checked (checks.py) before the next."""
+    tunable kernel, the vendors; each file read, then checked (crosschecks.py) before the next."""
     model, base, origin = _read_config(config)
 
     def from_file(value: str | None) -> Path | None:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checks import check_launch, shared_limit
+from .crosschecks import check_launch, shared_limit
 from .reading import read_text_file
 from .cpu_controls import cpu_controls, cpu_tensor
 from .errors import ExperimentError

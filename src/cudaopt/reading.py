@@ -1,6 +1,6 @@
 """Reading the user's files: missing, unreadable, not text or not JSON is bad input naming the
 file (and the field). experiment.py reads an experiment's files with these and hands what it
-read to checks.py; the run directory, guard files and request files are read with them too.
+read to crosschecks.py; the run directory, guard files and request files are read with them too.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..checks import check_launch
+from ..crosschecks import check_launch
 from ..errors import ExperimentError
 from ..wire import expr
 from ..wire.launch import NOMINAL_DEVICE, candidate_names, tunable_clashes

@@ -12,7 +12,7 @@ expressions (lower.py); inputs are checked for device, dtype, shape and contigui
 
 from __future__ import annotations
 
-from ..checks import SCALAR_RANGES
+from ..crosschecks import SCALAR_RANGES
 from ..errors import ExperimentError
 from ..harness.host_headers import HEADERS, PRELUDE_NAME
 from ..harness.nvrtc_build import HEADER_LIBS

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..checks import check_kernel_entry, check_launch
+from ..crosschecks import check_kernel_entry, check_launch
 from ..errors import ExperimentError, validation_message
 from ..experiment import Experiment, kernel_file
 from ..record.runs import ExperimentArgs

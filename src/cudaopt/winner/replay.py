@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..checks import check_launch
+from ..crosschecks import check_launch
 from ..reading import read_model_file
 from ..engine.recorder import Recorder
 from ..engine.scoring import score

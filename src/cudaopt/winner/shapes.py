@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError, model_validator
 
-from ..checks import check_case
+from ..crosschecks import check_case
 from ..reading import read_json_file
 from ..errors import ExperimentError, validation_message
 from ..evaluation.dispatch import Evaluator

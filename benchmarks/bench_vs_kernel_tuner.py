@@ -76,7 +76,7 @@ def run_cudaopt(results: Path) -> dict:
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"cudaopt optimize failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    from cudaopt.record.schema import History, Summary
+    from cudaopt.record.files import History, Summary
 
     run = results / "run-001"
     history = History.model_validate_json((run / "history.json").read_text()).attempts

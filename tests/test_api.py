@@ -15,7 +15,7 @@ from cudaopt import api
 from cudaopt.errors import ExperimentError
 from cudaopt.evaluate import Evaluation
 from cudaopt.record.events import AttemptFinished, AttemptStarted, PhaseProgress, StepProgress
-from cudaopt.record.schema import ReplayOutcome, Summary, VerifyOutcome
+from cudaopt.record.files import ReplayOutcome, Summary, VerifyOutcome
 from tests.conftest import ROOT, SGEMM
 from tests.scripted import ScriptedEvaluator
 

@@ -9,7 +9,7 @@ from cudaopt.engine.summary import REVIEW_SPEEDUP, RunFacts, summarise
 from cudaopt.evaluation.dispatch import GpuRef
 from cudaopt.wire.protocol import CaseSpec, OutputSpec, VendorSpec
 from cudaopt.wire.results import CaseResult, TimingStats, VendorResult
-from cudaopt.record.schema import Finalist, Finalists, ModelCall, ModelUsage
+from cudaopt.record.files import Finalist, Finalists, ModelCall, ModelUsage
 
 CASES = [CaseSpec(name="small", role="correctness", outputs={"y": OutputSpec(shape=["1"])}),
          CaseSpec(name="a", role="performance", outputs={"y": OutputSpec(shape=["1"])}),
@@ -30,7 +30,7 @@ def case(name: str, us: float | None, status: str = "ok", vendor_us: float | Non
 
 def attempt(i: int, a: float, b: float, *, kind: str = "tune", status: str = "ok", gpu: GpuRef = H200,
             vendor: tuple[float, float] | None = None):
-    from cudaopt.record.schema import Attempt
+    from cudaopt.record.files import Attempt
 
     cases = [case("small", None, status), case("a", a, vendor_us=vendor and vendor[0]),
              case("b", b, vendor_us=vendor and vendor[1])]

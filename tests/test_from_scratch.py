@@ -14,7 +14,7 @@ from cudaopt.cli import app
 from cudaopt.errors import ExperimentError
 from cudaopt.optimize import Options, start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs
-from cudaopt.record.schema import History, Summary
+from cudaopt.record.files import History, Summary
 from cudaopt.winner.replay import replay
 from tests.conftest import SGEMM
 from tests.fake_openai import FakeOpenAI

@@ -13,7 +13,7 @@ from cudaopt.insight.card import BottleneckCard, CardError, build_card
 from cudaopt.insight.parse import KernelMetrics, parse_raw_csv
 from cudaopt.optimize import Options, start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs
-from cudaopt.record.schema import ModelCall
+from cudaopt.record.files import ModelCall
 from tests.conftest import ROOT, SGEMM
 from tests.fake_openai import FakeOpenAI
 from tests.scripted import ScriptedEvaluator, answer

@@ -15,7 +15,7 @@ import pytest
 from cudaopt.agent.model import ModelSettings
 from cudaopt.optimize import start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs
-from cudaopt.record.schema import History, ModelCall, Summary
+from cudaopt.record.files import History, ModelCall, Summary
 from cudaopt.wire.protocol import EvalRequest
 from tests.conftest import ROOT, SGEMM
 from tests.fake_openai import FakeOpenAI

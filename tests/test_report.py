@@ -14,7 +14,7 @@ from cudaopt.cli import app
 from cudaopt.config import RoiInputs
 from cudaopt.optimize import start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs
-from cudaopt.record.schema import ReplayOutcome, VerifyOutcome
+from cudaopt.record.files import ReplayOutcome, VerifyOutcome
 from cudaopt.report.build import verdict
 from cudaopt.report.roi import compute
 from tests.conftest import SGEMM
@@ -142,7 +142,7 @@ def _text(renderable) -> str:
 
 def test_the_vendor_baseline_in_the_summary_the_terminal_and_the_report(run_dir):
     from cudaopt.cli.render_experiments import summary_table
-    from cudaopt.record.schema import Summary
+    from cudaopt.record.files import Summary
 
     summary = Summary.model_validate(json.loads((run_dir / "summary.json").read_text()))
     big = next(c for c in summary.cases if c.name == "square-4096")

@@ -28,7 +28,7 @@ from cudaopt.agent.research import (
 from cudaopt.cli import app
 from cudaopt.optimize import Options, start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs
-from cudaopt.record.schema import ModelCall
+from cudaopt.record.files import ModelCall
 from tests.conftest import SGEMM
 from tests.fake_openai import FakeOpenAI
 from tests.scripted import ScriptedEvaluator, answer

@@ -18,7 +18,7 @@ from cudaopt.evaluate import evaluate_kernel
 from cudaopt.experiment import load_experiment
 from cudaopt.optimize import Options, start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs, RunSettings
-from cudaopt.record.schema import Environment, History, ModelCall, Summary
+from cudaopt.record.files import Environment, History, ModelCall, Summary
 from cudaopt.winner.replay import replay
 from cudaopt.winner.verify import verify
 from tests.conftest import SGEMM

@@ -15,7 +15,7 @@ from cudaopt.config import space_in_source as from_source
 from cudaopt.errors import ExperimentError
 from cudaopt.optimize import Options, start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs
-from cudaopt.record.schema import History
+from cudaopt.record.files import History
 from cudaopt.wire.protocol import EvalRequest
 from tests.conftest import SGEMM
 from tests.fake_openai import FakeOpenAI

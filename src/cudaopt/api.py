@@ -27,7 +27,7 @@ from .wire.protocol import LaunchSpec
 from .optimize import Options, start_or_resume
 from .record.events import OnProgress, PhaseProgress, StepProgress, ignore
 from .record.runs import Budget, ExperimentArgs
-from .record.schema import ReplayOutcome, Summary, VerifyOutcome
+from .record.files import ReplayOutcome, Summary, VerifyOutcome
 from .trial import Trial, prepare_trial
 
 __all__ = ["Evaluation", "Experiment", "RunResult", "Trial", "evaluate", "export", "gpus", "guard_record", "load",

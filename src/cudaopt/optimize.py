@@ -27,7 +27,7 @@ from .record.cache import ResultCache
 from .record.events import OnProgress, ignore
 from .record.rundir import RunDir
 from .record.runs import Budget, ExperimentArgs, RunSettings, open_resumable, open_run, read_run_json
-from .record.schema import Environment, Summary
+from .record.files import Environment, Summary
 from .report.build import build as build_report
 from .strategies.tune import TuneStrategy, need_tuning
 from .winner.replay import replay_finalists

@@ -21,7 +21,7 @@ from .wire.protocol import EvalRequest
 from .wire.results import EvalResult
 from .insight.card import ProfileRecord
 from .record.runs import RunSettings
-from .record.schema import Environment, History, ModelCall, ReplayOutcome, Summary, VerifyOutcome
+from .record.files import Environment, History, ModelCall, ReplayOutcome, Summary, VerifyOutcome
 
 # file name pattern -> its model; the audit pack first, then what a user writes, then the wire
 FILES = {

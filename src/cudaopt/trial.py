@@ -26,7 +26,7 @@ from .wire.protocol import CaseSpec, EvalRequest, LaunchSpec, TimingProtocol, Ti
 from .paths import check_output_path
 from .preflight import preflight
 from .record.rundir import RunDir
-from .record.schema import Attempt
+from .record.files import Attempt
 from .record.runs import ExperimentArgs, RunSettings, load_run_experiment, open_run, read_run_json, winner
 
 LaunchGiven = LaunchSpec | dict | str | None  # the model, its data, or JSON text / a JSON file (as --launch)

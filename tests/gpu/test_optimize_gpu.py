@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaopt.cli import app
-from cudaopt.record.schema import History, Summary
+from cudaopt.record.files import History, Summary
 from cudaopt.wire.protocol import EvalRequest
 from tests.conftest import SGEMM, kernel_source
 from tests.fake_openai import FakeOpenAI

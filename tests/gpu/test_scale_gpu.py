@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from cudaopt.cli import app
 from cudaopt.evaluation.devices import visible_devices
 from cudaopt.fleet.files import AuditReport
-from cudaopt.record.schema import Environment, History, ReplayOutcome, Summary, VerifyOutcome
+from cudaopt.record.files import Environment, History, ReplayOutcome, Summary, VerifyOutcome
 from tests.conftest import ROOT, SGEMM
 
 pytestmark = pytest.mark.gpu

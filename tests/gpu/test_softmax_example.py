@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from cudaopt.cli import app
 from cudaopt.experiment import load_experiment
-from cudaopt.record.schema import History, Summary
+from cudaopt.record.files import History, Summary
 from tests.conftest import ROOT
 from tests.gpu.conftest import FAST
 

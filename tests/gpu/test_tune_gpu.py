@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaopt.cli import app
-from cudaopt.record.schema import History, Summary
+from cudaopt.record.files import History, Summary
 from tests.conftest import KERNELS, SGEMM
 
 pytestmark = pytest.mark.gpu

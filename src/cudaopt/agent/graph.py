@@ -30,7 +30,7 @@ from ..engine.recorder import Candidate, Recorder
 from ..wire.launch import device_facts
 from ..record.events import AttemptStarted
 from ..record.runs import Budget
-from ..record.schema import Attempt, ModelCall, ModelUsage
+from ..record.files import Attempt, ModelCall, ModelUsage
 from . import prompts
 from .instruments import Instruments
 from .model import ModelClient, Reply

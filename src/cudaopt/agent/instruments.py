@@ -19,7 +19,7 @@ from ..harness.compiler import CompileError
 from ..insight import ncu
 from ..insight.card import BottleneckCard, CardError, ProfileRecord, build_card
 from ..insight.compiled import summarize
-from ..record.schema import Attempt
+from ..record.files import Attempt
 from ..wire.launch import device_defines, device_facts
 from ..wire.protocol import KernelSpec
 

@@ -13,7 +13,7 @@ from ..harness.compare import shown
 from ..wire.protocol import CaseSpec
 from ..wire.results import CaseResult
 from ..wire.signature import parse_signature
-from ..record.schema import Attempt
+from ..record.files import Attempt
 
 SYSTEM = """You are a CUDA performance engineer. {task}
 

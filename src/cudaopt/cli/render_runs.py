@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ..record.schema import ReplayOutcome, VerifyOutcome
+from ..record.files import ReplayOutcome, VerifyOutcome
 from .render_cells import num
 
 

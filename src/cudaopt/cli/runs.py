@@ -121,7 +121,7 @@ def report(
     from ..config import RoiInputs
     from ..errors import validation_message
     from ..record.runs import open_run, read_run_json
-    from ..record.schema import Summary
+    from ..record.files import Summary
     from ..report.build import build, run_roi
 
     if not (run_dir / "summary.json").is_file() or not (run_dir / "history.json").is_file():

@@ -25,7 +25,7 @@ from ..record.cache import ResultCache
 from ..record.events import AttemptFinished, AttemptStarted, OnProgress, PhaseProgress, UsageProgress, ignore
 from ..record.rundir import RunDir
 from ..record.runs import model_calls, read_run_json
-from ..record.schema import Attempt, Finalists, History, ModelCall, Summary
+from ..record.files import Attempt, Finalists, History, ModelCall, Summary
 from ..trial import Trial, run_trial
 from .scoring import baseline_of, best_of, comparable, medians, score
 from .summary import RunFacts, summarise

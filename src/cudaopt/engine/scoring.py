@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from ..wire.protocol import CaseSpec
 from ..wire.results import CaseResult
 from ..wire.stats import geomean
-from ..record.schema import Attempt, CaseBest, Finalists
+from ..record.files import Attempt, CaseBest, Finalists
 
 
 def score(cases: list[CaseResult]) -> float | None:

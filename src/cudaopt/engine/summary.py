@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from ..wire.protocol import CaseSpec, VendorSpec
 from ..wire.results import CaseResult
 from ..wire.stats import geomean
-from ..record.schema import (
+from ..record.files import (
     Attempt,
     CaseSummary,
     CaseVendor,

@@ -18,7 +18,7 @@ from ..reading import read_text_file
 from ..errors import ExperimentError
 from ..experiment import Experiment, load_launch
 from ..record.runs import load_run_experiment, open_run, read_run_json, winner
-from ..record.schema import Environment, Summary, VerifyOutcome
+from ..record.files import Environment, Summary, VerifyOutcome
 from ..wire.launch import DEVICE_NAMES, NOMINAL_DEVICE
 from ..wire.protocol import CaseSpec, Expr, LaunchSpec
 from ..wire.signature import Signature, entry_names

@@ -28,7 +28,7 @@ from ..evaluation.dispatch import Evaluator
 from ..experiment import Experiment
 from ..optimize import Options, start_or_resume
 from ..record.runs import Budget, ExperimentArgs
-from ..record.schema import Summary
+from ..record.files import Summary
 from ..report.roi import compute
 from .files import AuditEntry, AuditPlan, AuditReport, OptimizedRun
 from .headroom import estimate, estimate_vendor, returns

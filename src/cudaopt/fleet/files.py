@@ -18,7 +18,7 @@ from pydantic import Field
 from ..evaluation.dispatch import GpuRef
 from ..wire.protocol import WireModel
 from ..record.runs import Budget
-from ..record.schema import Roi, version_field
+from ..record.files import Roi, version_field
 
 _AUDIT = re.compile(r"audit-(\d{3,})$")
 

@@ -27,7 +27,7 @@ from ..harness.peaks import compute_class, roofline
 from ..wire.protocol import CaseSpec
 from ..wire.results import CaseResult, DeviceInfo, EvalResult, Roofline
 from ..wire.signature import Signature
-from ..record.schema import Roi
+from ..record.files import Roi
 from ..report.roi import compute
 from .files import Headroom
 

@@ -20,7 +20,7 @@ from ..experiment import ExperimentLock
 from ..wire.protocol import LaunchSpec, WireModel, Role, TimingProtocol
 from ..wire.results import DeviceInfo, TimingStats
 from ..record.runs import ExperimentArgs
-from ..record.schema import version_field
+from ..record.files import version_field
 
 PATH_FIELDS = ("config", "reference", "initial_kernel", "input_cases")
 

@@ -19,7 +19,7 @@ from pydantic import Field
 
 from ..errors import ExperimentError
 from ..record.runs import open_run, read_run_json
-from ..record.schema import Summary, VerifyOutcome, version_field
+from ..record.files import Summary, VerifyOutcome, version_field
 from ..wire.protocol import WireModel
 
 Baseline = Literal["eager", "compile"]

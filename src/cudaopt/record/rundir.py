@@ -87,7 +87,7 @@ class RunDir:
         write_json(self.path / name, data)
 
     def write_model(self, name: str, model) -> None:
-        """A typed file (record/schema.py and the harness's types), as its JSON."""
+        """A typed file (record/files.py and the harness's types), as its JSON."""
         write_atomic(self.path / name, model.to_json(indent=2) + "\n")
 
     def read_json(self, name: str) -> Any:

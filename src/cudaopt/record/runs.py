@@ -17,7 +17,7 @@ from ..errors import ExperimentError
 from ..experiment import Experiment, ExperimentLock, load_experiment
 from ..wire.protocol import LaunchSpec, WireModel
 from .rundir import RunDir
-from .schema import Attempt, History, ModelCall, Summary, version_field
+from .files import Attempt, History, ModelCall, Summary, version_field
 
 
 class Budget(WireModel):

@@ -18,7 +18,7 @@ from ..errors import ExperimentError
 from ..insight.card import ProfileRecord
 from ..record.rundir import RunDir, write_atomic
 from ..record.runs import load_run_experiment, model_calls, read_run_json
-from ..record.schema import Environment, History, ReplayOutcome, Roi, Summary, VerifyOutcome
+from ..record.files import Environment, History, ReplayOutcome, Roi, Summary, VerifyOutcome
 from . import charts
 from .roi import compute
 

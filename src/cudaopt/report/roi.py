@@ -8,7 +8,7 @@ payback (months)      = pilot cost / (saved GPU hours per month x GPU hourly pri
 from __future__ import annotations
 
 from ..config import RoiInputs
-from ..record.schema import Roi
+from ..record.files import Roi
 
 
 def compute(inputs: RoiInputs, case: str, baseline_us: float, best_us: float, model_cost_usd: float,

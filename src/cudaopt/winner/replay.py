@@ -44,7 +44,7 @@ from ..wire.stats import geomean
 from ..record.events import AttemptStarted
 from ..record.rundir import RunDir
 from ..record.runs import open_run, read_run_json
-from ..record.schema import Environment, Finalist, Finalists, ReplayedCase, ReplayOutcome
+from ..record.files import Environment, Finalist, Finalists, ReplayedCase, ReplayOutcome
 from ..trial import Trial, recorded_trial
 
 MATTERS = ("name", "arch", "driver_cuda_version")  # environment differences that invalidate a replay

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import ExperimentError
 from ..evaluation.supervisor import WORKER_COMMAND, Supervisor
 from ..wire.protocol import EvalRequest, Timeouts
-from ..record.schema import SanitizeReport
+from ..record.files import SanitizeReport
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 # memcheck, initcheck, synccheck: "ERROR SUMMARY: N errors"; racecheck: "N hazards displayed (E errors, W warnings)"

@@ -28,7 +28,7 @@ from ..evaluation.dispatch import Evaluator
 from ..experiment import Experiment
 from ..wire.protocol import CaseSpec, EvalRequest, WireModel, TimingProtocol
 from ..wire.results import CaseResult, TimingStats
-from ..record.schema import TimedCase
+from ..record.files import TimedCase
 
 MIN_MARGIN = 0.02
 MAX_SHAPES = 512  # a sweep checks and times every shape: a larger grid is refused before it is built

@@ -24,7 +24,7 @@ from ..evaluation.dispatch import Evaluator
 from ..wire.protocol import CaseSpec, EvalRequest, TimingProtocol
 from ..record.rundir import RunDir
 from ..record.runs import open_run
-from ..record.schema import VerifiedCase, VerifyOutcome
+from ..record.files import VerifiedCase, VerifyOutcome
 from ..trial import Trial, recorded_trial
 from .shapes import load_shapes, sweep_protocol, time_shapes
 

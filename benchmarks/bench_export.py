@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from cudaopt.evaluate import evaluate_kernel  # noqa: E402
-from cudaopt.evaluation.supervisor import Supervisor  # noqa: E402
+from cudaopt.pool.supervisor import Supervisor  # noqa: E402
 from cudaopt.experiment import load_experiment  # noqa: E402
 from cudaopt.exporter import from_flags, write  # noqa: E402
 from cudaopt.record.bake import bake, bake_launch  # noqa: E402

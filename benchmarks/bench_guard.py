@@ -37,7 +37,7 @@ from cli_run import cudaopt
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from cudaopt.evaluation.supervisor import Supervisor  # noqa: E402
+from cudaopt.pool.supervisor import Supervisor  # noqa: E402
 from cudaopt.experiment import load_experiment  # noqa: E402
 from cudaopt.guard.check import Settings, check  # noqa: E402
 from cudaopt.guard.load import load_guard  # noqa: E402

@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    from cudaopt.evaluation.devices import visible_devices
+    from cudaopt.pool.devices import visible_devices
 
     gpus = visible_devices()
     configs = [("local, GPU 0", ["--devices", str(gpus[0])], {})]

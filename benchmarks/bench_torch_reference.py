@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from cudaopt.evaluation.supervisor import Supervisor
+from cudaopt.pool.supervisor import Supervisor
 from cudaopt.experiment import load_experiment
 from cudaopt.wire.protocol import TimingProtocol
 

@@ -103,7 +103,7 @@ def run_cudaopt(results: Path) -> dict:
 
 def time_side_by_side(configs: dict[str, dict], rounds: int = 3) -> dict:
     """Each winner timed by the cudaopt protocol (100 iterations, L2 flushed), interleaved."""
-    from cudaopt.evaluation.supervisor import Supervisor
+    from cudaopt.pool.supervisor import Supervisor
     from cudaopt.experiment import load_experiment
     from cudaopt.wire.protocol import TimingProtocol
 

@@ -14,7 +14,7 @@ import json
 import re
 import time
 
-from cudaopt.evaluation.dispatch import Dispatcher, GpuRef, dispatch
+from cudaopt.pool.dispatch import Dispatcher, GpuRef, dispatch
 from cudaopt.wire.messages import PhaseStarted
 from cudaopt.wire.results import (
     CaseResult,

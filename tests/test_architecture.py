@@ -16,7 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "cudaopt"
 LAYERS = [
     {"wire"},
     {"harness"},
-    {"errors", "paths", "reading", "config", "evaluation", "insight", "doctor"},
+    {"errors", "paths", "reading", "config", "pool", "insight", "doctor"},
     {"crosschecks"},
     {"experiment"},
     {"preflight", "cpu_controls", "evaluate", "record", "trial"},

@@ -198,7 +198,7 @@ runner = CliRunner(env={"COLUMNS": "220", "OPENAI_API_KEY": ""})
 
 @pytest.fixture
 def scripted_pool(monkeypatch):
-    from cudaopt.evaluation import pools
+    from cudaopt.pool import pools
 
     monkeypatch.setattr(pools, "open_pool", lambda devices, ray=None, log_dir=None: ScriptedEvaluator())
 

@@ -25,7 +25,7 @@ CONFIG = ["--config", "{d}/experiment.json"]
 @pytest.fixture
 def no_worker(monkeypatch):
     """Any attempt to start a GPU worker fails the test."""
-    import cudaopt.evaluation.pools as pools
+    import cudaopt.pool.pools as pools
 
     started = []
 

@@ -69,7 +69,7 @@ def test_verify_of_something_that_is_not_a_run(tmp_path):
 
 def test_a_model_failure_stops_the_run_with_exit_5(monkeypatch, tmp_path):
     """Refused credentials: the run stops at once, the summary says why, the command exits 5."""
-    from cudaopt.evaluation import pools
+    from cudaopt.pool import pools
     from tests.fake_openai import FakeOpenAI
     from tests.scripted import ScriptedEvaluator
 

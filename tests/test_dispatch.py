@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cudaopt.errors import ExperimentError
-from cudaopt.evaluation.devices import choose, parse_devices, visible_devices
-from cudaopt.evaluation.dispatch import MAX_TRIES, Dispatcher, GpuRef, LaneInterrupted
+from cudaopt.pool.devices import choose, parse_devices, visible_devices
+from cudaopt.pool.dispatch import MAX_TRIES, Dispatcher, GpuRef, LaneInterrupted
 from cudaopt.wire.results import DeviceInfo, EvalResult
 
 
@@ -102,8 +102,8 @@ def test_a_ray_address_that_does_not_answer_is_one_line_within_seconds():
     import socket
     import time
 
-    from cudaopt.evaluation.dispatch import WorkerError
-    from cudaopt.evaluation.ray_cluster import _reachable
+    from cudaopt.pool.dispatch import WorkerError
+    from cudaopt.pool.ray_cluster import _reachable
 
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))

@@ -6,7 +6,7 @@ import pytest
 
 from cudaopt.engine.scoring import best_of, comparable, per_case_best, score
 from cudaopt.engine.summary import REVIEW_SPEEDUP, RunFacts, summarise
-from cudaopt.evaluation.dispatch import GpuRef
+from cudaopt.pool.dispatch import GpuRef
 from cudaopt.wire.protocol import CaseSpec, OutputSpec, VendorSpec
 from cudaopt.wire.results import CaseResult, TimingStats, VendorResult
 from cudaopt.record.files import Finalist, Finalists, ModelCall, ModelUsage

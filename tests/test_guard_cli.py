@@ -22,7 +22,7 @@ CASES = ["odd-31x37x29", "square-256", "rect-384x256x320", "square-4096", "holdo
 @pytest.fixture
 def requests(monkeypatch):
     """The GPU worker, scripted; the requests it was sent."""
-    from cudaopt.evaluation import pools
+    from cudaopt.pool import pools
 
     scripted = ScriptedEvaluator()
     monkeypatch.setattr(pools, "open_pool", lambda devices, ray=None, log_dir=None: scripted)

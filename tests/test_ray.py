@@ -12,8 +12,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from cudaopt.evaluation.dispatch import WorkerError  # noqa: E402
-from cudaopt.evaluation.ray_cluster import RayPool, connect  # noqa: E402
+from cudaopt.pool.dispatch import WorkerError  # noqa: E402
+from cudaopt.pool.ray_cluster import RayPool, connect  # noqa: E402
 from cudaopt.wire.messages import PhaseStarted  # noqa: E402
 from cudaopt.wire.protocol import Timeouts  # noqa: E402
 from tests.fakes import FAKE, batch, intervals, one_at_a_time  # noqa: E402

@@ -80,7 +80,7 @@ def test_a_worker_process_is_started_without_secrets_in_an_empty_directory(tmp_p
     import json
     import sys
 
-    from cudaopt.evaluation.supervisor import Worker
+    from cudaopt.pool.supervisor import Worker
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-planted-secret")
     script = tmp_path / "env_worker.py"

@@ -272,7 +272,7 @@ def test_the_command_line_runs_a_sweep_on_every_gpu_it_may_use(tmp_path, experim
     from typer.testing import CliRunner
 
     from cudaopt.cli import app
-    from cudaopt.evaluation import supervisor
+    from cudaopt.pool import supervisor
     from tests.fakes import FAKE
 
     monkeypatch.setattr(supervisor, "WORKER_COMMAND", FAKE)

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from cudaopt.evaluation.supervisor import Supervisor, WorkerError
+from cudaopt.pool.supervisor import Supervisor, WorkerError
 from cudaopt.wire.protocol import Timeouts
 from tests.fakes import FAKE, batch, intervals, one_at_a_time
 

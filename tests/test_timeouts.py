@@ -7,7 +7,7 @@ import time
 import pytest
 
 from cudaopt.config import TimeoutPolicy
-from cudaopt.evaluation.supervisor import Supervisor
+from cudaopt.pool.supervisor import Supervisor
 from cudaopt.experiment import load_experiment
 from cudaopt.wire.protocol import CaseTimeouts, Timeouts
 from cudaopt.wire.results import CaseResult

@@ -75,7 +75,7 @@ def test_a_kernel_whose_entry_is_missing_names_the_file(example, steps):
 def test_optimize_loads_the_experiment_once(example, monkeypatch, tmp_path):
     from cudaopt import optimize
     from cudaopt.cli import app
-    from cudaopt.evaluation import pools
+    from cudaopt.pool import pools
     from tests.scripted import ScriptedEvaluator
 
     folder, _ = example

@@ -82,7 +82,7 @@ def test_verify_exits_1_on_a_regression_and_shows_it(run, monkeypatch):
     from typer.testing import CliRunner
 
     from cudaopt.cli import app
-    from cudaopt.evaluation import pools
+    from cudaopt.pool import pools
 
     monkeypatch.setattr(pools, "open_pool", lambda devices, ray=None, log_dir=None: SlowerOnTheHoldout())
     run_dir, _ = run

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .evaluate import Evaluation, evaluate_trial
 from .errors import ExperimentError
-from .evaluation.dispatch import Evaluator
+from .pool.dispatch import Evaluator
 from .guard.record import Recorded, record
 from .experiment import Experiment, load_experiment
 from .wire.messages import PhaseStarted
@@ -47,7 +47,7 @@ def load(config: str | Path | None = None, *, description: str | None = None, si
 def gpus(devices: list[int] | None = None, ray: str | None = None) -> Iterator[Evaluator]:
     """A pool of GPU workers (one per GPU of ``devices``, default every visible one; or a Ray cluster),
     for several calls in a row; closed on leaving the ``with`` block."""
-    from .evaluation.pools import open_pool
+    from .pool.pools import open_pool
 
     with open_pool(devices, ray) as pool:
         yield pool

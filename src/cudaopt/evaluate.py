@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .evaluation.dispatch import Evaluator, GpuRef, OnEvent
+from .pool.dispatch import Evaluator, GpuRef, OnEvent
 from .experiment import Experiment
 from .wire.protocol import LaunchSpec, WireModel, TimingProtocol
 from .wire.results import EvalResult

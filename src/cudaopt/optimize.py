@@ -20,7 +20,7 @@ from . import strategies
 from .cpu_controls import refuse_results
 from .engine.recorder import Recorder
 from .errors import ExperimentError
-from .evaluation.dispatch import Evaluator, GpuRef
+from .pool.dispatch import Evaluator, GpuRef
 from .experiment import Experiment
 from .wire.results import DeviceInfo
 from .record.cache import ResultCache

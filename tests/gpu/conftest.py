@@ -7,7 +7,7 @@ from cudaopt.wire.protocol import Timeouts, TimingProtocol
 
 @pytest.fixture(scope="session")
 def supervisor(tmp_path_factory):
-    from cudaopt.evaluation.supervisor import Supervisor
+    from cudaopt.pool.supervisor import Supervisor
 
     with Supervisor(devices=[0], log_dir=tmp_path_factory.mktemp("workers")) as sup:
         yield sup

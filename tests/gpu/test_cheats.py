@@ -85,7 +85,7 @@ def test_device_malloc_is_refused(supervisor, small_request):
 
 def test_an_include_of_a_host_file_leaks_nothing(tmp_path, monkeypatch, sgemm):
     """A secret in the supervisor's environment reaches neither the worker nor the result."""
-    from cudaopt.evaluation.supervisor import Supervisor
+    from cudaopt.pool.supervisor import Supervisor
 
     secret = "sk-planted-7f3a9c1e"
     monkeypatch.setenv("OPENAI_API_KEY", secret)

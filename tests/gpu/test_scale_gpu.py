@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaopt.cli import app
-from cudaopt.evaluation.devices import visible_devices
+from cudaopt.pool.devices import visible_devices
 from cudaopt.fleet.files import AuditReport
 from cudaopt.record.files import Environment, History, ReplayOutcome, Summary, VerifyOutcome
 from tests.conftest import ROOT, SGEMM

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..errors import ExperimentError, shortened
-from ..evaluation.dispatch import WorkerError
+from ..pool.dispatch import WorkerError
 
 app = typer.Typer(
     help="Turn a workload description into a fast CUDA kernel you can trust.",
@@ -139,7 +139,7 @@ RayOpt = Annotated[str | None, typer.Option("--ray", help="Run the workers on a 
 
 def gpus_chosen(device: int | None, devices: str | None, ray: str | None) -> list[int] | None:
     """The ordinals --device, --devices and --ray ask for (None: all); bad input before any work."""
-    from ..evaluation.devices import choose
+    from ..pool.devices import choose
 
     return choose(device, devices, ray)
 
@@ -147,7 +147,7 @@ def gpus_chosen(device: int | None, devices: str | None, ray: str | None) -> lis
 @contextlib.contextmanager
 def gpu_pool(chosen: list[int] | None, ray: str | None):
     """The GPU workers a command evaluates on; what left the pool is said on stderr at the end."""
-    from ..evaluation import pools
+    from ..pool import pools
 
     pool = pools.open_pool(chosen, ray)
     try:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..evaluation.dispatch import Evaluator, GpuRef, Measured
+from ..pool.dispatch import Evaluator, GpuRef, Measured
 from ..experiment import Experiment, LaunchFile
 from ..wire.messages import PhaseStarted, WorkerMessage
 from ..wire.protocol import LaunchSpec, Timeouts

@@ -24,7 +24,7 @@ from pathlib import Path
 from .. import strategies
 from ..reading import read_text_file
 from ..errors import ExperimentError
-from ..evaluation.dispatch import Evaluator
+from ..pool.dispatch import Evaluator
 from ..experiment import Experiment
 from ..optimize import Options, start_or_resume
 from ..record.runs import Budget, ExperimentArgs

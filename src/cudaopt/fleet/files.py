@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from ..evaluation.dispatch import GpuRef
+from ..pool.dispatch import GpuRef
 from ..wire.protocol import WireModel
 from ..record.runs import Budget
 from ..record.files import Roi, version_field

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from ..evaluation.dispatch import Evaluator
+from ..pool.dispatch import Evaluator
 from ..wire.protocol import CaseSpec, TimingProtocol
 from ..wire.results import CaseResult, EvalResult
 from ..wire.stats import geomean

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__
-from ..evaluation.dispatch import Evaluator
+from ..pool.dispatch import Evaluator
 from ..wire.results import EvalResult
 from ..trial import Trial
 from ..winner.verify import fresh_cases

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ..evaluation.dispatch import GpuRef
+from ..pool.dispatch import GpuRef
 from ..wire.protocol import LaunchSpec, WireModel
 from ..wire.results import STATUSES, CaseResult, CompileInfo, DeviceInfo
 

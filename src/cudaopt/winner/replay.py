@@ -36,7 +36,7 @@ from ..reading import read_model_file
 from ..engine.recorder import Recorder
 from ..engine.scoring import score
 from ..errors import ExperimentError
-from ..evaluation.dispatch import Evaluator
+from ..pool.dispatch import Evaluator
 from ..wire.protocol import EvalRequest
 from ..wire.results import DeviceInfo, EvalResult, TimingStats
 from ..wire.signature import SignatureError, parse_signature

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ExperimentError
-from ..evaluation.supervisor import WORKER_COMMAND, Supervisor
+from ..pool.supervisor import WORKER_COMMAND, Supervisor
 from ..wire.protocol import EvalRequest, Timeouts
 from ..record.files import SanitizeReport
 

@@ -24,7 +24,7 @@ from pydantic import Field, ValidationError, model_validator
 from ..crosschecks import check_case
 from ..reading import read_json_file
 from ..errors import ExperimentError, validation_message
-from ..evaluation.dispatch import Evaluator
+from ..pool.dispatch import Evaluator
 from ..experiment import Experiment
 from ..wire.protocol import CaseSpec, EvalRequest, WireModel, TimingProtocol
 from ..wire.results import CaseResult, TimingStats

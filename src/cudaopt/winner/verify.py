@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ExperimentError
-from ..evaluation.dispatch import Evaluator
+from ..pool.dispatch import Evaluator
 from ..wire.protocol import CaseSpec, EvalRequest, TimingProtocol
 from ..record.rundir import RunDir
 from ..record.runs import open_run

@@ -88,7 +88,7 @@ class Lane(Protocol):
 
 
 class Evaluator(Protocol):
-    """What the layers above need of the evaluation layer (a pool of GPUs; a scripted one in tests)."""
+    """What the layers above need of the pool layer (a pool of GPUs; a scripted one in tests)."""
 
     notices: list[str]  # lanes left out or lost, one line each
     backend: str  # where the workers run: "local", or "ray ADDRESS"

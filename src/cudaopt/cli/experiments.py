@@ -76,7 +76,9 @@ def evaluate(
     input_cases: CasesOpt = None,
     kernel: Annotated[Path | None, typer.Option("--kernel", help="Kernel to evaluate (default: the initial kernel).")] = None,
     entry: Annotated[str | None, typer.Option("--entry", help="Entry point name (default: the signature's name).")] = None,
-    launch: Annotated[str | None, typer.Option("--launch", help='Launch configuration as JSON or a JSON file: {"grid": [...], "block": [...], "shared_bytes": 0}.')] = None,
+    launch: Annotated[str | None, typer.Option("--launch", help='Launch configuration as JSON or a JSON file: {"grid": [...], "block": [...], "shared_bytes": 0}, '
+                                                                  'or a tier table {"let": {...}, "size": [...], "tiers": [...]} '
+                                                                  "(docs/experiments.md).")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the full result here (- for standard "
                                                                  "output; the tables then go to standard error).")] = None,
     warmup: Annotated[int | None, typer.Option(min=0, help="Warm-up launches per case (default 10).")] = None,

@@ -52,7 +52,8 @@ def export(
     entry: Annotated[str | None, typer.Option("--entry", help="Entry point name (default: the signature's "
                                                               "name).")] = None,
     launch: Annotated[str | None, typer.Option("--launch", help="Launch configuration as JSON or a JSON file "
-                                                                "(default: the input cases').")] = None,
+                                                                "(grid and block, or a tier table: let, size, tiers; "
+                                                                "default: the input cases').")] = None,
 ) -> None:
     """Write a verified kernel as code that runs without cudaopt: a PyTorch operator, a CUDA launcher, or
     KernelBench's ModelNew; its header says where it came from."""

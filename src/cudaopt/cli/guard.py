@@ -47,7 +47,8 @@ def record(
     input_cases: CasesOpt = None,
     kernel: Annotated[Path | None, typer.Option("--kernel", help="The kernel to guard (default: the initial kernel).")] = None,
     entry: Annotated[str | None, typer.Option("--entry", help="Entry point name (default: the signature's name).")] = None,
-    launch: Annotated[str | None, typer.Option("--launch", help="Launch configuration as JSON or a JSON file.")] = None,
+    launch: Annotated[str | None, typer.Option("--launch", help="Launch configuration as JSON or a JSON file "
+                                                                "(grid and block, or a tier table: let, size, tiers).")] = None,
     out: Annotated[Path, typer.Option("--out", help="The guard file to write (commit it beside the kernel).")] = Path("guard.json"),
     repeats: Annotated[int, typer.Option(min=2, help="Timed evaluations of each performance case.")] = 5,
     warmup: Annotated[int | None, typer.Option(min=0, help="Warm-up launches per case (default: the experiment's).")] = None,

@@ -6,6 +6,7 @@ only modules of a lower rank."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -185,3 +186,89 @@ def test_checks_are_given_what_experiment_read_and_read_nothing_themselves():
             name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
             assert name not in reads, f"checks.{fn.name} reads a file ({name}): read it in experiment.py"
     assert "experiment" not in {m.rsplit(".", 1)[-1] for m in imports(SRC / "crosschecks.py")}
+
+
+ROOT = SRC.parents[1]
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+PATH = re.compile(r"(?:[\w.-]+/)*[\w.-]+\.(?:py|cu|md)|(?:[\w-]+/)+")  # a file, or a folder written with its slash
+NAME = re.compile(r"[A-Z][A-Za-z0-9]+|[A-Z][A-Z0-9_]+|[a-z][a-z0-9]*(?:_[a-z0-9]+)+")  # CamelCase, CONSTANT, snake_case
+GLOB = re.compile(r"(?:[\w-]+/)*[\w*-]+\.py")
+DOTTED = re.compile(r"(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*")
+
+
+def _sources() -> dict[Path, str]:
+    """The code a page may name: the package and its tests."""
+    return {p: p.read_text() for base in (SRC, ROOT / "tests") for p in base.rglob("*")
+            if p.suffix in (".py", ".cu") and "__pycache__" not in p.parts}
+
+
+def _path_exists(text: str) -> bool:
+    """A path as the page writes it: from the repository root, from src/cudaopt/, or (a module named
+    inside a package the sentence is about) the end of some path under src/cudaopt/ or tests/."""
+    text = text.rstrip("/")
+    if "*" in text:  # a family of modules: cli/render_*.py
+        return any(SRC.glob(text)) or any(ROOT.glob(text))
+    if (ROOT / text).exists() or (SRC / text).exists():
+        return True
+    return any(p.as_posix().endswith("/" + text) for base in (SRC, ROOT / "tests") for p in base.rglob("*"))
+
+
+def _named(word: str, sources: dict[Path, str]) -> bool:
+    pattern = re.compile(rf"\b{re.escape(word)}\b")
+    return any(pattern.search(text) for text in sources.values())
+
+
+def test_every_path_and_identifier_architecture_md_names_exists():
+    """A page that names a module or a function that moved sends a newcomer nowhere: every backticked
+    path (``harness/gpu.py``, ``pool/``), identifier (``Trial``, ``prepare_trial``, ``STATUSES``) and
+    dotted name (``Trial.request``, ``crosschecks.check_launch``) of docs/architecture.md exists."""
+    sources = _sources()
+    missing = []
+    for token in re.findall(r"`([^`\n]+)`", ARCHITECTURE.read_text()):
+        if PATH.fullmatch(token) and not DOTTED.fullmatch(token):
+            if not _path_exists(token):
+                missing.append(token)
+        elif GLOB.fullmatch(token):
+            if not _path_exists(token):
+                missing.append(token)
+        elif DOTTED.fullmatch(token):
+            owner, _, attr = token.rpartition(".")
+            owner = owner.rsplit(".", 1)[-1]  # a module (its file) or a class (the file defining it)
+            files = [p for p in sources if p.stem == owner or re.search(rf"^class {owner}\b", sources[p], re.M)]
+            if not files or not _named(attr, {p: sources[p] for p in files}):
+                missing.append(token)
+        elif NAME.fullmatch(token) and not _named(token, sources):
+            missing.append(token)
+    assert not missing, f"docs/architecture.md names what the code does not have: {missing}"
+
+
+def _where_to_add() -> dict[str, str]:
+    text = ARCHITECTURE.read_text().split("## Where to add", 1)[1]
+    return {m.group(1): m.group(2) for m in re.finditer(r"^- \*\*(.+?)\*\*(.*?)(?=^- \*\*|\Z)", text, re.M | re.S)}
+
+
+@pytest.mark.parametrize(("item", "file", "defines"), [
+    ("A strategy", "strategies/base.py", "def register"),
+    ("A strategy", "strategies/__init__.py", "import"),
+    ("A trust check", "harness/runner.py", "def "),
+    ("A trust check", "wire/results.py", "STATUSES"),
+    ("A check before the GPU", "crosschecks.py", "def check_launch"),
+    ("A check before the GPU", "preflight.py", "def preflight"),
+    ("A check before the GPU", "cli/flags.py", "def "),
+    ("A vendor baseline kind", "harness/vendor.py", "def "),
+    ("A vendor baseline kind", "wire/protocol.py", "class VendorSpec"),
+    ("A vendor baseline kind", "crosschecks.py", "def check_vendor_function"),
+    ("A command", "cli/app.py", "def command"),
+    ("A command", "trial.py", "def prepare_trial"),
+    ("An export target", "exporter/__init__.py", "TARGETS"),
+    ("An export target", "exporter/source.py", "class ExportSource"),
+])
+def test_where_to_add_names_the_places_that_hold_it(item, file, defines):
+    """Each entry of "Where to add" names the module where such a thing is made, and that module
+    does make it."""
+    entries = _where_to_add()
+    assert item in entries, f"docs/architecture.md's Where to add has no entry for {item!r}"
+    name = file.rsplit("/", 1)[-1]
+    named = (f"`{file}`", f"`{name}`", f"`{name.removesuffix('.py')}.")  # the file, or a name in it: `trial.prepare_trial`
+    assert any(n in entries[item] for n in named), f"{item}: {file} is not named"
+    assert defines in (SRC / file).read_text(), f"{file} no longer holds {defines!r}"

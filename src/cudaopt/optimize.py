@@ -22,6 +22,7 @@ from .errors import ExperimentError
 from .evaluation.dispatch import Evaluator, GpuRef
 from .harness.results import DeviceInfo
 from .record.cache import ResultCache
+from .record.dispatch_table import write_dispatch
 from .record.events import OnProgress, ignore
 from .record.recorder import Recorder
 from .record.rundir import RunDir
@@ -159,6 +160,7 @@ def _run(strategy, context: strategies.Context) -> Summary:
         finalists = replay_finalists(recorder)
         if finalists is not None:
             recorder.settle(finalists)
+        write_dispatch(recorder)
     except KeyboardInterrupt:
         recorder.run.log("interrupted")
         recorder.finish("interrupted")

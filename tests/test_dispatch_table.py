@@ -10,11 +10,16 @@ import shutil
 
 import pytest
 
+from cudaopt.agent.model import ModelSettings
 from cudaopt.config import DispatchClass
 from cudaopt.errors import ExperimentError
 from cudaopt.experiment import load_experiment
+from cudaopt.optimize import Options, start_or_resume
 from cudaopt.record.dispatch_table import DispatchTable, build_table
+from cudaopt.record.runs import Budget, ExperimentArgs
+from cudaopt.record.schema import History
 from tests.conftest import SGEMM
+from tests.scripted import ScriptedEvaluator, stats
 
 CLASSES = [DispatchClass(name="small", when="m * n <= 200000"), DispatchClass(name="deep", when="k >= 4 * m"),
            DispatchClass(name="large")]
@@ -94,3 +99,103 @@ def test_the_experiment_declares_classes_and_bad_ones_name_their_field(folder):
         with pytest.raises(ExperimentError) as info:
             load_experiment(_with_dispatch(folder, dispatch))
         assert info.value.field == field and words in info.value.message, (dispatch, info.value)
+
+
+class ShapeScripted(ScriptedEvaluator):
+    """BM=16 twice as fast on shapes of at most 200000 outputs, 1.5x slower above: with the
+    scripted base (bigger tiles faster), BM=16 wins on the small cases, BM=32 on square-4096."""
+
+    def _evaluate(self, request, on_event=None):
+        result = super()._evaluate(request, on_event)
+        bm = (request.kernel.defines or {}).get("BM") if request.kernel else None
+        scalars = {c.name: c.scalars for c in request.cases}
+        for case in result.cases:
+            if bm and case.timing:
+                small = scalars[case.name]["m"] * scalars[case.name]["n"] <= 200000
+                factor = (0.5 if bm == 16 else 1.0) if small else (1.0 if bm == 32 else 1.5)
+                case.timing = stats(case.timing.median_us * factor)
+        return result
+
+
+def _tune(tmp_path, config_path, evaluator):
+    return start_or_resume(ExperimentArgs(config=str(config_path)), ModelSettings(), Budget(), tmp_path / "results",
+                           evaluator, Options(strategy="tune"))
+
+
+def _small_space(folder, dispatch):
+    config = json.loads((folder / "experiment.json").read_text())
+    config["tune"].update(tunables={"BM": [16, 32], "BN": [16]}, restrictions=[], dispatch=dispatch,
+                          launch={"grid": ["cdiv(n, BN)", "cdiv(m, BM)"], "block": [256]})
+    (folder / "experiment.json").write_text(json.dumps(config))
+    return folder / "experiment.json"
+
+
+def test_a_tune_run_writes_its_table_and_adopts_it_when_configurations_win_on_different_shapes(tmp_path, folder):
+    path = _small_space(folder, [{"name": "small", "when": "m * n <= 200000"}, {"name": "large"}])
+    run, summary = _tune(tmp_path, path, ShapeScripted())
+    table = DispatchTable.model_validate(run.read_json("dispatch.json"))
+    history = {a.id: a for a in History.model_validate(run.read_json("history.json")).attempts}
+    assert summary.best_attempt == table.winner_attempt
+    rows = {r.name: r for r in table.rows}
+    assert history[rows["small"].attempt].defines["BM"] == 16 and history[rows["large"].attempt].defines["BM"] == 32
+    assert table.adopted and table.table_score_us < table.single_score_us
+    assert "dispatch table: small -> attempt" in run.file("run.log").read_text()
+
+
+def test_no_table_without_classes_or_when_one_configuration_wins_everywhere(tmp_path, folder):
+    path = _small_space(folder, [])
+    run, _ = _tune(tmp_path / "a", path, ShapeScripted())
+    assert not run.file("dispatch.json").exists()
+    path = _small_space(folder, [{"name": "small", "when": "m * n <= 200000"}, {"name": "large"}])
+    run, _ = _tune(tmp_path / "b", path, ScriptedEvaluator())  # the bigger tiles win on every case
+    table = DispatchTable.model_validate(run.read_json("dispatch.json"))
+    assert not table.adopted and table.reason == "every class chose the single winner's configuration"
+
+
+def test_verify_checks_and_times_each_shape_with_its_class_beside_the_single_winner(tmp_path, folder):
+    from cudaopt.record.schema import VerifyOutcome
+    from cudaopt.verify import verify
+
+    path = _small_space(folder, [{"name": "small", "when": "m * n <= 200000"}, {"name": "large"}])
+    run, summary = _tune(tmp_path, path, ShapeScripted())
+    table = DispatchTable.model_validate(run.read_json("dispatch.json"))
+    large = next(r for r in table.rows if r.name == "large")
+    shapes = tmp_path / "shapes.json"
+    shapes.write_text(json.dumps({"template": "square-4096", "shapes": [{"m": 100, "n": 100, "k": 64},
+                                                                        {"m": 2048, "n": 1024, "k": 64}]}))
+    evaluator = ShapeScripted()
+    outcome = verify(run.path, evaluator, seed=7, shapes=shapes, repeats=2)
+    checks = [r for r in evaluator.requests if r.time_roles == []]
+    by_case = {c.name: r.kernel.defines for r in checks for c in r.cases}
+    assert by_case == {"holdout-515x261x1031": summary.best_defines, "holdout-96x3072x1536": large.defines}
+    assert outcome.passed and outcome.dispatch
+    timed = {c.name: c for c in outcome.timed}
+    near = timed["holdout-515x261x1031"]  # its class chose the single winner: timed once, as before
+    assert near.dispatch_class == "small" and near.dispatch_attempt == summary.best_attempt
+    assert near.single_medians_us == [] and near.speedup_vs_single is None
+    for name in ("holdout-96x3072x1536", "m=2048,n=1024,k=64"):  # large: BM=32 beside the single winner (BM=16)
+        case = timed[name]
+        assert case.dispatch_class == "large" and case.dispatch_attempt == large.attempt
+        assert len(case.single_medians_us) == 2 and case.speedup_vs_single == pytest.approx(2.0), name
+    assert timed["m=100,n=100,k=64"].speedup_vs_single is None
+    singles = [r for r in evaluator.requests if r.id.startswith("verify-single-")]
+    assert len(singles) == 2 * 2 and all(r.kernel.defines == summary.best_defines and not r.vendors for r in singles)
+    old = json.loads(run.file("verify.json").read_text())  # a version 2 file, before the table, still reads
+    old["schema_version"] = 2
+    old.pop("dispatch")
+    for case in old["timed"]:
+        for key in ("dispatch_class", "dispatch_attempt", "single_medians_us", "single_us", "speedup_vs_single"):
+            case.pop(key)
+    assert not VerifyOutcome.model_validate(old).dispatch
+
+
+def test_verify_ignores_a_table_that_was_not_adopted(tmp_path, folder):
+    from cudaopt.verify import verify
+
+    path = _small_space(folder, [{"name": "small", "when": "m * n <= 200000"}, {"name": "large"}])
+    run, summary = _tune(tmp_path, path, ScriptedEvaluator())
+    evaluator = ScriptedEvaluator()
+    outcome = verify(run.path, evaluator, seed=7)
+    assert not outcome.dispatch and all(c.dispatch_class is None for c in outcome.timed)
+    assert {tuple(sorted(r.kernel.defines.items())) for r in evaluator.requests if r.kernel and r.kernel.defines} == {
+        tuple(sorted(summary.best_defines.items()))}

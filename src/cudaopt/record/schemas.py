@@ -18,6 +18,7 @@ from ..harness.messages import WorkerMessage
 from ..harness.protocol import EvalRequest
 from ..harness.results import EvalResult
 from ..insight.card import ProfileRecord
+from .dispatch_table import DispatchTable
 from .fleet import AuditReport
 from .guard_file import GuardBaseline, GuardReport
 from .runs import RunSettings
@@ -37,6 +38,7 @@ FILES = {
     "guard-check.json": GuardReport,
     "best-case-N.json": EvalRequest,
     "best-launch.json": LaunchFile,
+    "dispatch.json": DispatchTable,
     "profiles-attempt-N.json": ProfileRecord,
     "cache-result.json": EvalResult,
     "audit.json": AuditReport,

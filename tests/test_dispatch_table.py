@@ -199,3 +199,19 @@ def test_verify_ignores_a_table_that_was_not_adopted(tmp_path, folder):
     assert not outcome.dispatch and all(c.dispatch_class is None for c in outcome.timed)
     assert {tuple(sorted(r.kernel.defines.items())) for r in evaluator.requests if r.kernel and r.kernel.defines} == {
         tuple(sorted(summary.best_defines.items()))}
+
+
+def test_the_report_shows_the_table_and_each_shape_beside_the_single_winner(tmp_path, folder):
+    from cudaopt.report.build import build
+    from cudaopt.verify import verify
+
+    path = _small_space(folder, [{"name": "small", "when": "m * n <= 200000"}, {"name": "large"}])
+    run, summary = _tune(tmp_path, path, ShapeScripted())
+    html = build(run.path).read_text()
+    assert 'id="dispatch-table"' in html and "m * n &lt;= 200000" in html and "adopted" in html
+    assert "single winner µs" in html and "vs single" not in html  # no verify yet
+    verify(run.path, ShapeScripted(), seed=3, repeats=1)
+    html = build(run.path).read_text()
+    row = html[html.index("<td>holdout-96x3072x1536</td>"):]
+    row = row[:row.index("</tr>")]
+    assert "large #" in row and "2.00×" in row  # the class's configuration, twice the single winner's speed

@@ -5,6 +5,7 @@ written by a tune run whose configurations win on different shapes."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 
@@ -153,7 +154,10 @@ def test_no_table_without_classes_or_when_one_configuration_wins_everywhere(tmp_
 
 
 def test_verify_checks_and_times_each_shape_with_its_class_beside_the_single_winner(tmp_path, folder):
+    from rich.console import Console
+
     from cudaopt.record.schema import VerifyOutcome
+    from cudaopt.render import timed_table
     from cudaopt.verify import verify
 
     path = _small_space(folder, [{"name": "small", "when": "m * n <= 200000"}, {"name": "large"}])
@@ -178,6 +182,11 @@ def test_verify_checks_and_times_each_shape_with_its_class_beside_the_single_win
         assert case.dispatch_class == "large" and case.dispatch_attempt == large.attempt
         assert len(case.single_medians_us) == 2 and case.speedup_vs_single == pytest.approx(2.0), name
     assert timed["m=100,n=100,k=64"].speedup_vs_single is None
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(timed_table(outcome))
+    text = console.export_text()
+    line = next(x for x in text.splitlines() if "holdout-96x3072x1536" in x)
+    assert "vs single" in text and f"large #{large.attempt}" in line and "2.00×" in line
     singles = [r for r in evaluator.requests if r.id.startswith("verify-single-")]
     assert len(singles) == 2 * 2 and all(r.kernel.defines == summary.best_defines and not r.vendors for r in singles)
     old = json.loads(run.file("verify.json").read_text())  # a version 2 file, before the table, still reads

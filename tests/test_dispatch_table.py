@@ -58,11 +58,14 @@ def test_a_configuration_that_failed_any_case_never_enters_the_table():
     assert build_table([], CASES, passed, winner=1) is None
 
 
-def test_a_gain_within_the_margin_is_not_adopted_and_the_winner_applies_everywhere():
+def test_gains_within_the_margin_keep_the_winner_in_a_class_and_everywhere():
     passed = _passed((1, 16, (10.0, 10.0, 1000.0)), (2, 32, (9.9, 10.0, 1000.0)))
     table = build_table(CLASSES, CASES, passed, winner=1)
-    assert [r.attempt for r in table.rows] == [2, 1, 1] and not table.adopted and "margin" in table.reason
+    assert [r.attempt for r in table.rows] == [1, 1, 1] and not table.adopted  # 1% faster on small: noise
     assert table.choose({"m": 100, "n": 100, "k": 100}) == (None, 1, {"BM": 16})
+    passed = _passed((1, 16, (10.0, 10.0, 1000.0)), (2, 32, (9.75, 9.75, 1000.0)))  # 2.6% on small, 1.7% overall
+    table = build_table(CLASSES, CASES, passed, winner=1)
+    assert [r.attempt for r in table.rows] == [2, 1, 1] and not table.adopted and "margin" in table.reason
 
 
 def test_ties_go_to_the_lower_attempt_and_a_shape_in_no_class_keeps_the_winner():

@@ -5,7 +5,8 @@ where; one winner applies a single configuration everywhere. When the experiment
 classes (``tune.dispatch``: an ordered list of ``name`` and ``when``, a boolean expression over
 the case's scalars, the last one's ``when`` optional, the first that holds is taken, exactly as a
 launch's tiers are chosen), the table gives each class the configuration with the best geometric
-mean over the performance cases of that class. Trust and generalisation:
+mean over the performance cases of that class, when it beats the single winner there by more than
+``MARGIN`` (else the class keeps the winner). Trust and generalisation:
 
 - only configurations that passed every case of the run (correctness and performance) enter it;
 - a class no performance case fell into keeps the single winner, and so does a shape that falls
@@ -113,9 +114,12 @@ def build_table(classes: list[DispatchClass], cases: list[tuple[str, Mapping[str
             rows.append(DispatchRow(name=spec.name, when=spec.when, attempt=winner, defines=dict(win_defines)))
             continue
         best = min(sorted(attempts), key=lambda a: _geomean([attempts[a][1][n] for n in names]))
+        single = _geomean([win_medians[n] for n in names])
+        if single <= _geomean([attempts[best][1][n] for n in names]) * (1 + margin):
+            best = winner  # not faster there beyond the margin: a switch would follow the noise
         rows.append(DispatchRow(name=spec.name, when=spec.when, attempt=best, defines=dict(attempts[best][0]),
                                 cases=names, class_us=_geomean([attempts[best][1][n] for n in names]),
-                                single_us=_geomean([win_medians[n] for n in names])))
+                                single_us=single))
     by_name = {r.name: r for r in rows}
     table_us = _geomean([attempts[by_name[chosen[n]].attempt if chosen[n] else winner][1][n] for n, _ in cases])
     single_us = _geomean([win_medians[n] for n, _ in cases])

@@ -85,7 +85,7 @@ def test_the_torch_module_from_the_winner_imports_without_a_gpu_and_launches_as_
         names = {"m": m, "n": n, "k": k, "num_sms": sms}
         entry, grid, block, shared = module.launch_config(m, n, k, sms)
         assert entry == expr.evaluate_name(launch["entry"], names)
-        assert grid == tuple(expr.evaluate_int(g, names) for g in launch["grid"]) + (1,)
+        assert grid == tuple(expr.evaluate_int(g, names) for g in launch["grid"]) + (1,) * (3 - len(launch["grid"]))
         assert block[0] == expr.evaluate_int(launch["block"][0], names)
     assert module.shapes(3, 5, 4) == {"a": (3, 4), "b": (4, 5), "c": (3, 5)}
     a, b = torch.ones(3, 4), torch.ones(4, 5)

@@ -377,7 +377,6 @@ def _load_tuning(tune: TuneSection, base: Path, origin: str, sig: Signature, cas
                   dispatch=check_dispatch(origin, tune.dispatch, cases))
 
 
-
 class LaunchFile(LaunchSpec):
     """``best-launch.json`` and ``--launch``: a launch configuration with its schema version."""
 

@@ -6,7 +6,9 @@ expressions (shapes always from each case's own scalars); on several GPUs the ch
 out among them. The holdout cases that declare their work or ``"timed": true``, and every shape
 of ``--shapes FILE``, are also timed beside the baseline and the vendor (shapes.py), each shape's
 repeats on one GPU; a shape where the winner is slower than the baseline beyond noise is a
-regression, and fails verification. With ``--sanitize`` the winner also runs under
+regression, and fails verification. A run whose dispatch table was adopted (``dispatch.json``)
+runs each case and shape with its class's configuration, and times the single winner beside it
+where the two differ. With ``--sanitize`` the winner also runs under
 compute-sanitizer (sanitize.py). The outcome goes to ``verify.json`` in the run directory, where
 the report's verdict reads it.
 """
@@ -19,8 +21,8 @@ from pathlib import Path
 
 from .errors import ExperimentError
 from .harness.protocol import CaseSpec, EvalRequest, TimingProtocol
-from .record.recorder import Evaluator
 from .record.dispatch_table import DispatchTable, read_dispatch
+from .record.recorder import Evaluator
 from .record.runs import Winner, load_run_experiment, open_run, winner
 from .record.schema import VerifiedCase, VerifyOutcome
 from .shapes import load_shapes, sweep_protocol, time_shapes

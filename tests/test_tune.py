@@ -88,7 +88,8 @@ def test_the_example_space():
     (16, 16, 16, 132, "direct"),  # at most 65536 multiply-adds: a launch costs more than the work
     (33, 65, 17, 132, "direct"),
     (64, 64, 64, 132, "tiny"),
-    (1, 1, 65537, 132, "splitk8"),
+    (1, 1, 65537, 132, "tiny"),  # deep, but a 64 x 64 tile would be almost all padding
+    (96, 96, 9000, 132, "splitk8"),
     (100, 100, 1000, 132, "tiny"),  # k too shallow to split
 ])
 def test_the_example_dispatches_by_waves_of_the_gpus_sms(m, n, k, sms, tier):
@@ -312,3 +313,5 @@ def test_the_example_launch_splits_k_where_its_tiles_cannot_fill_the_gpu():
         assert _example_launch(4096, 4096, 4096, 132, config).entry == "matmul_f32"
         assert _example_launch(1024, 1024, 4096, 132, config).entry in ("matmul_f32", "matmul_f32_medium")
         assert _example_launch(256, 256, 16384, 16, config).entry == "matmul_f32_medium"  # a GPU that 16 tiles fill
+        assert _example_launch(1, 4096, 4096, 132, config).entry == "matmul_f32_tiny"  # under half a tile: padding
+        assert _example_launch(16, 16, 16384, 132, config).entry == "matmul_f32_tiny"

@@ -19,7 +19,7 @@
 //   the H200: 5.3 us through XS, 4.0-4.3 us for initial.cu, which works this way).
 //
 // - split-K, matmul_f32_splitk4 / matmul_f32_splitk8: after L, for k >= 1024 when the M tiles are
-//   fewer than the SMs: 4 or 8 blocks per M tile (grid z, one thread block cluster), each summing
+//   fewer than the SMs and m, n >= 32 (half a tile; below, a tile would be mostly padding): 4 or 8 blocks per M tile (grid z, one thread block cluster), each summing
 //   its run of k, the partial tiles added through the cluster's shared memory (splitk_gemm).
 //
 // Every kernel computes C for any shape; the tiers differ only in speed.

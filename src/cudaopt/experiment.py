@@ -11,13 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from .checks import (
     check_case,
+    check_dispatch,
     check_kernel_entry,
     check_launch,
     imports_torch,
@@ -28,6 +29,7 @@ from .checks import (
 )
 from .config import (
     CasesFile,
+    DispatchClass,
     ExperimentConfig,
     KernelBenchOrigin,
     RoiInputs,
@@ -79,6 +81,7 @@ class Tuning:
     source: str
     space: TuneSpace
     launch: LaunchSpec
+    dispatch: list[DispatchClass] = field(default_factory=list)  # shape classes for a winner per class
 
 
 class Experiment:
@@ -370,7 +373,8 @@ def _load_tuning(tune: TuneSection, base: Path, origin: str, sig: Signature, cas
                     check_launch(origin, "tune.launch", launch, case, names=config, kernel=(source, sig))
                 except ExperimentError as exc:
                     raise ExperimentError(exc.file, exc.field, f"{exc.message} (configuration {config})") from None
-    return Tuning(path=path, source=source, space=space, launch=launch)
+    return Tuning(path=path, source=source, space=space, launch=launch,
+                  dispatch=check_dispatch(origin, tune.dispatch, cases))
 
 
 class LaunchFile(LaunchSpec):

@@ -6,7 +6,9 @@ expressions (shapes always from each case's own scalars); on several GPUs the ch
 out among them. The holdout cases that declare their work or ``"timed": true``, and every shape
 of ``--shapes FILE``, are also timed beside the baseline and the vendor (shapes.py), each shape's
 repeats on one GPU; a shape where the winner is slower than the baseline beyond noise is a
-regression, and fails verification. With ``--sanitize`` the winner also runs under
+regression, and fails verification. A run whose dispatch table was adopted (``dispatch.json``)
+runs each case and shape with its class's configuration, and times the single winner beside it
+where the two differ. With ``--sanitize`` the winner also runs under
 compute-sanitizer (sanitize.py). The outcome goes to ``verify.json`` in the run directory, where
 the report's verdict reads it.
 """
@@ -25,6 +27,7 @@ from ..wire.protocol import CaseSpec, EvalRequest, TimingProtocol
 from ..record.rundir import RunDir
 from ..record.runs import Winner, load_run_experiment, open_run, winner
 from ..record.schema import VerifiedCase, VerifyOutcome
+from ..record.dispatch_table import DispatchTable, read_dispatch
 from .shapes import load_shapes, sweep_protocol, time_shapes
 
 
@@ -69,14 +72,21 @@ def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed:
     prepared = prepared or prepare(run_dir, extra, shapes)
     run, experiment, best, sweep, cases = (prepared.run, prepared.experiment, prepared.best, prepared.sweep,
                                            prepared.cases)
+    table = read_dispatch(run)
+    table = table if table is not None and table.adopted and table.winner_attempt == best.attempt.id else None
     seed = secrets.randbits(31) if seed is None else seed
     fresh = fresh_cases(cases, seed)
     request = experiment.request(best.source, launch=best.launch, defines=best.defines, roles={"holdout"},
                                  request_id=f"verify-{best.attempt.id}")
     request.cases, request.time_roles = fresh, []
-    width = min(len(evaluator.gpus()), len(fresh))
-    parts = [request] if width == 1 else [
-        request.model_copy(update={"cases": fresh[k::width], "id": f"{request.id}-{k}"}) for k in range(width)]
+    parts = []
+    for attempt, group in _by_configuration(fresh, table, best.attempt.id).items():
+        mine = request if table is None else request.model_copy(update={
+            "kernel": request.kernel.model_copy(update={"defines": _defines(table, group[0], best)}),
+            "id": f"verify-{attempt}"})
+        width = min(len(evaluator.gpus()), len(group))
+        parts += [mine.model_copy(update={"cases": group})] if width == 1 else [
+            mine.model_copy(update={"cases": group[k::width], "id": f"{mine.id}-{k}"}) for k in range(width)]
     measured = evaluator.evaluate_all(parts)
     order = {c.name: i for i, c in enumerate(fresh)}
     failed = min((m.result for m in measured if not m.result.ok), default=None,  # the first failure, in case order
@@ -90,7 +100,7 @@ def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed:
     outcome = VerifyOutcome(
         passed=failed is None, status=failed.status if failed else "ok", reason=failed.reason if failed else "",
         attempt=best.attempt.id, seed=seed, cases=verified, repeats=repeats,
-        shapes_file=str(shapes) if shapes else None,
+        shapes_file=str(shapes) if shapes else None, dispatch=table is not None,
     )
     timed = [c for c in fresh if c.role == "holdout" and c.timed_in_verify]
     total = (len(timed) + len(sweep)) * repeats
@@ -102,12 +112,12 @@ def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed:
         on_step(name, done, total)
 
     if timed:
-        outcome.timed += time_shapes(evaluator, timed, "holdout", *_requests(experiment, best, experiment.protocol()),
-                                     repeats, step)
+        outcome.timed += _time(evaluator, timed, "holdout", experiment, best, experiment.protocol(), repeats, step,
+                               table)
     if sweep:
         sweep = fresh_cases(sweep, seed + len(fresh))
-        outcome.timed += time_shapes(evaluator, sweep, "shapes",
-                                     *_requests(experiment, best, sweep_protocol(experiment.protocol())), repeats, step)
+        outcome.timed += _time(evaluator, sweep, "shapes", experiment, best, sweep_protocol(experiment.protocol()),
+                               repeats, step, table)
     outcome.regressions = [c.name for c in outcome.timed if c.regression]
     broken = [c for c in outcome.timed if c.status != "ok"]
     outcome.passed = outcome.passed and not broken and not outcome.regressions
@@ -127,13 +137,46 @@ def verify(run_dir: Path, evaluator: Evaluator, extra: Path | None = None, seed:
     return outcome
 
 
-def _requests(experiment, best: Winner, protocol: TimingProtocol):
-    """How the winner (with the vendor beside it) and the baseline are asked to time one case."""
-    def winner_request(case: CaseSpec) -> EvalRequest:
-        request = experiment.request(best.source, launch=best.launch, defines=best.defines, protocol=protocol,
-                                     request_id=f"verify-time-{case.name}", vendor=True)
+def _by_configuration(cases: list[CaseSpec], table: DispatchTable | None, winner: int) -> dict[int, list[CaseSpec]]:
+    """The cases by the attempt whose configuration each runs with (all the winner's without a table)."""
+    groups: dict[int, list[CaseSpec]] = {}
+    for case in cases:
+        groups.setdefault(table.choose(case.scalars)[1] if table else winner, []).append(case)
+    return groups
+
+
+def _defines(table: DispatchTable | None, case: CaseSpec, best: Winner) -> dict:
+    return table.choose(case.scalars)[2] if table else best.defines
+
+
+def _time(evaluator, cases, origin, experiment, best: Winner, protocol, repeats, step, table):
+    """Time the cases; with a table, each with its class's configuration, the single winner beside it
+    where they differ, and the class recorded."""
+    winner, baseline, single = _requests(experiment, best, protocol, table)
+    out = time_shapes(evaluator, cases, origin, winner, baseline, repeats, step, single=single if table else None)
+    for timed, case in zip(out, cases, strict=True):
+        if table is not None:
+            timed.dispatch_class, timed.dispatch_attempt, _ = table.choose(case.scalars)
+    return out
+
+
+def _requests(experiment, best: Winner, protocol: TimingProtocol, table: DispatchTable | None = None):
+    """How the winner (with the vendor beside it; with a table, the shape's class's configuration),
+    the baseline and the single winner (where a table chose another configuration) are asked to
+    time one case."""
+    def timed(case: CaseSpec, defines: dict, request_id: str, vendor: bool) -> EvalRequest:
+        request = experiment.request(best.source, launch=best.launch, defines=defines, protocol=protocol,
+                                     request_id=request_id, vendor=vendor)
         request.cases, request.time_roles = [case], ["holdout"]
         return request
+
+    def winner_request(case: CaseSpec) -> EvalRequest:
+        return timed(case, _defines(table, case, best), f"verify-time-{case.name}", True)
+
+    def single_request(case: CaseSpec) -> EvalRequest | None:
+        if table is None or _defines(table, case, best) == best.defines:
+            return None
+        return timed(case, best.defines, f"verify-single-{case.name}", False)
 
     def baseline_request(case: CaseSpec) -> EvalRequest:
         request = experiment.request(experiment.initial_kernel_path.read_text(), protocol=protocol,
@@ -141,4 +184,4 @@ def _requests(experiment, best: Winner, protocol: TimingProtocol):
         request.cases, request.time_roles = [case], ["holdout"]
         return request
 
-    return winner_request, (baseline_request if experiment.initial_kernel_path else None)
+    return winner_request, (baseline_request if experiment.initial_kernel_path else None), single_request

@@ -91,7 +91,8 @@ def test_the_generated_entry_choice_matches_the_evaluator_on_every_tier():
         want = expr.evaluate_name(entry, names)
         assert _python(code, names) == want
         seen.add(want)
-    assert seen == {"matmul_f32", "matmul_f32_medium", "matmul_f32_small", "matmul_f32_tiny", "matmul_f32_direct"}
+    assert seen == {"matmul_f32", "matmul_f32_medium", "matmul_f32_small", "matmul_f32_tiny", "matmul_f32_direct",
+                    "matmul_f32_splitk4", "matmul_f32_splitk8"}
 
 
 def test_a_name_nothing_provides_is_refused_with_the_names_there_are():
@@ -106,7 +107,8 @@ def test_the_generated_c_computes_what_the_evaluator_computes(tmp_path):
     exprs = _exprs()
     entry = _example_launch()["entry"]
     kernels = {name: f"{i + 1}" for i, name in enumerate(
-        ["matmul_f32", "matmul_f32_medium", "matmul_f32_small", "matmul_f32_tiny", "matmul_f32_direct"])}
+        ["matmul_f32", "matmul_f32_medium", "matmul_f32_small", "matmul_f32_tiny", "matmul_f32_direct",
+         "matmul_f32_splitk4", "matmul_f32_splitk8"])}
     body = []
     for i, text in enumerate(exprs):
         code, kind = to_c(text, TYPES)

@@ -76,7 +76,10 @@ def test_the_example_space():
     (1024, 1024, 1024, 132, "medium"),  # 32 large tiles would leave most SMs idle; 256 of 64 x 64 do not
     (1536, 1536, 512, 132, "medium"),  # 72 large tiles: too few
     (2048, 2048, 64, 132, "large"),  # 128 tiles of 128 x 256: at least 7/8 of the SMs busy
-    (515, 261, 1031, 132, "small"),  # 45 tiles of 64 x 64, 153 of 32 x 32
+    (515, 261, 1000, 132, "small"),  # 45 tiles of 64 x 64, 153 of 32 x 32
+    (515, 261, 1031, 132, "splitk4"),  # the same tiles, k deep enough to split: 4 blocks per 64 x 64 tile
+    (256, 256, 16384, 132, "splitk8"),  # 16 tiles: fewer than a quarter of the SMs, 8 blocks each
+    (256, 256, 16384, 16, "medium"),  # ... which fill a GPU of 16 SMs without splitting
     (384, 256, 320, 132, "tiny"),  # 96 tiles of 32 x 32: too few
     (1024, 1024, 1024, 16, "large"),  # a GPU with 16 SMs: the large tiles already fill it
     (32768, 8, 4096, 132, "tiny"),  # enough tiles of every size, but 8 columns fill no half of one
@@ -85,15 +88,19 @@ def test_the_example_space():
     (16, 16, 16, 132, "direct"),  # at most 65536 multiply-adds: a launch costs more than the work
     (33, 65, 17, 132, "direct"),
     (64, 64, 64, 132, "tiny"),
-    (1, 1, 65537, 132, "tiny"),
+    (1, 1, 65537, 132, "tiny"),  # deep, but a 64 x 64 tile would be almost all padding
+    (96, 96, 9000, 132, "splitk8"),
+    (100, 100, 1000, 132, "tiny"),  # k too shallow to split
 ])
 def test_the_example_dispatches_by_waves_of_the_gpus_sms(m, n, k, sms, tier):
     """The tunable kernel's launch picks its tier, the kernel of that tier, from num_sms."""
     launch = _example_launch(m, n, k, sms, {"BM": 128, "BN": 256, "TM": 8, "TN": 16, "ST": 16})
     rows, cols, threads = {"large": (128, 256, 256), "medium": (64, 64, 256), "small": (32, 32, 64),
-                           "tiny": (16, 16, 64), "direct": (16, 16, 256)}[tier]
+                           "tiny": (16, 16, 64), "direct": (16, 16, 256), "splitk4": (64, 64, 256),
+                           "splitk8": (64, 64, 256)}[tier]
     assert launch.entry == {"large": "matmul_f32"}.get(tier, f"matmul_f32_{tier}")
-    assert launch.grid == (-(-n // cols), -(-m // rows), 1) and launch.block == (threads, 1, 1)
+    split = {"splitk4": 4, "splitk8": 8}.get(tier, 1)  # blocks per tile along z, one cluster
+    assert launch.grid == (-(-n // cols), -(-m // rows), split) and launch.block == (threads, 1, 1)
 
 
 @functools.cache
@@ -109,6 +116,54 @@ def _example_launch(m, n, k, sms, config):
     config = {"BK": 8, "MINB": 1, "SK": 32, **config}
     return resolve_launch(_example_tuning().launch, candidate_names({"m": m, "n": n, "k": k}, config,
                                                                     {"num_sms": sms}))
+
+
+def test_each_kernel_the_example_launches_gets_the_grid_and_block_of_its_tier():
+    """experiment.json picks one of tunable.cu's kernels per shape and sizes grid and block for
+    it: on every shape and configuration the grid must cover C with that kernel's tile and the
+    block must be its thread count, within its launch bounds. The tiles, thread counts and bounds
+    are read from the source, so a change to either file that breaks the pairing fails here."""
+    import random
+    import re
+
+    from cudaopt.wire.expr import evaluate
+
+    source = (SGEMM / "tunable.cu").read_text()
+    tiers = {name: (kind, re.findall(r"[^,<>]+", args)) for name, kind, args in
+             re.findall(r"using (\w+) = (\w+)Tier<([^;]*)>;", source)}
+    tiers["Split"] = tiers[re.search(r"using Split = (\w+);", source).group(1)]
+    kernels = {name: (bound, tier) for bound, name, tier in re.findall(
+        r'extern "C" __global__ void __launch_bounds__\((\d+)[^)]*\)\s*(\w+)\([^)]*\)\s*\{'
+        r'.*?(?:staged|async|direct|splitk)_gemm<(\w+)',
+        source, re.DOTALL)}
+    clusters = {name: int(z) for name, z in re.findall(r'(\w+)\([^)]*\) __cluster_dims__\(1, 1, (\d+)\);', source)}
+    assert sorted(kernels) == ["matmul_f32", "matmul_f32_direct", "matmul_f32_medium", "matmul_f32_small",
+                               "matmul_f32_splitk4", "matmul_f32_splitk8", "matmul_f32_tiny"]
+
+    def tile(tier, config):  # rows, cols and threads of a tier: TM x TN outputs per thread, or one
+        kind, args = tiers[tier]
+        if kind == "Direct":
+            rows, cols = (int(evaluate(a.strip(), config)) for a in args)
+            return rows, cols, rows * cols
+        rows, cols, _, tm, tn = (int(evaluate(a.strip(), config)) for a in args[:5])
+        return rows, cols, (rows // tm) * (cols // tn)
+
+    rng = random.Random(7)
+    shapes = [(rng.choice([1, 8, 31, 64, 100, 512, 777, 2048, 5000, 32768]), rng.randint(1, 9000),
+               rng.choice([1, 7, 64, 1000, 4096])) for _ in range(300)]
+    configs = _example_tuning().space.configurations()
+    seen = set()
+    for config in (configs[0], configs[-1]):
+        for sms in (16, 108, 132):
+            for m, n, k in shapes + [(n, m, k) for m, n, k in shapes]:
+                launch = _example_launch(m, n, k, sms, config)
+                bound, tier = kernels[launch.entry]
+                rows, cols, threads = tile(tier, config)
+                assert launch.grid[:2] == (-(-n // cols), -(-m // rows)), (m, n, sms, config)
+                assert launch.grid[2] == clusters.get(launch.entry, 1), (m, n, k, sms, config)  # a cluster per tile
+                assert launch.block == (threads, 1, 1) and threads <= int(bound), (m, n, sms, config)
+                seen.add(launch.entry)
+    assert seen == set(kernels)
 
 
 def test_space_from_a_kernel_comment_block():
@@ -241,3 +296,22 @@ def test_a_baked_launch_takes_the_same_decisions_with_the_tunables_written_in():
     for m, n in [(4096, 4096), (1024, 1024), (515, 261), (256, 256), (8, 32768)]:
         names = {"m": m, "n": n, "k": 64, "num_sms": 132}
         assert resolve_launch(baked, names) == _example_launch(m, n, 64, 132, config)
+
+
+def test_the_example_launch_splits_k_where_its_tiles_cannot_fill_the_gpu():
+    """Deep-k and skinny shapes with fewer 64 x 64 output tiles than SMs go to split-K: 8 blocks
+    per tile below a quarter of the SMs, 4 otherwise (grid z, one cluster per tile); shallow k
+    or tiles enough keep their tier. The GPU test (tests/gpu/test_splitk_gpu.py) checks the
+    same shapes' outputs."""
+    from tests.gpu.test_splitk_gpu import SHAPES
+
+    for config in (_example_tuning().space.configurations()[0], _example_tuning().space.configurations()[-1]):
+        for (m, n, k), entry in SHAPES.items():
+            launch = _example_launch(m, n, k, 132, config)
+            assert launch.entry == entry, (m, n, k, config)
+        assert _example_launch(512, 512, 512, 132, config).entry == "matmul_f32_small"  # k too shallow to split
+        assert _example_launch(4096, 4096, 4096, 132, config).entry == "matmul_f32"
+        assert _example_launch(1024, 1024, 4096, 132, config).entry in ("matmul_f32", "matmul_f32_medium")
+        assert _example_launch(256, 256, 16384, 16, config).entry == "matmul_f32_medium"  # a GPU that 16 tiles fill
+        assert _example_launch(1, 4096, 4096, 132, config).entry == "matmul_f32_tiny"  # under half a tile: padding
+        assert _example_launch(16, 16, 16384, 132, config).entry == "matmul_f32_tiny"

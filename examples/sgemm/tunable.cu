@@ -1,4 +1,4 @@
-// SGEMM in five tiers, one kernel each, picked by the launch expressions of experiment.json
+// SGEMM in six tiers, one kernel each (two for split-K), picked by the launch expressions of experiment.json
 // ("entry"). Four are one register-tiled algorithm, chosen by waves (num_sms: the GPU's SM
 // count): each is the largest tile whose tiles still give at least 7/8 of the SMs a block,
 // counting only what is at least half a tile along each dimension (a dimension under half a tile
@@ -17,6 +17,10 @@
 //   memory and nothing more, before all the others for problems of at most 65536 multiply-adds
 //   (m * n * k), where a launch costs more than the work and XS's ring only adds to it (16^3 on
 //   the H200: 5.3 us through XS, 4.0-4.3 us for initial.cu, which works this way).
+//
+// - split-K, matmul_f32_splitk4 / matmul_f32_splitk8: after L, for k >= 1024 when the M tiles are
+//   fewer than the SMs and m, n >= 32 (half a tile; below, a tile would be mostly padding): 4 or 8 blocks per M tile (grid z, one thread block cluster), each summing
+//   its run of k, the partial tiles added through the cluster's shared memory (splitk_gemm).
 //
 // Every kernel computes C for any shape; the tiers differ only in speed.
 //
@@ -253,18 +257,20 @@ template <int N>
 __device__ __forceinline__ void wait_copies() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 // Elements col .. col + 3 of row `row` of a row-major matrix with `cols` columns into shared
-// memory: one 16-byte copy when VEC (cols % 4 == 0 and col % 4 == 0, so col < cols covers all
-// four), else four 4-byte copies; elements outside the matrix are zero-filled.
+// memory: one 16-byte copy when VEC (cols % 4 == 0, col % 4 == 0 and end % 4 == 0 or end == cols,
+// so col < end covers all four), else four 4-byte copies; elements outside are zero-filled.
+// `end` (at most cols) bounds the columns read: a K slice of A ends before the row does.
 template <bool VEC>
-__device__ __forceinline__ void copy_quad(float* dst, const float* base, int row, bool row_ok, int col, int cols)
+__device__ __forceinline__ void copy_quad(float* dst, const float* base, int row, bool row_ok, int col, int cols,
+                                          int end)
 {
     if constexpr (VEC) {
-        const bool ok = row_ok && col < cols;
+        const bool ok = row_ok && col < end;
         copy16(dst, ok ? base + (size_t)row * cols + col : base, ok);
     } else {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const bool ok = row_ok && col + j < cols;
+            const bool ok = row_ok && col + j < end;
             copy4(dst + j, ok ? base + (size_t)row * cols + col + j : base, ok);
         }
     }
@@ -288,9 +294,12 @@ struct AsyncTier {
                   "each thread copies whole float4s of both tiles");
 };
 
+// The products of rows row0.. of A and columns col0.. of B over k0 <= kk < k1 (k1 - k0 a multiple
+// of T::bk, or k1 == k), summed into acc: this thread's TTM x TTN outputs (rows ty + i * (TBM /
+// TTM), columns h * COL_STRIDE + tx * VN + j).
 template <class T, bool VEC>
-__device__ __forceinline__ void async_gemm_v(const float* __restrict__ a, const float* __restrict__ b,
-                                             float* __restrict__ c, int m, int n, int k, float* smem)
+__device__ __forceinline__ void async_mainloop(const float* __restrict__ a, const float* __restrict__ b, int m, int n,
+                                               int k, int k0, int k1, float* smem, float (&acc)[T::tm][T::tn])
 {
     constexpr int TBM = T::bm, TBN = T::bn, TBK = T::bk, TTM = T::tm, TTN = T::tn, STAGES = T::stages;
     constexpr int THREADS = T::threads, VN = T::vn, ROWS = TBM / TTM, COL_STRIDE = VN * TBN / TTN;
@@ -300,40 +309,34 @@ __device__ __forceinline__ void async_gemm_v(const float* __restrict__ a, const 
     const int row0 = blockIdx.y * TBM;
     const int col0 = blockIdx.x * TBN;
 
-    auto load = [&](int stage, int k0) {
+    auto load = [&](int stage, int ks) {
         float* As = smem + stage * T::stage_floats;
         float* Bs = As + T::a_floats;
 #pragma unroll
         for (int l = 0; l < T::a_loads; ++l) {
             const int e = tid + l * THREADS;
             const int r = e / (TBK / 4), kq = (e % (TBK / 4)) * 4;
-            copy_quad<VEC>(As + r * T::a_row + kq, a, row0 + r, row0 + r < m, k0 + kq, k);
+            copy_quad<VEC>(As + r * T::a_row + kq, a, row0 + r, row0 + r < m, ks + kq, k, k1);
         }
 #pragma unroll
         for (int l = 0; l < T::b_loads; ++l) {
             const int e = tid + l * THREADS;
             const int r = e / (TBN / 4), cq = (e % (TBN / 4)) * 4;
-            copy_quad<VEC>(Bs + r * TBN + cq, b, k0 + r, k0 + r < k, col0 + cq, n);
+            copy_quad<VEC>(Bs + r * TBN + cq, b, ks + r, ks + r < k1, col0 + cq, n, n);
         }
     };
 
-    float acc[TTM][TTN];
-#pragma unroll
-    for (int i = 0; i < TTM; ++i)
-#pragma unroll
-        for (int j = 0; j < TTN; ++j) acc[i][j] = 0.0f;
-
-    const int slices = (k + TBK - 1) / TBK;
+    const int slices = k1 > k0 ? (k1 - k0 + TBK - 1) / TBK : 0;
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < slices) load(s, s * TBK);
+        if (s < slices) load(s, k0 + s * TBK);
         commit_copies();  // one group per slice, empty past the end, so that the count below holds
     }
     int read = 0, write = STAGES - 1;
     for (int t = 0; t < slices; ++t) {
         wait_copies<STAGES - 2>();  // this thread's copies of slice t have landed...
         __syncthreads();            // ...and everyone's; everyone is also done reading slice t - 1
-        if (t + STAGES - 1 < slices) load(write, (t + STAGES - 1) * TBK);  // into slice t - 1's buffer
+        if (t + STAGES - 1 < slices) load(write, k0 + (t + STAGES - 1) * TBK);  // into slice t - 1's buffer
         commit_copies();
         const float* As = smem + read * T::stage_floats;
         const float* Bs = As + T::a_floats;
@@ -357,6 +360,24 @@ __device__ __forceinline__ void async_gemm_v(const float* __restrict__ a, const 
         read = read + 1 == STAGES ? 0 : read + 1;
         write = write + 1 == STAGES ? 0 : write + 1;
     }
+}
+
+template <class T, bool VEC>
+__device__ __forceinline__ void async_gemm_v(const float* __restrict__ a, const float* __restrict__ b,
+                                             float* __restrict__ c, int m, int n, int k, float* smem)
+{
+    constexpr int TBM = T::bm, TBN = T::bn, TTM = T::tm, TTN = T::tn;
+    constexpr int VN = T::vn, ROWS = TBM / TTM, COL_STRIDE = VN * TBN / TTN;
+    const int tx = threadIdx.x % (TBN / TTN);
+    const int ty = threadIdx.x / (TBN / TTN);
+    const int row0 = blockIdx.y * TBM;
+    const int col0 = blockIdx.x * TBN;
+    float acc[TTM][TTN];
+#pragma unroll
+    for (int i = 0; i < TTM; ++i)
+#pragma unroll
+        for (int j = 0; j < TTN; ++j) acc[i][j] = 0.0f;
+    async_mainloop<T, VEC>(a, b, m, n, k, 0, k, smem, acc);
 
     const bool vecC = (n % 4 == 0) && aligned16(c);
 #pragma unroll
@@ -376,6 +397,93 @@ __device__ __forceinline__ void async_gemm(const float* a, const float* b, float
         async_gemm_v<T, true>(a, b, c, m, n, k, smem);
     else
         async_gemm_v<T, false>(a, b, c, m, n, k, smem);
+}
+
+// Split-K for problems whose output tiles cannot fill the GPU (deep k, or few rows or columns):
+// the S blocks of a thread-block cluster (__cluster_dims__(1, 1, S), grid z = S) share one output
+// tile, block z summing the products over its own run of k, a whole number of slices (the last
+// runs may be short or empty). Each block leaves its partial tile in its shared memory; after a
+// cluster barrier each block adds rows z * TBM / S .. of all S partials, read from the cluster's
+// shared memory in rank order 0, 1, .., S - 1 (so every launch rounds the same way), and stores
+// them to C; a second barrier keeps every block's shared memory alive until all have read it.
+// Nothing lives outside the launch: no global workspace, no counter, no atomics, and every
+// element of C is written once, by one block.
+__device__ __forceinline__ unsigned cluster_rank()
+{
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cluster_barrier()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// Four floats at p (a shared address of this block) in the shared memory of cluster block `rank`.
+__device__ __forceinline__ float4 cluster_load4(const float* p, unsigned rank)
+{
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+                 : "=r"(remote) : "r"((unsigned)__cvta_generic_to_shared(p)), "r"(rank));
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote) : "memory");
+    return v;
+}
+
+template <class T, int S>
+__device__ __forceinline__ void splitk_gemm(const float* __restrict__ a, const float* __restrict__ b,
+                                            float* __restrict__ c, int m, int n, int k, float* smem)
+{
+    constexpr int TBM = T::bm, TBN = T::bn, TBK = T::bk, TTM = T::tm, TTN = T::tn;
+    constexpr int THREADS = T::threads, VN = T::vn, ROWS = TBM / TTM, COL_STRIDE = VN * TBN / TTN;
+    static_assert(TBM % S == 0 && TBN % 4 == 0 && TBM * TBN <= T::smem_floats, "the partial tile fits the ring");
+    const int tid = threadIdx.x;
+    const int tx = tid % (TBN / TTN);
+    const int ty = tid / (TBN / TTN);
+    const unsigned rank = cluster_rank();
+    const int run = ((k + S - 1) / S + TBK - 1) / TBK * TBK;  // k per block, whole slices
+    const int k0 = min(k, (int)rank * run), k1 = min(k, k0 + run);
+
+    float acc[TTM][TTN];
+#pragma unroll
+    for (int i = 0; i < TTM; ++i)
+#pragma unroll
+        for (int j = 0; j < TTN; ++j) acc[i][j] = 0.0f;
+    if (k % 4 == 0 && n % 4 == 0 && aligned16(a) && aligned16(b))
+        async_mainloop<T, true>(a, b, m, n, k, k0, k1, smem, acc);
+    else
+        async_mainloop<T, false>(a, b, m, n, k, k0, k1, smem, acc);
+    wait_copies<0>();
+    __syncthreads();  // the ring is free: it holds the partial tile from here on
+
+#pragma unroll
+    for (int i = 0; i < TTM; ++i)
+#pragma unroll
+        for (int h = 0; h < TTN / VN; ++h) {
+            float* dst = smem + (ty + i * ROWS) * TBN + h * COL_STRIDE + tx * VN;
+#pragma unroll
+            for (int j = 0; j < VN; ++j) dst[j] = acc[i][h * VN + j];
+        }
+    cluster_barrier();  // every partial is in place
+
+    const int row0 = blockIdx.y * TBM, col0 = blockIdx.x * TBN;
+    const bool vecC = (n % 4 == 0) && aligned16(c);
+    constexpr int QUADS = TBM / S * (TBN / 4);  // this block's share of the tile, in float4s
+    for (int e = tid; e < QUADS; e += THREADS) {
+        const int q = (int)rank * QUADS + e;
+        const int r = q / (TBN / 4), cq = (q % (TBN / 4)) * 4;
+        if (row0 + r >= m || col0 + cq >= n) continue;
+        const float* p = smem + r * TBN + cq;
+        float4 sum = cluster_load4(p, 0);
+#pragma unroll
+        for (int z = 1; z < S; ++z) {
+            const float4 v = cluster_load4(p, z);
+            sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
+        }
+        const float out[4] = {sum.x, sum.y, sum.z, sum.w};
+        store_outputs<4>(c + (size_t)(row0 + r) * n, col0 + cq, n, out, vecC);
+    }
+    cluster_barrier();  // no block leaves while another may still read its shared memory
 }
 
 // The smallest problems: TBM x TBN tiles, one output per thread, TBM x TBN threads, slices as deep
@@ -419,6 +527,7 @@ using Small = AsyncTier<32, 32, 32, 4, 4, 3>;
 constexpr int TINY_STAGES = AsyncTier<ST, ST, SK, ST / 8, ST / 8, 3>::smem_floats * 4 <= 48 * 1024 ? 3 : 2;
 using Tiny = AsyncTier<ST, ST, SK, ST / 8, ST / 8, TINY_STAGES>;
 using Direct = DirectTier<16, 16>;
+using Split = Medium;  // the split-K kernels' tile
 static_assert(Large::threads <= 256 && Medium::threads == 256 && Small::threads == 64 && Tiny::threads == 64,
               "the launch bounds below");
 static_assert(Large::smem_floats * 4 <= 48 * 1024 && Medium::smem_floats * 4 <= 48 * 1024,
@@ -461,4 +570,29 @@ matmul_f32_direct(const float* a, const float* b, float* c, int m, int n, int k)
 {
     __shared__ float smem[Direct::smem_floats];
     direct_gemm<Direct>(a, b, c, m, n, k, smem);
+}
+
+// Split-K (see splitk_gemm): S = 4 or 8 blocks per tile, one cluster each; the launch picks the
+// kernel (and grid z = S) from how many tiles the problem has. Each kernel adds to every compile
+// of the module (~0.3 s), so there are two. The cluster size is an attribute of a declaration
+// (after the parameters), so the definition stays declared plainly as the rule for entries asks.
+
+extern "C" __global__ void __launch_bounds__(256)
+matmul_f32_splitk4(const float* a, const float* b, float* c, int m, int n, int k) __cluster_dims__(1, 1, 4);
+
+extern "C" __global__ void __launch_bounds__(256)
+matmul_f32_splitk4(const float* a, const float* b, float* c, int m, int n, int k)
+{
+    __shared__ __align__(16) float smem[Split::smem_floats];
+    splitk_gemm<Split, 4>(a, b, c, m, n, k, smem);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+matmul_f32_splitk8(const float* a, const float* b, float* c, int m, int n, int k) __cluster_dims__(1, 1, 8);
+
+extern "C" __global__ void __launch_bounds__(256)
+matmul_f32_splitk8(const float* a, const float* b, float* c, int m, int n, int k)
+{
+    __shared__ __align__(16) float smem[Split::smem_floats];
+    splitk_gemm<Split, 8>(a, b, c, m, n, k, smem);
 }

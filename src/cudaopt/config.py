@@ -226,13 +226,23 @@ def space_in_source(source: str) -> TuneSpace | None:
         raise SpaceError(f"cudaopt-tune block: not valid JSON: {str(exc)[:120]}") from None
 
 
+class DispatchClass(WireModel):
+    """A shape class of a tune run's dispatch table: ``when`` a boolean expression over the
+    case's scalars (omitted on the last class only: every other shape)."""
+
+    name: str = Field(min_length=1)
+    when: str | None = None
+
+
 class TuneSection(WireModel):
     """The tunable kernel for --strategy tune; the space may instead sit in the kernel's
-    ``/* cudaopt-tune {...} */`` comment block."""
+    ``/* cudaopt-tune {...} */`` comment block. ``dispatch``: shape classes for a winner per
+    class (record/dispatch_table.py)."""
 
     kernel: str
     tunables: dict[str, list[int | float | str]] | None = None
     restrictions: list[str] = Field(default_factory=list)
+    dispatch: list[DispatchClass] = Field(default_factory=list)
 
     _plain = field_validator("tunables", mode="before")(plain_tunables)
     launch: LaunchSpec | None = None

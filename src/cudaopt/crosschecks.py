@@ -15,7 +15,7 @@ import math
 import re
 from pathlib import Path
 
-from .config import CasesFile
+from .config import CasesFile, DispatchClass
 from .errors import ExperimentError
 from .wire import expr
 from .wire.launch import DEVICE_NAMES, NOMINAL_DEVICE, LaunchError, resolve_launch
@@ -296,3 +296,23 @@ def required_parameters(fn: ast.FunctionDef) -> list[str]:
     required = [p.arg for p in params.args[:len(params.args) - len(params.defaults)]]
     required += [p.arg for p, default in zip(params.kwonlyargs, params.kw_defaults, strict=True) if default is None]
     return required
+
+
+def check_dispatch(origin: str, classes: list[DispatchClass], cases: list[CaseSpec]) -> list[DispatchClass]:
+    """Shape classes whose names differ, whose ``when`` (over the scalars alone) holds or fails on
+    every case, and where only the last may omit it."""
+    if len({c.name for c in classes}) != len(classes):
+        raise ExperimentError(origin, "tune.dispatch", "two classes share a name")
+    for i, spec in enumerate(classes):
+        field = f"tune.dispatch[{i}].when"
+        if spec.when is None:
+            if i != len(classes) - 1:
+                raise ExperimentError(origin, field, f"missing on class {spec.name!r}: only the last class may omit it")
+            continue
+        for case in cases:
+            try:
+                expr.evaluate(spec.when, case.scalars)
+            except expr.ExprError as exc:
+                raise ExperimentError(origin, field, f"on case {case.name!r}: {exc} (the case's scalars: "
+                                                     f"{', '.join(case.scalars)})") from None
+    return classes

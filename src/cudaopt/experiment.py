@@ -16,13 +16,14 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from .crosschecks import (
     check_cases,
+    check_dispatch,
     check_kernel_entry,
     check_reference,
     check_tune_kernel,
@@ -31,6 +32,7 @@ from .crosschecks import (
 )
 from .config import (
     CasesFile,
+    DispatchClass,
     ExperimentConfig,
     KernelBenchOrigin,
     RoiInputs,
@@ -83,6 +85,7 @@ class Tuning:
     source: str
     space: TuneSpace
     launch: LaunchSpec
+    dispatch: list[DispatchClass] = field(default_factory=list)  # shape classes for a winner per class
 
 
 class Experiment:
@@ -220,9 +223,9 @@ def load_experiment(
     ref_path = reference or from_file(model.reference)
     init_path = initial_kernel or from_file(model.initial_kernel)
     cases_path = input_cases or from_file(model.input_cases)
-    for field, value in (("signature", sig_text), ("reference", ref_path), ("input_cases", cases_path)):
+    for key, value in (("signature", sig_text), ("reference", ref_path), ("input_cases", cases_path)):
         if value is None:
-            raise ExperimentError(origin, field, f"missing (give --{field.replace('_', '-')} or set it in --config)")
+            raise ExperimentError(origin, key, f"missing (give --{key.replace('_', '-')} or set it in --config)")
 
     def blamed(field: str, flag_value) -> tuple[str, str]:
         """The flag that gave a value, else the config file's field."""
@@ -351,7 +354,8 @@ def _load_tuning(tune: TuneSection, base: Path, origin: str, sig: Signature, cas
     if len(configs) > CHECKED_CONFIGURATIONS:  # a large space: the first configuration and a seeded sample of the others
         configs = [configs[0]] + random.Random(0).sample(configs[1:], CHECKED_CONFIGURATIONS - 1)
     check_tune_launch(origin, launch, cases, configs, (source, sig))
-    return Tuning(path=path, source=source, space=space, launch=launch)
+    return Tuning(path=path, source=source, space=space, launch=launch,
+                  dispatch=check_dispatch(origin, tune.dispatch, cases))
 
 
 def kernel_file(path: Path, entry: str, sig: Signature, field: str = "--kernel") -> str:

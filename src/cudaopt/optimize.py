@@ -24,6 +24,7 @@ from .pool.dispatch import Evaluator, GpuRef
 from .experiment import Experiment
 from .wire.results import DeviceInfo
 from .record.cache import ResultCache
+from .record.dispatch_table import write_dispatch
 from .record.events import OnProgress, ignore
 from .record.rundir import RunDir
 from .record.runs import Budget, ExperimentArgs, RunSettings, open_resumable, open_run, read_run_json
@@ -161,6 +162,7 @@ def _run(strategy, context: strategies.Context) -> Summary:
         finalists = replay_finalists(recorder)
         if finalists is not None:
             recorder.settle(finalists)
+        write_dispatch(recorder)
     except KeyboardInterrupt:
         recorder.run.log("interrupted")
         recorder.finish("interrupted")

@@ -22,6 +22,7 @@ from .wire.results import EvalResult
 from .insight.card import ProfileRecord
 from .record.runs import RunSettings
 from .record.files import Environment, History, ModelCall, ReplayOutcome, Summary, VerifyOutcome
+from .record.dispatch_table import DispatchTable
 
 # file name pattern -> its model; the audit pack first, then what a user writes, then the wire
 FILES = {
@@ -37,6 +38,7 @@ FILES = {
     "guard-check.json": GuardReport,
     "best-case-N.json": EvalRequest,
     "best-launch.json": LaunchFile,
+    "dispatch.json": DispatchTable,
     "profiles-attempt-N.json": ProfileRecord,
     "cache-result.json": EvalResult,
     "audit.json": AuditReport,

@@ -43,15 +43,20 @@ def timed_table(outcome: VerifyOutcome) -> Table:
     """The timed holdout cases and shapes: winner, baseline and vendor, and the regression verdict."""
     table = Table(title=f"timed beside the baseline and the vendor ({outcome.repeats} interleaved repeats)",
                   title_justify="left")
-    for column in ("shape", "from", "winner µs", "baseline µs", "vendor µs", "vs baseline", "vs vendor", "verdict"):
-        table.add_column(column, justify="left" if column in ("shape", "from", "verdict") else "right")
+    columns = ["shape", "from", "winner µs", "baseline µs", "vendor µs", "vs baseline", "vs vendor", "verdict"]
+    if outcome.dispatch:  # each shape ran its class's configuration (dispatch.json), the single winner beside it
+        columns[2:3] = ["class", "winner µs", "single winner µs", "vs single"]
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("shape", "from", "class", "verdict") else "right")
     for c in outcome.timed:
         verdict = c.status if c.status != "ok" else (
             f"[red]regression[/] (> {c.margin:.0%} slower every repeat)" if c.regression else "ok")
         vendor = num(c.vendor_us) if c.vendor_us or not c.vendor_status else f"({c.vendor_status})"
-        table.add_row(c.name, c.origin, num(c.winner_us), num(c.baseline_us), vendor,
-                      f"{c.speedup_vs_baseline:.2f}×" if c.speedup_vs_baseline else "-",
-                      f"{c.speedup_vs_vendor:.2f}×" if c.speedup_vs_vendor else "-", verdict)
+        vs = [f"{x:.2f}×" if x else "-" for x in (c.speedup_vs_baseline, c.speedup_vs_vendor, c.speedup_vs_single)]
+        cells = [c.name, c.origin, num(c.winner_us), num(c.baseline_us), vendor, vs[0], vs[1], verdict]
+        if outcome.dispatch:
+            cells[2:3] = [f"{c.dispatch_class or '-'} #{c.dispatch_attempt}", cells[2], num(c.single_us), vs[2]]
+        table.add_row(*cells)
     return table
 
 

@@ -16,7 +16,9 @@ reader refuses a version newer than it knows. ``docs/schemas/`` holds their JSON
   ``finalists``, the best attempts measured again on one GPU when several GPUs measured them.
 - ``env.json`` 2: ``pool``, every GPU the run could use, and ``backend``.
 - ``verify.json`` 2: ``timed`` (timed holdout cases and shape sweeps), ``regressions``, ``repeats``,
-  ``shapes_file``, and each case's ``gpu`` (version 1 had none of them; it is still read).
+  ``shapes_file``, and each case's ``gpu`` (version 1 had none of them; it is still read). 3:
+  ``dispatch`` and, per timed case, its dispatch class and the single winner's times (absent in
+  older files: read as no table).
 - ``replay.json`` 2: each case's ``gpu``.
 """
 
@@ -328,13 +330,21 @@ class TimedCase(WireModel):
     vendor_reason: str = ""
     margin: float = 0.02
     regression: bool = False
+    # with an adopted dispatch table (dispatch.json): the shape's class, and the single winner timed
+    # beside the class's configuration where the two differ
+    dispatch_class: str | None = None
+    dispatch_attempt: int | None = None
+    single_medians_us: list[float | None] = Field(default_factory=list)
+    single_us: float | None = None
+    speedup_vs_single: float | None = None  # median of the paired ratios single winner / dispatched
 
 
 class VerifyOutcome(WireModel):
     """verify.json: the winner on the holdout (and extra) cases, with fresh seeds; the timed holdout
-    cases and any shape sweep beside the baseline and the vendor (version 2 added ``timed``)."""
+    cases and any shape sweep beside the baseline and the vendor (version 2 added ``timed``; 3 the
+    dispatch table's fields: ``dispatch`` and each timed case's class and single-winner times)."""
 
-    schema_version: int = version_field(2)
+    schema_version: int = version_field(3)
     passed: bool
     status: str
     reason: str = ""
@@ -346,6 +356,7 @@ class VerifyOutcome(WireModel):
     repeats: int = 0
     shapes_file: str | None = None
     sanitize: list[SanitizeReport] | None = None
+    dispatch: bool = False  # each case ran with its class's configuration (an adopted dispatch table)
 
     def worst(self, count: int = 3) -> list[TimedCase]:
         """The timed shapes with the lowest speed-up over the baseline (over the vendor without one)."""

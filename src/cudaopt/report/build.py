@@ -16,6 +16,8 @@ from pydantic import BaseModel
 from ..config import RoiInputs
 from ..errors import ExperimentError
 from ..insight.card import ProfileRecord
+from ..record.dispatch_table import FILE as DISPATCH_FILE
+from ..record.dispatch_table import DispatchTable
 from ..record.rundir import RunDir, write_atomic
 from ..record.runs import load_run_experiment, model_calls, read_run_json
 from ..record.files import Environment, History, ReplayOutcome, Roi, Summary, VerifyOutcome
@@ -140,7 +142,7 @@ def build(path: Path, roi_inputs: RoiInputs | None = None) -> Path:
         roofline_svg=charts.roofline(roof_cases, peak_tflops, peak_gbps),
         heatmap_svg=heatmap[heatmap.index("<svg"):] if "<svg" in heatmap else "",
         shapes_svg=charts.shapes([c.model_dump() for c in verify.timed]) if verify else None,
-        worst=verify.worst() if verify else [],
+        worst=verify.worst() if verify else [], dispatch=_optional(run, DISPATCH_FILE, DispatchTable),
     )
     out = run.file("report.html")
     write_atomic(out, html)

@@ -124,31 +124,35 @@ def _spread(timing: TimingStats | None) -> float:
 
 def time_shapes(evaluator: Evaluator, cases: list[CaseSpec], origin: str,
                 winner: Callable[[CaseSpec], EvalRequest], baseline: Callable[[CaseSpec], EvalRequest] | None,
-                repeats: int, on_step: Callable[[str], None] = lambda name: None) -> list[TimedCase]:
-    """Each case: the winner's request (carrying the vendor) and the baseline's, in turn, ``repeats``
-    times, all on one GPU (the cases shared out among the GPUs: one timed kernel per GPU at a time)."""
+                repeats: int, on_step: Callable[[str], None] = lambda name: None,
+                single: Callable[[CaseSpec], EvalRequest | None] | None = None) -> list[TimedCase]:
+    """Each case: the winner's request (carrying the vendor), the baseline's and, with a dispatch
+    table, the single winner's where it differs from the shape's class, in turn, ``repeats`` times,
+    all on one GPU (the cases shared out among the GPUs: one timed kernel per GPU at a time)."""
     width = max(1, len(evaluator.gpus()))
-    requests, pins, owner = [], [], []
+    requests, pins, owner, ends, layout = [], [], [], set(), []
     for i, case in enumerate(cases):
-        sides = [winner(case)] + ([baseline(case)] if baseline else [])
+        extra = single(case) if single else None
+        sides = [winner(case)] + ([baseline(case)] if baseline else []) + ([extra] if extra is not None else [])
+        layout.append(len(sides))
         for _ in range(repeats):
             requests += sides
             pins += [i % width] * len(sides)
             owner += [i] * len(sides)
-    stride = 2 if baseline else 1
+            ends.add(len(requests) - 1)
 
     def done(index: int, measured) -> None:
-        if index % stride == stride - 1:
+        if index in ends:
             on_step(cases[owner[index]].name)
 
     measured = evaluator.evaluate_all(requests, pins=pins, on_done=done)
     out, start = [], 0
-    for case in cases:
-        mine = measured[start:start + repeats * stride]
-        start += repeats * stride
-        results = [(_case(mine[r * stride], case.name), _case(mine[r * stride + 1], case.name) if baseline else None)
-                   for r in range(repeats)]
-        out.append(judge(case, origin, results))
+    for case, count in zip(cases, layout, strict=True):
+        mine = [measured[start + r * count:start + (r + 1) * count] for r in range(repeats)]
+        start += repeats * count
+        results = [(_case(m[0], case.name), _case(m[1], case.name) if baseline else None) for m in mine]
+        singles = [_case(m[-1], case.name) for m in mine] if count > 1 + bool(baseline) else None
+        out.append(judge(case, origin, results, singles))
     return out
 
 
@@ -156,8 +160,10 @@ def _case(measured, name: str) -> CaseResult | None:
     return measured.result.find(name) if measured is not None else None
 
 
-def judge(case: CaseSpec, origin: str, results: list[tuple[CaseResult | None, CaseResult | None]]) -> TimedCase:
-    """Speed-ups and the regression verdict from the repeats of one shape."""
+def judge(case: CaseSpec, origin: str, results: list[tuple[CaseResult | None, CaseResult | None]],
+          singles: list[CaseResult | None] | None = None) -> TimedCase:
+    """Speed-ups and the regression verdict from the repeats of one shape (and, with ``singles``,
+    the single winner's times beside a dispatch table's choice)."""
     failed = next((m for m, _ in results if m is None or m.median_us is None), False)
     timed = TimedCase(name=case.name, origin=origin, scalars=dict(case.scalars), status="ok")
     if failed is not False:
@@ -184,4 +190,9 @@ def judge(case: CaseSpec, origin: str, results: list[tuple[CaseResult | None, Ca
         timed.margin = round(max(MIN_MARGIN, *(max(_spread(m.timing), _spread(t.timing)) for m, t in pairs)), 4)
         timed.regression = len(pairs) == len(results) and all(
             m.median_us > t.median_us * (1 + timed.margin) for m, t in pairs)
+    if singles:
+        timed.single_medians_us = [s.median_us if s else None for s in singles]
+        paired = [(m.median_us, s) for (m, _), s in zip(results, timed.single_medians_us, strict=True) if s]
+        timed.single_us = statistics.median(s for _, s in paired) if paired else None
+        timed.speedup_vs_single = statistics.median(s / w for w, s in paired) if paired else None
     return timed

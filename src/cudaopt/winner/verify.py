@@ -6,7 +6,9 @@ expressions (shapes always from each case's own scalars); on several GPUs the ch
 out among them. The holdout cases that declare their work or ``"timed": true``, and every shape
 of ``--shapes FILE``, are also timed beside the baseline and the vendor (shapes.py), each shape's
 repeats on one GPU; a shape where the winner is slower than the baseline beyond noise is a
-regression, and fails verification. With ``--sanitize`` the winner also runs under
+regression, and fails verification. A run whose dispatch table was adopted (``dispatch.json``)
+runs each case and shape with its class's configuration, and times the single winner beside it
+where the two differ. With ``--sanitize`` the winner also runs under
 compute-sanitizer (sanitize.py). The outcome goes to ``verify.json`` in the run directory, where
 the report's verdict reads it. A :class:`~cudaopt.trial.Trial` given instead of a run (the
 Python API's) is verified the same way, and nothing is written.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import ExperimentError
@@ -25,6 +27,7 @@ from ..wire.protocol import CaseSpec, EvalRequest, TimingProtocol
 from ..record.rundir import RunDir
 from ..record.runs import open_run
 from ..record.files import VerifiedCase, VerifyOutcome
+from ..record.dispatch_table import DispatchTable, read_dispatch
 from ..trial import Trial, recorded_trial
 from .shapes import load_shapes, sweep_protocol, time_shapes
 
@@ -72,14 +75,20 @@ def verify(target: Path | Trial, evaluator: Evaluator, extra: Path | None = None
     experiment = trial.experiment
     if run is None and sanitize_device is not None:
         raise ExperimentError("sanitize", "", "compute-sanitizer writes its logs into a run directory: verify a run")
+    best = trial.attempt.id if trial.attempt is not None else None
+    table = read_dispatch(run) if run is not None else None
+    table = table if table is not None and table.adopted and table.winner_attempt == best else None
     seed = secrets.randbits(31) if seed is None else seed
     fresh = fresh_cases(cases, seed)
-    attempt = trial.attempt.id if trial.attempt is not None else None
-    name = attempt if attempt is not None else "trial"
-    request = trial.request(cases=fresh, request_id=f"verify-{name}", timed=False)
-    width = min(len(evaluator.gpus()), len(fresh))
-    parts = [request] if width == 1 else [
-        request.model_copy(update={"cases": fresh[k::width], "id": f"{request.id}-{k}"}) for k in range(width)]
+    request = trial.request(cases=fresh, request_id=f"verify-{best if best is not None else 'trial'}", timed=False)
+    parts = []
+    for attempt, group in _by_configuration(fresh, table, best).items():
+        mine = request if table is None else request.model_copy(update={
+            "kernel": request.kernel.model_copy(update={"defines": _defines(table, group[0], trial)}),
+            "id": f"verify-{attempt}"})
+        width = min(len(evaluator.gpus()), len(group))
+        parts += [mine.model_copy(update={"cases": group})] if width == 1 else [
+            mine.model_copy(update={"cases": group[k::width], "id": f"{mine.id}-{k}"}) for k in range(width)]
     measured = evaluator.evaluate_all(parts)
     order = {c.name: i for i, c in enumerate(fresh)}
     failed = min((m.result for m in measured if not m.result.ok), default=None,  # the first failure, in case order
@@ -92,8 +101,8 @@ def verify(target: Path | Trial, evaluator: Evaluator, extra: Path | None = None
     ) for m in measured for c in m.result.cases), key=lambda v: order[v.name])
     outcome = VerifyOutcome(
         passed=failed is None, status=failed.status if failed else "ok", reason=failed.reason if failed else "",
-        attempt=attempt, seed=seed, cases=verified, repeats=repeats,
-        shapes_file=str(shapes) if shapes else None,
+        attempt=best, seed=seed, cases=verified, repeats=repeats,
+        shapes_file=str(shapes) if shapes else None, dispatch=table is not None,
     )
     timed = [c for c in fresh if c.role == "holdout" and c.timed_in_verify]
     total = (len(timed) + len(sweep)) * repeats
@@ -105,12 +114,11 @@ def verify(target: Path | Trial, evaluator: Evaluator, extra: Path | None = None
         on_step(name, done, total)
 
     if timed:
-        outcome.timed += time_shapes(evaluator, timed, "holdout", *_requests(trial, trial.protocol),
-                                     repeats, step)
+        outcome.timed += _time(evaluator, timed, "holdout", trial, trial.protocol, repeats, step, table)
     if sweep:
         sweep = fresh_cases(sweep, seed + len(fresh))
-        outcome.timed += time_shapes(evaluator, sweep, "shapes",
-                                     *_requests(trial, sweep_protocol(trial.protocol)), repeats, step)
+        outcome.timed += _time(evaluator, sweep, "shapes", trial, sweep_protocol(trial.protocol), repeats, step,
+                               table)
     outcome.regressions = [c.name for c in outcome.timed if c.regression]
     broken = [c for c in outcome.timed if c.status != "ok"]
     outcome.passed = outcome.passed and not broken and not outcome.regressions
@@ -126,20 +134,54 @@ def verify(target: Path | Trial, evaluator: Evaluator, extra: Path | None = None
     if run is None:
         return outcome
     run.write_model("verify.json", outcome)
-    run.log(f"verify: attempt {attempt} on {len(fresh)} case(s) and {len(sweep)} shape(s), seed {seed}: "
+    run.log(f"verify: attempt {best} on {len(fresh)} case(s) and {len(sweep)} shape(s), seed {seed}: "
             f"{'passed' if outcome.passed else 'failed'}"
             + (f", regressions: {', '.join(outcome.regressions)}" if outcome.regressions else ""))
     return outcome
 
 
-def _requests(trial: Trial, protocol: TimingProtocol):
-    """How the winner (with the vendor beside it) and the baseline are asked to time one case."""
+def _by_configuration(cases: list[CaseSpec], table: DispatchTable | None, winner: int) -> dict[int, list[CaseSpec]]:
+    """The cases by the attempt whose configuration each runs with (all the winner's without a table)."""
+    groups: dict[int, list[CaseSpec]] = {}
+    for case in cases:
+        groups.setdefault(table.choose(case.scalars)[1] if table else winner, []).append(case)
+    return groups
+
+
+def _defines(table: DispatchTable | None, case: CaseSpec, trial: Trial) -> dict:
+    return table.choose(case.scalars)[2] if table else trial.defines
+
+
+def _time(evaluator, cases, origin, trial: Trial, protocol, repeats, step, table):
+    """Time the cases; with a table, each with its class's configuration, the single winner beside it
+    where they differ, and the class recorded."""
+    winner, baseline, single = _requests(trial, protocol, table)
+    out = time_shapes(evaluator, cases, origin, winner, baseline, repeats, step, single=single if table else None)
+    for timed, case in zip(out, cases, strict=True):
+        if table is not None:
+            timed.dispatch_class, timed.dispatch_attempt, _ = table.choose(case.scalars)
+    return out
+
+
+def _requests(trial: Trial, protocol: TimingProtocol, table: DispatchTable | None = None):
+    """How the winner (with the vendor beside it; with a table, the shape's class's configuration),
+    the baseline and the single winner (where a table chose another configuration) are asked to
+    time one case."""
     experiment = trial.experiment
 
-    def winner_request(case: CaseSpec) -> EvalRequest:
-        request = trial.request(cases=[case], protocol=protocol, request_id=f"verify-time-{case.name}", vendor=True)
+    def timed(case: CaseSpec, defines: dict, request_id: str, vendor: bool) -> EvalRequest:
+        request = replace(trial, defines=defines).request(cases=[case], protocol=protocol, request_id=request_id,
+                                                          vendor=vendor)
         request.time_roles = ["holdout"]
         return request
+
+    def winner_request(case: CaseSpec) -> EvalRequest:
+        return timed(case, _defines(table, case, trial), f"verify-time-{case.name}", True)
+
+    def single_request(case: CaseSpec) -> EvalRequest | None:
+        if table is None or _defines(table, case, trial) == trial.defines:
+            return None
+        return timed(case, trial.defines, f"verify-single-{case.name}", False)
 
     def baseline_request(case: CaseSpec) -> EvalRequest:
         request = experiment.request(experiment.initial_kernel_path.read_text(), protocol=protocol,
@@ -147,4 +189,4 @@ def _requests(trial: Trial, protocol: TimingProtocol):
         request.cases, request.time_roles = [case], ["holdout"]
         return request
 
-    return winner_request, (baseline_request if experiment.initial_kernel_path else None)
+    return winner_request, (baseline_request if experiment.initial_kernel_path else None), single_request

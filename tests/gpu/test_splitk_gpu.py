@@ -1,0 +1,60 @@
+"""The example SGEMM's split-K tier on the GPU: on deep-k and skinny shapes, whose 64 x 64 output
+tiles cannot fill the GPU, the launch sends the case to a split-K kernel (a cluster of 4 or 8
+blocks per tile, grid z = the cluster size) and every output passes the reference's check, on
+vectorised and element-wise paths, whole and partial tiles, and slices that end early or are
+empty; a shape with tiles enough stays on its tier. Each shape is made from the example's
+template case the way `verify --shapes` makes them (the same tolerances)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cudaopt.winner.shapes import load_shapes
+from tests.gpu.conftest import FAST
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = {  # (m, n, k): the kernel the launch must pick on an H200 (132 SMs)
+    (256, 256, 16384): "matmul_f32_splitk8",   # 16 tiles
+    (512, 512, 8192): "matmul_f32_splitk4",    # 64 tiles
+    (64, 4096, 2048): "matmul_f32_splitk4",    # skinny: 64 tiles
+    (4096, 64, 2048): "matmul_f32_splitk4",
+    (96, 96, 9001): "matmul_f32_splitk8",      # k % 4 != 0: element-wise loads; partial tiles
+    (40, 72, 1025): "matmul_f32_splitk8",      # runs of 160: rank 6 short (65), rank 7 empty
+    (515, 261, 1031): "matmul_f32_splitk4",    # the example's holdout
+    (128, 8192, 4096): "matmul_f32_medium",    # 256 tiles: enough without splitting k
+}
+
+
+@pytest.fixture
+def deep_cases(sgemm, tmp_path):
+    path = tmp_path / "shapes.json"
+    path.write_text(json.dumps({"template": "square-4096",
+                                "shapes": [{"m": m, "n": n, "k": k} for m, n, k in SHAPES]}))
+    return load_shapes(path, sgemm)
+
+
+@pytest.mark.parametrize("which", [0, -1])
+def test_split_k_is_picked_and_passes_on_deep_and_skinny_shapes(supervisor, sgemm, deep_cases, which):
+    tuning = sgemm.tuning
+    config = tuning.space.configurations()[which]
+    request = sgemm.request(tuning.source, launch=tuning.launch, defines=config, protocol=FAST)
+    request.cases = deep_cases
+    result = supervisor.evaluate(request)
+    failures = [(c.name, c.status, c.reason[:300]) for c in result.cases if c.status != "ok"]
+    assert result.status == "ok", (config, failures)
+    if result.device.sm_count != 132:
+        pytest.skip(f"the expected tiers are for 132 SMs, this GPU has {result.device.sm_count}")
+    for (m, n, k), entry in SHAPES.items():
+        case = result.case(f"m={m},n={n},k={k}")
+        assert case.launch.entry == entry, (m, n, k, case.launch)
+        z = {"matmul_f32_splitk4": 4, "matmul_f32_splitk8": 8}.get(entry, 1)
+        assert case.launch.grid == (-(-n // 64), -(-m // 64), z), (m, n, k, case.launch)
+        assert case.timing is not None
+    print(config, {c.name: round(c.timing.median_us, 1) for c in result.cases})
+    info = result.compile.entries
+    for name in ("matmul_f32_splitk4", "matmul_f32_splitk8"):
+        assert info[name].spill_stores == 0 and info[name].local_bytes == 0, (name, info[name])
+

@@ -272,10 +272,9 @@ class Recorder:
             self.run.write_model("best-launch.json", LaunchFile(**bake_launch(launch.to_data(), attempt.defines)))
         for old in self.run.path.glob("best-case-*.json"):
             old.unlink()
+        best = self.trial.variant(source, launch, attempt.defines)
         for index, case in enumerate(self.cases):
-            request = self.exp.request(source, launch=launch, defines=attempt.defines, roles=ROLES,
-                                       request_id=f"best-case-{index}", vendor=True)
-            request.cases = [case]
+            request = best.request(cases=[case], request_id=f"best-case-{index}", vendor=True)
             self.run.write_model(f"best-case-{index}.json", request)
 
     # --- the summary ---------------------------------------------------------------------

@@ -129,7 +129,8 @@ _PLANS = {}  # (device, *scalars) -> _Plan: a call like an earlier one skips eve
 _MAX_PLANS = 1024
 _THREAD = _threading.local()  # the context this thread last made current for the kernel
 _PLAIN = (_torch.Tensor, _torch.nn.Parameter)  # what the eager call launches directly
-_RAW_STREAM = getattr(_torch._C, "_cuda_getCurrentRawStream", None)
+_RAW_STREAM = getattr(_torch._C, "_cuda_getCurrentRawStream", None)  # the current stream's handle, cheaply
+_BUMP = getattr(_torch._C, "_increment_version", None) or _torch.autograd.graph.increment_version  # takes a tuple
 
 
 def _current_stream(index):
@@ -141,40 +142,37 @@ def _current_stream(index):
 
 class _Plan:
     """One launch checked for one device and one set of scalars: the function, the dimensions, the
-    expected tensors and a parameter array whose pointer slots each call fills (under a lock, as
+    expected tensors and a parameter array whose pointer slots each call fills (under ``lock``, as
     cuLaunchKernel copies the parameters before it returns)."""
 
     def __init__(self, device, dtypes, shapes, config, values):
+        import functools
+
+        from cuda.bindings import driver
+
         entry, grid, block, shared = config
         self.device, self.dtypes, self.shapes = device, dtypes, tuple(_torch.Size(s) for s in shapes)
+        self.index, self.entry = device.index, entry
         self.state = loaded(device.index)
-        self.func = self.state.function(entry, shared)
-        self.entry, self.dims, self.shared = entry, (*grid, *block), shared
         self.values = values  # ctypes objects in the signature's order; pointers are c_void_p
         self.slots = [v for v in values if isinstance(v, _ctypes.c_void_p)]
         self.array = (_ctypes.c_void_p * len(values))(*[_ctypes.addressof(v) for v in values])
         self.address = _ctypes.addressof(self.array)
         self.lock = _threading.Lock()
+        self.stream = _current_stream
+        self.start = functools.partial(driver.cuLaunchKernel, self.state.function(entry, shared), *grid, *block,
+                                       shared)
+        self.set_context = functools.partial(driver.cuCtxSetCurrent, self.state.context)
+        self.success = driver.CUresult.CUDA_SUCCESS
 
-    def launch(self, pointers):
-        from cuda.bindings import driver
-
-        state = self.state
-        if getattr(_THREAD, "context", None) != state.context_id:
-            _check(driver.cuCtxSetCurrent(state.context), "cuCtxSetCurrent")
-            _THREAD.context = state.context_id
-        stream = _current_stream(self.device.index)
-        with self.lock:
-            for slot, pointer in zip(self.slots, pointers):
-                slot.value = pointer
-            result = driver.cuLaunchKernel(self.func, *self.dims, self.shared, stream, self.address, 0)
-        _check(result, f"launching {self.entry}")
-
-
-def _same(value, plan, i):
-    """Whether ``value`` is the tensor the plan was checked for (dtype, shape, device, row-major)."""
-    return (isinstance(value, _torch.Tensor) and value.dtype is plan.dtypes[i] and value.shape == plan.shapes[i]
-            and value.device == plan.device and value.is_contiguous())
+    def launch(self):
+        """cuLaunchKernel on the current stream with the slots as filled (the caller holds ``lock``)."""
+        if getattr(_THREAD, "context", None) != self.state.context_id:
+            _check(self.set_context(), "cuCtxSetCurrent")
+            _THREAD.context = self.state.context_id
+        result = self.start(self.stream(self.index), self.address, 0)
+        if result[0] != self.success:
+            _check(result, f"launching {self.entry}")
 
 
 def _remember(key, plan):
@@ -185,13 +183,6 @@ def _remember(key, plan):
     except TypeError:  # an unhashable scalar was refused by its check already; nothing to keep
         pass
     return plan
-
-
-def _planned(key):
-    try:
-        return _PLANS.get(key)
-    except TypeError:  # an unhashable scalar: the full checks say what is wrong with it
-        return None
 
 
 def _tensor(name, value, dtype, shape, device, scalars):
@@ -316,12 +307,23 @@ def _op_code(src: ExportSource, sp: list[str], inferred: dict) -> list[str]:
               f"    return _remember({key}, _plan)", "", "",
               f"def _run({all_args}):", '    """Check every argument, then launch on the current stream (a call like an '
               'earlier one checks only its tensors)."""',
-              f"    _plan = _planned({key})",
-              "    if _plan is None or not (" + " and ".join(f"_same({p(a.name)}, _plan, {i})"
-                                                     for i, a in enumerate(checked)) + "):",
+              "    try:",
+              f"        _plan = _PLANS[{_tuple([first + '.device', *sp])}]",
+              "        _ready = (" + " and ".join(
+                  [f"{p(a.name)}.dtype is _plan.dtypes[{i}]" for i, a in enumerate(checked)]
+                  + [f"{p(a.name)}.shape == _plan.shapes[{i}]" for i, a in enumerate(checked)]
+                  + [f"{p(a.name)}.device == _plan.device" for a in checked[1:]]
+                  + [f"{p(a.name)}.is_contiguous()" for a in checked]) + ")",
+              "    except (KeyError, TypeError, AttributeError):  # not planned yet, or not tensors: the full checks say",
+              "        _ready = False",
+              "    if not _ready:",
               f"        _plan = _prepare({all_args})",
-              "    if _plan is not None:",
-              f"        _plan.launch({_tuple([f'{p(a.name)}.data_ptr()' for a in sig.args if a.pointer])})", "", ""]
+              "        if _plan is None:",
+              "            return",
+              "    _slots = _plan.slots",
+              "    with _plan.lock:",
+              *[f"        _slots[{i}].value = {p(a.name)}.data_ptr()" for i, a in enumerate(x for x in sig.args if x.pointer)],
+              "        _plan.launch()", "", ""]
     lines += [
               f"def _op({in_args}):", f"    _expected = shapes({', '.join(sp)})"]
     lines += [f"    {p(a.name)} = _torch.empty(_expected[{a.name!r}], dtype={dt(a)}, device={first}.device)"
@@ -355,6 +357,6 @@ def _op_code(src: ExportSource, sp: list[str], inferred: dict) -> list[str]:
               f"        _torch.ops.cudaopt.{name}_out({all_args})  # traced, or a tensor subclass: the registered op",
               "    else:  # eager on plain tensors: straight to the launch, without the dispatcher's cost per call",
               f"        _run({all_args})",
-              *[f"        _torch.autograd.graph.increment_version({p(a.name)})" for a in outs],
+              f"        _BUMP({_tuple([p(a.name) for a in outs])})  # the outputs' version counters, as the op bumps them",
               f"    return {out_kw}"]
     return lines

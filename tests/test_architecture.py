@@ -1,6 +1,6 @@
 """The layers of docs/architecture.md, checked: nothing imports upward, no import cycles, the
 types that cross the process boundary (wire/) import only themselves, the worker side (harness/)
-imports nothing of cudaopt but itself and wire/, and inside those two packages each module imports
+imports nothing of cudaopt but itself and wire/, and inside every package each module imports
 only modules of a lower rank."""
 
 from __future__ import annotations
@@ -49,6 +49,23 @@ PACKAGE_LAYERS = {
         {"torch_reference", "vendor"},
         {"runner"},
         {"worker"},
+    ],
+    "pool": [{"dispatch"}, {"devices", "supervisor"}, {"ray_cluster"}, {"pools"}],  # the Evaluator, then backends
+    "insight": [{"locate", "parse"}, {"card", "compiled", "ncu"}],
+    "record": [{"bake", "events", "files", "heatmap", "rundir"}, {"cache", "runs"}, {"dispatch_table"}],
+    "engine": [{"scoring"}, {"summary"}, {"recorder"}],  # pure functions below the one that writes
+    "agent": [{"instruments", "model", "nvidia_docs", "prompts", "proposal"}, {"graph", "research"}],
+    "report": [{"charts", "roi"}, {"build"}],
+    "kernelbench": [{"discriminate", "metrics", "problem"}, {"translate"}, {"glue"}, {"importer"}, {"isolated"}],
+    "exporter": [{"lower", "source"}, {"launch_code"}, {"cuda_target", "torch_target"}, {"kernelbench_target"}],
+    "strategies": [{"base"}, {"agent", "tune"}],
+    "winner": [{"replay", "sanitize", "shapes"}, {"verify"}],
+    "guard": [{"files", "git", "stats"}, {"junit", "load"}, {"check", "record"}],
+    "fleet": [{"files"}, {"headroom", "page"}, {"audit"}],
+    "cli": [
+        {"flags", "render_cells", "render_experiments", "render_kernelbench", "render_tools"},
+        {"app", "render_audit", "render_guard", "render_runs"},  # app: errors -> exit statuses, the pool
+        {"audit", "experiments", "export", "guard", "kernelbench", "runs", "tools"},  # one group of commands each
     ],
 }
 
@@ -107,6 +124,11 @@ def test_each_side_of_the_process_boundary_imports_only_what_it_may(unit, allowe
         if unit_of(module) == unit:
             outside = sorted(t for t in imports(path) if unit_of(t) not in allowed)
             assert not outside, f"{module} imports {outside}"
+
+
+def test_every_package_orders_its_modules():
+    packages = {p.parent.name for p in SRC.glob("*/__init__.py")}
+    assert packages == set(PACKAGE_LAYERS), f"PACKAGE_LAYERS: rank the modules of {sorted(packages - set(PACKAGE_LAYERS))}"
 
 
 @pytest.mark.parametrize("package", sorted(PACKAGE_LAYERS))

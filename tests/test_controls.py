@@ -76,6 +76,18 @@ def test_a_nearly_constant_output_is_caught_by_another_input_sets_median():
     assert found[0] == ("y", "the constant 0.499998 (the median of input set 1's answer)"), found
 
 
+def test_a_large_answer_learns_its_constant_from_a_sample(monkeypatch):
+    """Past STATS_SAMPLE elements the median is a sample's: a nearly constant output is still caught."""
+    import cudaopt.harness.controls as controls_module
+
+    monkeypatch.setattr(controls_module, "STATS_SAMPLE", 1000)
+    case = unary_case(rtol=1e-3, atol=1e-3)
+    sets = sets_of(lambda x: 1 / (1 + np.exp(-x * 1e-3)),
+                   lambda rng: {"x": rng.standard_normal(10000).astype(np.float32)})
+    found = accepted(negative_controls(case, UNARY, sets))
+    assert found[0][0] == "y" and found[0][1].startswith("the constant 0.5") and "median" in found[0][1], found
+
+
 def test_a_stale_answer_is_caught_where_every_input_set_gives_the_same_answer():
     sig = parse_signature('extern "C" __global__ void f(const float* x, float* y, int n)')
     case = CaseSpec(name="mean", role="performance", scalars={"n": 100000}, inputs={"x": {"shape": ["n"]}},
@@ -293,32 +305,65 @@ def test_the_report_shows_each_cases_controls_and_a_waiver_with_its_reason(tmp_p
     assert "Checked more strictly than KernelBench" in html and "big: output c: atol 3.8e-08 instead of 0.01" in html
 
 
-def test_the_worker_computes_the_controls_on_host_copies_it_zeroes_after():
-    """answers.answer_controls, as the runner calls it: host copies of the locked answers (three input
-    sets, the third a near duplicate of the first), compared, then zeroed."""
+def _locked_answers(values_per_set):
+    """LockedAnswers on the fake device, and the host arrays every download of it handed out."""
+    from cudaopt.harness.answers import LockedAnswer
+    from tests.fake_device import FakeDevice
+
+    gpu, handed = FakeDevice(), []
+    download = gpu.download
+
+    def recorded(ptr, nbytes):
+        handed.append(download(ptr, nbytes))
+        return handed[-1]
+
+    answers = [{"y": LockedAnswer(gpu, v)} for v in values_per_set]
+    gpu.download = recorded
+    return answers, handed
+
+
+def test_the_worker_reads_a_sample_of_each_locked_answer_and_zeroes_every_host_copy(monkeypatch):
+    """answers.answer_controls, as the runner calls it (three input sets, the third a near
+    duplicate of the first): the controls read a sample of each answer, not all of it, while it is
+    opened, and nothing of the answers is left on the host after. (The median's sample made small,
+    as it is beside an answer of KernelBench's size.)"""
+    import cudaopt.harness.controls as controls_module
     from cudaopt.harness.answers import answer_controls
     from cudaopt.harness.inputs import HostTensor
 
-    copies = []
+    monkeypatch.setattr(controls_module, "STATS_SAMPLE", 8192)
+    monkeypatch.setattr(controls_module, "STATS_RUN", 1024)
 
-    class Locked:  # what LockedAnswer.to_host gives: a fresh host array per call
-        def __init__(self, values):
-            self.values = values
-
-        def to_host(self):
-            copies.append(self.values.copy())
-            return copies[-1]
-
-    case = unary_case(n=5000)
+    n = 200_000
+    case = unary_case(n=n)
     rng = np.random.default_rng(5)
-    x0, x1 = rng.random(5000).astype(np.float32), rng.random(5000).astype(np.float32)
+    x0, x1 = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
     near = x0.copy()
     near[-1] = x1[-1]
     host_sets = [{"x": HostTensor("x", "float32", x)} for x in (x0, x1, near)]
-    answers = [{"y": Locked(np.maximum(x, 0).astype(np.float64))} for x in (x0, x1, near)]
+    answers, handed = _locked_answers([np.tanh(x).astype(np.float64) for x in (x0, x1, near)])
+    controls = answer_controls(case, UNARY, host_sets, answers)
+    assert controls.discriminating and controls.tried >= 3 * 5
+    read = sum(h.nbytes for h in handed)
+    assert 0 < read < 3 * 8 * n // 10, read  # samples: far less than the answers' 4.8 MB
+    assert all(not h.any() for h in handed)
+    assert all(a["y"].gpu.locked for a in answers)  # every answer closed again
+
+
+def test_a_locked_answer_is_read_whole_for_a_trivial_output_that_passes_its_sample():
+    from cudaopt.harness.answers import answer_controls
+    from cudaopt.harness.inputs import HostTensor
+
+    n = 50_000
+    case = unary_case(n=n)
+    rng = np.random.default_rng(6)
+    xs = [rng.random(n).astype(np.float32) for _ in range(3)]
+    host_sets = [{"x": HostTensor("x", "float32", x)} for x in xs]
+    answers, handed = _locked_answers([np.maximum(x, 0).astype(np.float64) for x in xs])
     controls = answer_controls(case, UNARY, host_sets, answers)
     assert accepted(controls) == [("y", "a copy of input x")]  # not the stale near duplicate
-    assert copies and all(not c.any() for c in copies)  # nothing of the answers is left on the host
+    assert any(h.nbytes == 8 * n for h in handed)  # the whole answer, to confirm the copy passes everywhere
+    assert all(not h.any() for h in handed)
 
 
 def test_optimize_stops_after_a_baseline_with_a_non_discriminating_case_and_records_why(tmp_path):

@@ -47,6 +47,40 @@ def test_set_one_is_independent_and_set_two_is_a_near_duplicate_of_set_zero():
     assert x2[-1] != x0[-1] and 0 < (x0 != x2).sum() < x0.size // 20
 
 
+def test_a_draw_within_one_chunk_is_its_seeds_own_stream_and_a_larger_one_is_chunked(monkeypatch):
+    """Draws of at most CHUNK elements are what they always were (recorded runs replay the same
+    inputs); a larger draw is CHUNK-sized streams of their own, as deterministic."""
+    import cudaopt.harness.inputs as inputs
+
+    small = generate(case(n=4096), SIG, 1)[0]
+    rng = np.random.default_rng(inputs._seed(case(n=4096), "x", 0))
+    assert np.array_equal(small["x"].data, (rng.standard_normal(4096, dtype=np.float32) * np.float32(2.0)
+                                            + np.float32(1.0)))
+    monkeypatch.setattr(inputs, "CHUNK", 1000)
+    big, again = generate(case(n=4096), SIG, 3), generate(case(n=4096), SIG, 3)
+    x = big[0]["x"].data
+    assert np.array_equal(x, again[0]["x"].data) and np.array_equal(big[2]["x"].data, again[2]["x"].data)
+    assert not np.array_equal(x, small["x"].data)  # five streams now, not one
+    assert not np.array_equal(x[:1000], x[1000:2000])  # each chunk its own stream
+    assert abs(x.mean() - 1.0) < 0.2 and abs(x.std() - 2.0) < 0.2
+    idx = big[0]["idx"].data
+    assert idx.dtype == np.int32 and idx.min() >= 0 and idx.max() < 1000
+
+
+def test_the_near_duplicate_changes_the_picks_it_always_did():
+    """Set 2's changed elements: a sample of set 0's second half (sorted, unique) and its last."""
+    import cudaopt.harness.inputs as inputs
+
+    c = case(n=10001)
+    sets = generate(c, SIG, 3)
+    x0, x1, x2 = (sets[s]["x"].data for s in range(3))
+    rng = np.random.default_rng(inputs._seed(c, "x", 1000))
+    picks = np.unique(np.append(rng.integers(5000, 10001, size=(10001 - 5000) // 64), 10000))
+    expected = x0.copy()
+    expected[picks] = x1[picks]
+    assert np.array_equal(x2, expected)
+
+
 def test_inputs_that_must_not_vary_are_identical_across_sets():
     sets = generate(case(idx_init=InitSpec(dist="integers", low=0, high=10, vary=False)), SIG, 3)
     assert all(np.array_equal(sets[0]["idx"].data, sets[s]["idx"].data) for s in (1, 2))

@@ -210,16 +210,15 @@ def _cover(rows: int, cols: int, config: dict, vec: bool) -> tuple[np.ndarray, s
 
     if launch.entry == "softmax_rows_warp":
         lanes, slots, side = _warp_plan(cols, config["RPW"])
-        per_block = threads // 32 * config["RPW"]
-        for block in range(grid):
-            for base in range(block * per_block, rows, grid * per_block):
-                for warp in range(threads // 32):
-                    first = base + warp * config["RPW"]
-                    for lane in range(32 if first < rows else 0):
-                        for k in range(config["RPW"] // side):
-                            row = first + lane // lanes + side * k
-                            if row < rows:
-                                row_elements(row, _slot_columns(lane % lanes, lanes, slots, vec))
+        warps = grid * (threads // 32)
+        per = -(-(-(-rows // warps)) // side) * side  # each warp's even share, whole rows side by side
+        for warp in range(warps):
+            first = warp * per
+            for lane in range(32 if first < rows else 0):
+                for k in range(per // side):
+                    row = first + lane // lanes + side * k
+                    if row < rows:
+                        row_elements(row, _slot_columns(lane % lanes, lanes, slots, vec))
     elif launch.entry == "softmax_rows_block":
         for row in range(rows):  # grid == rows: block b takes row b
             for t in range(threads):

@@ -14,7 +14,8 @@
 //                         together (online softmax), one pass for the outputs (two reads, one write)
 //
 // Every kernel is correct for any rows, cols, grid (whole clusters for the cluster kernel) and
-// block size (a multiple of 32 within its launch bounds): rows are visited in grid-stride loops,
+// block size (a multiple of 32 within its launch bounds): rows are visited in grid-stride loops
+// (by the warp kernel, in even shares of the grid),
 // and a kernel given a row that does not fit where it keeps rows (registers, shared memory) falls
 // back to a two-pass online path. The launch only decides how fast. float4 loads and stores when
 // cols % 4 == 0 and both pointers are 16-byte aligned, scalar ones otherwise.
@@ -327,42 +328,50 @@ __device__ __forceinline__ void warp_online_row(const float* xr, float* yr, int 
         yr[c] = exp2f(fmaf(__ldg(xr + c), LOG2E, -st.mL)) * inv;
 }
 
+// Rows side by side in a warp: 4 rows of at most 32 columns (8 lanes each), 2 of at most 64.
+__device__ __forceinline__ int side_by_side(int cols) { return cols <= 32 ? 4 : cols <= 64 ? 2 : 1; }
+
+// The warp's `per` rows from `first` (per: a multiple of side_by_side(cols)).
 template <bool VEC>
-__device__ __forceinline__ void warp_rows(const float* x, float* y, int rows, int cols, long long first)
+__device__ __forceinline__ void warp_rows(const float* x, float* y, int rows, int cols, long long first, long long per)
 {
     // At most 4 float4 of rows in flight per lane (8 for rows of 513 to 1024, held whole).
     const int lane = threadIdx.x % 32;
     constexpr int R8 = RPW / 4 < 4 ? RPW / 4 : 4, R16 = RPW / 2 < 4 ? RPW / 2 : 4;
     if (cols <= 32)  // 8 lanes a row, 4 rows side by side in the warp
-        group_rows<8, 1, R8, VEC>(x, y, rows, cols, first + lane / 8, 4, RPW / 4, lane % 8);
+        group_rows<8, 1, R8, VEC>(x, y, rows, cols, first + lane / 8, 4, (int)(per / 4), lane % 8);
     else if (cols <= 64)  // 16 lanes a row, 2 side by side
-        group_rows<16, 1, R16, VEC>(x, y, rows, cols, first + lane / 16, 2, RPW / 2, lane % 16);
+        group_rows<16, 1, R16, VEC>(x, y, rows, cols, first + lane / 16, 2, (int)(per / 2), lane % 16);
     else if (cols <= 128)
-        group_rows<32, 1, 4, VEC>(x, y, rows, cols, first, 1, RPW, lane);
+        group_rows<32, 1, 4, VEC>(x, y, rows, cols, first, 1, (int)per, lane);
     else if (cols <= 256)
-        group_rows<32, 2, 2, VEC>(x, y, rows, cols, first, 1, RPW, lane);
+        group_rows<32, 2, 2, VEC>(x, y, rows, cols, first, 1, (int)per, lane);
     else if (cols <= 512)
-        group_rows<32, 4, 1, VEC>(x, y, rows, cols, first, 1, RPW, lane);
+        group_rows<32, 4, 1, VEC>(x, y, rows, cols, first, 1, (int)per, lane);
     else if (cols <= 1024)
-        group_rows<32, 8, 1, VEC>(x, y, rows, cols, first, 1, RPW, lane);
+        group_rows<32, 8, 1, VEC>(x, y, rows, cols, first, 1, (int)per, lane);
     else  // longer rows than registers hold: the warp streams them
-        for (int k = 0; k < RPW && first + k < rows; ++k)
+        for (long long k = 0; k < per && first + k < rows; ++k)
             warp_online_row(x + (first + k) * cols, y + (first + k) * cols, cols, lane);
 }
 
+// Each warp takes an even share of the rows over the whole grid, rounded up to the rows it takes
+// side by side: RPW rows under experiment.json's grid (rows / (RPW per warp)); any other grid
+// covers every row once too. One share per warp and no grid-stride loop: 63-66 registers, where
+// the loop took 80.
 extern "C" __global__ void __launch_bounds__(WB, 768 / WB) softmax_rows_warp(const float* x, float* y, int rows, int cols)
 {
     const bool vec = vector_ok(x, y, cols);
-    const long long per_block = (long long)(blockDim.x / 32) * RPW;
-    for (long long base = blockIdx.x * per_block; base < rows; base += gridDim.x * per_block) {
-        const long long first = base + (threadIdx.x / 32) * RPW;  // this warp's rows
-        if (first >= rows)
-            continue;  // the whole warp: nothing of it is needed
-        if (vec)
-            warp_rows<true>(x, y, rows, cols, first);
-        else
-            warp_rows<false>(x, y, rows, cols, first);
-    }
+    const long long warps = (long long)gridDim.x * (blockDim.x / 32);
+    const int side = side_by_side(cols);
+    const long long per = ((rows + warps - 1) / warps + side - 1) / side * side;  // an int once divided by side
+    const long long first = ((long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * per;
+    if (first >= rows)
+        return;  // the whole warp: the shares before it cover the rows
+    if (vec)
+        warp_rows<true>(x, y, rows, cols, first, per);
+    else
+        warp_rows<false>(x, y, rows, cols, first, per);
 }
 
 // ---- softmax_rows_block: one block per row, NB float4 per thread in registers -------------------

@@ -11,6 +11,7 @@ zeroed and freed before anything else is queued.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from contextlib import contextmanager
 
@@ -20,7 +21,7 @@ from ..wire.protocol import CaseSpec, OutputSpec
 from ..wire.results import CheckInfo
 from ..wire.signature import DTYPES, Signature
 from .compare import compare
-from .controls import ControlSet, negative_controls
+from .controls import ControlSet, negative_controls, runs
 from .device import Device
 
 
@@ -87,18 +88,59 @@ class LockedAnswer:
 Answer = np.ndarray | DeviceAnswer | LockedAnswer
 
 
+class LockedValues:
+    """:class:`~.controls.Values` of a locked answer, read while it is opened: at flat indices (one
+    copy per contiguous run of them) or whole. Every host copy is kept until :meth:`zero`."""
+
+    def __init__(self, answer: LockedAnswer):
+        self.answer, self.shape = answer, answer.shape
+        self.copies: list[np.ndarray] = []
+        self._at: dict[bytes, np.ndarray] = {}  # the controls read the same sample for every trivial output
+        self._all: np.ndarray | None = None
+
+    def at(self, index: np.ndarray) -> np.ndarray:
+        key = hashlib.blake2b(np.ascontiguousarray(index), digest_size=16).digest()
+        if key not in self._at:
+            out = self._kept(np.empty(index.size, dtype=np.float64))
+            with self.answer.opened() as ptr:
+                done = 0
+                for first, end in runs(index):
+                    raw = self.answer.gpu.download(ptr + 8 * first, 8 * (end - first))
+                    out[done:done + end - first] = raw.view(np.float64)
+                    raw.fill(0)
+                    done += end - first
+            self._at[key] = out
+        return self._at[key]
+
+    def all(self) -> np.ndarray:
+        if self._all is None:
+            self._all = self._kept(self.answer.to_host().reshape(-1))
+        return self._all
+
+    def _kept(self, values: np.ndarray) -> np.ndarray:
+        self.copies.append(values)
+        return values
+
+    def zero(self) -> None:
+        for values in self.copies:
+            values.fill(0)
+
+
 def answer_controls(case: CaseSpec, signature: Signature, host_sets: list, answers: list[dict[str, LockedAnswer]]):
-    """The negative controls (controls.py) of a case's input sets, on host copies of the locked
-    answers made before any candidate of the case runs, and zeroed when they are done."""
-    host = [{name: answer.to_host() for name, answer in by_output.items()} for by_output in answers]
+    """The negative controls (controls.py) of a case's input sets, read from the locked answers
+    before any candidate of the case runs: a sample of each, all of one only for a trivial output
+    that passed its sample (KernelBench's softmax has 39 GB of answers); every host copy zeroed
+    when they are done."""
+    views = [{name: LockedValues(answer) for name, answer in by_output.items()} for by_output in answers]
     try:
-        sets = [ControlSet({n: (t.data, t.dtype) for n, t in host_sets[s].items()}, host[s]) for s in range(len(host))]
+        sets = [ControlSet({n: (t.data, t.dtype) for n, t in host_sets[s].items()}, views[s])
+                for s in range(len(views))]
         near_duplicate = {frozenset((0, 2))} if len(sets) >= 3 else set()  # inputs.py: set 2 repeats set 0
         return negative_controls(case, signature, sets, near_duplicate)
     finally:
-        for by_output in host:
+        for by_output in views:
             for values in by_output.values():
-                values.fill(0)
+                values.zero()
 
 
 def check_output(gpu: Device, name: str, dtype: str, out_ptr: int, out_bytes: int, shape: tuple[int, ...],

@@ -12,7 +12,7 @@ from ..wire.signature import Signature
 from .buffers import CaseBuffers
 from .device import Device
 from .inputs import InputError, generate, shape_of
-from .lru import Lru
+from .lru import Lru, host_share
 
 
 def cache_key(*parts) -> str:
@@ -32,7 +32,7 @@ class HostSets:
     """Input sets per case, drawn on the host from the case's seed and kept."""
 
     def __init__(self):
-        self._cache = Lru()
+        self._cache = Lru(limit=host_share(0.25))
 
     def get(self, case: CaseSpec, signature: Signature, n_sets: int):
         shapes = output_shapes(case, signature)
@@ -60,10 +60,10 @@ class DeviceCases:
 
     @property
     def budget(self) -> int:
-        """A quarter of the device's memory, at most 16 GiB: candidates need the rest."""
+        """A quarter of the device's memory (the answers keep 30%): candidates need the rest."""
         if self._budget is None:
             _free, total = self.gpu.memory_info()
-            self._budget = min(16 << 30, int(total) // 4)
+            self._budget = int(total) // 4
         return self._budget
 
     def take(self, key: str, signature: Signature, sets, shapes, case: CaseSpec, guards: bool) -> CaseBuffers:

@@ -2,21 +2,24 @@
 
 For each output of a case, trivial outputs are compared with the reference's answer of each input
 set under the case's own tolerances, by the element rule of compare.py: all zeros, all ones, a
-constant learnt from another input set's answer (its median and mean: an output that is nearly
-the same constant whatever the inputs), a copy of each input with as many elements (as the output's
-type stores it), and the answer for another input set (a stale answer). A case whose check accepts
-one is *non-discriminating*: a kernel that writes that output would pass it. Unless the case says
-why that is acceptable (``trivial_ok``), it is refused before any candidate is judged.
+constant learnt from another input set's answer (its median and mean, from a sample of a large
+answer: an output that is nearly the same constant whatever the inputs), a copy of each input
+with as many elements (as the output's type stores it), and the answer for another input set (a
+stale answer). A case whose check accepts one is *non-discriminating*: a kernel that writes that
+output would pass it. Unless the case says why that is acceptable (``trivial_ok``), it is refused
+before any candidate is judged.
 
-Pure NumPy, shared by the GPU worker (on the answers it already holds, runner.py) and by
-``cudaopt check`` (on the CPU, preflight.py). A trivial output that fails on any element fails, so
-a sample of the elements is compared first and only a trivial output that passes there is compared
-in full: the controls cost little next to the reference.
+Pure NumPy, shared by the GPU worker (on the answers it holds on the device, read through
+:class:`Values`, answers.py) and by ``cudaopt check`` (on the CPU, preflight.py). A trivial output
+that fails on any element fails, so a sample of the elements is compared first and only a trivial
+output that passes there is compared in full: the controls cost little next to the reference, and
+an answer is read whole only for a trivial output that passed its sample.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -26,16 +29,66 @@ from ..wire.signature import DTYPES, Signature
 from .compare import agrees
 from .inputs import from_numbers, to_numbers
 
-SAMPLE = 4096  # elements compared before a full comparison
+SAMPLE, SAMPLE_RUN = 4096, 16  # elements compared before a full comparison, in runs of 16
+STATS_SAMPLE, STATS_RUN = 1 << 22, 1 << 16  # elements an answer's median and mean are learnt from
+
+
+class Values(Protocol):
+    """An answer's values as float64 numbers, read where they are (a host array, or the worker's
+    locked device memory, answers.py): those at flat indices, or all of them. A control reads a
+    sample first and all of an answer only for a trivial output that passed the sample."""
+
+    shape: tuple[int, ...]
+
+    def at(self, index: np.ndarray) -> np.ndarray: ...
+
+    def all(self) -> np.ndarray: ...
+
+
+class HostValues:
+    """:class:`Values` of an array in host memory."""
+
+    def __init__(self, values: np.ndarray):
+        self.flat = np.asarray(values, dtype=np.float64).reshape(-1)
+        self.shape = tuple(np.shape(values))
+
+    def at(self, index: np.ndarray) -> np.ndarray:
+        return self.flat[index]
+
+    def all(self) -> np.ndarray:
+        return self.flat
+
+
+def as_values(values: np.ndarray | Values) -> Values:
+    return HostValues(values) if isinstance(values, np.ndarray) else values
+
+
+def spread(n: int, count: int, run: int) -> np.ndarray:
+    """Sorted flat indices of ``count`` of ``n`` elements, in runs of ``run`` contiguous ones spread
+    evenly over them (all n when n <= count): few reads where the values are on a device."""
+    if n <= count:
+        return np.arange(n, dtype=np.int64)
+    run = max(1, min(run, count))
+    starts = np.linspace(0, n - run, count // run).astype(np.int64)
+    return np.unique((starts[:, None] + np.arange(run, dtype=np.int64)).reshape(-1))
+
+
+def runs(index: np.ndarray) -> list[tuple[int, int]]:
+    """``index`` as (first, end) runs of consecutive flat indices, in its order."""
+    if index.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(index) != 1) + 1
+    starts, ends = np.concatenate(([0], breaks)), np.concatenate((breaks, [index.size]))
+    return [(int(index[a]), int(index[b - 1]) + 1) for a, b in zip(starts, ends, strict=True)]
 
 
 @dataclass
 class ControlSet:
     """One input set of a case: its inputs (storage layout, with their element types) and the
-    reference's answer for each output (numbers)."""
+    reference's answer for each output (numbers: an array, or :class:`Values`)."""
 
     inputs: dict[str, tuple[np.ndarray, str]]
-    answers: dict[str, np.ndarray]
+    answers: dict[str, np.ndarray | Values]
 
 
 def negative_controls(case: CaseSpec, signature: Signature, sets: list[ControlSet],
@@ -50,7 +103,7 @@ def negative_controls(case: CaseSpec, signature: Signature, sets: list[ControlSe
                   and not _same_inputs(current, sets[t])]
         for arg in signature.outputs:
             spec = case.outputs[arg.name]
-            ref = np.asarray(current.answers[arg.name], dtype=np.float64)
+            ref = as_values(current.answers[arg.name])
             for kind, trivial, make in _trivials(arg.name, arg.dtype, ref.shape, current, sets, others, stats):
                 controls.tried += 1
                 if (arg.name, kind) in found:
@@ -84,16 +137,17 @@ def refusal(case: str, controls: Controls) -> str:
               "a \"trivial_ok\" reason")
 
 
-def accepts(make, ref: np.ndarray, dtype: str, rtol: float, atol: float) -> float | None:
+def accepts(make, ref: np.ndarray | Values, dtype: str, rtol: float, atol: float) -> float | None:
     """The max abs error when the trivial output ``make(index)`` passes for ``ref`` on every
     element, else None. ``make`` gives the trivial values (numbers, as ``dtype`` stores them) at
     flat indices, or all of them for None."""
-    flat = ref.reshape(-1)
-    n = flat.size
+    ref = as_values(ref)
+    n = int(np.prod(ref.shape, dtype=np.int64))
     if n > SAMPLE:
-        index = np.unique(np.linspace(0, n - 1, SAMPLE).astype(np.int64))
-        if not agrees(make(index), flat[index], rtol, atol).all():
+        index = spread(n, SAMPLE, SAMPLE_RUN)
+        if not agrees(make(index), ref.at(index), rtol, atol).all():
             return None
+    flat = ref.all()
     values = np.broadcast_to(make(None), flat.shape)
     if not agrees(values, flat, rtol, atol).all():
         return None
@@ -121,11 +175,9 @@ def _trivials(name: str, dtype: str, shape: tuple[int, ...], current: ControlSet
         yield label, label, _constant(value, dtype)
     seen = {0.0, 1.0}
     for t in others:
-        answer = np.asarray(sets[t].answers[name], dtype=np.float64)
+        answer = as_values(sets[t].answers[name])
         if (t, name) not in stats:
-            finite = answer[np.isfinite(answer)]
-            stats[t, name] = [("median", float(np.median(finite))), ("mean", float(finite.mean()))] \
-                if finite.size else []
+            stats[t, name] = _learnt_constants(answer)
         for stat, value in stats[t, name]:
             value = float(stored(np.array(value), dtype))
             if value not in seen:
@@ -138,7 +190,16 @@ def _trivials(name: str, dtype: str, shape: tuple[int, ...], current: ControlSet
     for arg_name, (data, in_dtype) in current.inputs.items():
         if data.size != n or (not out_is_float and DTYPES[in_dtype].is_float):
             continue
-        yield f"copy {arg_name}", f"a copy of input {arg_name}", _array(to_numbers(data, in_dtype), dtype)
+        yield f"copy {arg_name}", f"a copy of input {arg_name}", _array(HostValues(to_numbers(data, in_dtype)), dtype)
+
+
+def _learnt_constants(answer: Values) -> list[tuple[str, float]]:
+    """The median and mean of an answer's finite values, learnt from a sample of
+    :data:`STATS_SAMPLE` elements spread over it when it is larger: any near-constant output is as
+    near that constant, and a full median of KernelBench's 1.6 G-element softmax costs seconds."""
+    flat = answer.at(spread(int(np.prod(answer.shape, dtype=np.int64)), STATS_SAMPLE, STATS_RUN))
+    finite = flat[np.isfinite(flat)]
+    return [("median", float(np.median(finite))), ("mean", float(finite.mean()))] if finite.size else []
 
 
 def _constant(value: float, dtype: str):
@@ -146,9 +207,8 @@ def _constant(value: float, dtype: str):
     return lambda index: held
 
 
-def _array(values: np.ndarray, dtype: str):
-    flat = values.reshape(-1)
-    return lambda index: stored(flat if index is None else flat[index], dtype)
+def _array(values: Values, dtype: str):
+    return lambda index: stored(values.all() if index is None else values.at(index), dtype)
 
 
 def _same_inputs(a: ControlSet, b: ControlSet) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,9 @@ import numpy as np
 from ..wire import expr
 from ..wire.protocol import CaseSpec, InitSpec
 from ..wire.signature import DTYPES, Signature
+
+
+CHUNK = 1 << 24  # elements of a draw's stream; a larger draw is several, drawn in parallel
 
 
 class InputError(ValueError):
@@ -85,6 +89,41 @@ def _draw(init: InitSpec, shape: tuple[int, ...], dtype: str, rng: np.random.Gen
     return from_numbers(values, dtype)
 
 
+def _chunks(n: int) -> list[tuple[int, int]]:
+    return [(a, min(a + CHUNK, n)) for a in range(0, n, CHUNK)] or [(0, 0)]
+
+
+def _start_draw(init: InitSpec, shape: tuple[int, ...], dtype: str, seed: list[int], pool) -> Callable[[], np.ndarray]:
+    """Start one draw on the pool; the returned call waits for it. Past :data:`CHUNK` elements the
+    draw is chunks of streams of their own, drawn in parallel (KernelBench's 4096 x 393216 softmax
+    input is 96): a draw of at most CHUNK elements is the seed's own stream, as it always was."""
+    n = int(np.prod(shape, dtype=np.int64))
+    if n <= CHUNK:
+        return pool.submit(_draw, init, shape, dtype, np.random.default_rng(seed)).result
+    out = np.empty(n, dtype=np.dtype(DTYPES[dtype].numpy))
+
+    def fill(index: int, a: int, b: int) -> None:
+        out[a:b] = _draw(init, (b - a,), dtype, np.random.default_rng([*seed, index]))
+
+    parts = [pool.submit(fill, i, a, b) for i, (a, b) in enumerate(_chunks(n))]
+
+    def result() -> np.ndarray:
+        for part in parts:
+            part.result()
+        return out.reshape(shape)
+
+    return result
+
+
+def _copy_parallel(base: np.ndarray, pool) -> np.ndarray:
+    """``base.copy()``, chunk by chunk on the pool (first touches of a large copy are its cost)."""
+    out = np.empty_like(base)
+    src, dst = base.reshape(-1), out.reshape(-1)
+    for part in [pool.submit(np.copyto, dst[a:b], src[a:b]) for a, b in _chunks(src.size)]:
+        part.result()
+    return out
+
+
 def _load_file(init: InitSpec, shape: tuple[int, ...], dtype: str, what: str) -> np.ndarray:
     path = Path(init.file or "")
     if not path.is_file():
@@ -103,8 +142,9 @@ def _load_file(init: InitSpec, shape: tuple[int, ...], dtype: str, what: str) ->
 def generate(case: CaseSpec, signature: Signature, sets: int) -> list[dict[str, HostTensor]]:
     """``sets`` input sets for ``case``, each a dict from argument name to host tensor.
 
-    Independent draws run in a thread pool (NumPy's generators release the GIL), which matters
-    for large cases: a 4096x4096 pair of inputs is four draws of 16M values.
+    Independent draws, and the chunks of a large one, run in a thread pool (NumPy's generators
+    release the GIL), which matters for large cases: a 4096x4096 pair of inputs is four draws of
+    16M values, KernelBench's softmax input two of 1.6G.
     """
     names = case.scalars  # never a tunable: shapes belong to the problem
     out: list[dict[str, HostTensor]] = [{} for _ in range(sets)]
@@ -123,29 +163,26 @@ def generate(case: CaseSpec, signature: Signature, sets: int) -> list[dict[str, 
         indices = [s for s in range(sets) if s != 2] if spec.init.vary else [0]
         for s in indices:
             draws[(arg.name, s)] = (spec.init, shape, arg.dtype, _seed(case, arg.name, s))
-    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        futures = {
-            key: pool.submit(_draw, init, shape, dtype, np.random.default_rng(seed))
-            for key, (init, shape, dtype, seed) in draws.items()
-        }
-        drawn = {key: future.result() for key, future in futures.items()}
-    for arg in signature.inputs:
-        if (arg.name, 0) not in drawn:
-            continue  # loaded from a file above
-        for s in range(sets):
-            if (arg.name, s) in drawn:
-                data = drawn[(arg.name, s)]
-            elif s == 2 and (arg.name, 1) in drawn:
-                data = _near_duplicate(drawn[(arg.name, 0)], drawn[(arg.name, 1)], case, arg.name)
-            else:  # an input that does not vary
-                data = drawn[(arg.name, 0)]
-            out[s][arg.name] = HostTensor(arg.name, arg.dtype, data)
+    with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
+        pending = {key: _start_draw(*draw, pool) for key, draw in draws.items()}
+        drawn = {key: wait() for key, wait in pending.items()}
+        for arg in signature.inputs:
+            if (arg.name, 0) not in drawn:
+                continue  # loaded from a file above
+            for s in range(sets):
+                if (arg.name, s) in drawn:
+                    data = drawn[(arg.name, s)]
+                elif s == 2 and (arg.name, 1) in drawn:
+                    data = _near_duplicate(drawn[(arg.name, 0)], drawn[(arg.name, 1)], case, arg.name, pool)
+                else:  # an input that does not vary
+                    data = drawn[(arg.name, 0)]
+                out[s][arg.name] = HostTensor(arg.name, arg.dtype, data)
     return out
 
 
-def _near_duplicate(base: np.ndarray, other: np.ndarray, case: CaseSpec, name: str) -> np.ndarray:
+def _near_duplicate(base: np.ndarray, other: np.ndarray, case: CaseSpec, name: str, pool) -> np.ndarray:
     """``base`` with a scattered sample of its second half (and its last element) changed."""
-    data = base.copy()
+    data = _copy_parallel(base, pool)
     flat, src = data.reshape(-1), other.reshape(-1)
     n = flat.size
     if n == 0:
@@ -153,7 +190,10 @@ def _near_duplicate(base: np.ndarray, other: np.ndarray, case: CaseSpec, name: s
     rng = np.random.default_rng(_seed(case, name, 1000))
     start = n // 2
     picks = rng.integers(start, n, size=max(1, (n - start) // 64))
-    picks = np.unique(np.append(picks, n - 1))
+    chosen = np.zeros(n - start, dtype=bool)  # sorted and unique without a sort: O(n), not O(k log k)
+    chosen[picks - start] = True
+    chosen[-1] = True
+    picks = np.flatnonzero(chosen) + start
     differs = picks[src[picks] != flat[picks]]
     if differs.size == 0:  # the other draw agrees at every pick (tiny integer ranges)
         differs = np.nonzero(src[start:] != flat[start:])[0][:1] + start

@@ -66,7 +66,8 @@ class Runner:
         self.cuda_reference = CudaReference(self.launcher)
         self.torch_reference = TorchReference(gpu)
         self._host_sets = HostSets()
-        self._answers = Lru(on_evict=_close_answers)  # of the host input sets: locked on the device
+        # of the host input sets: locked on the device, 30% of its memory (DeviceCases keeps 25%)
+        self._answers = Lru(limit=int(gpu.memory_info()[1] * 0.3), on_evict=_close_answers)
         self._controls = Lru(limit=4096)  # the negative controls of each answer key (one unit each)
         self._devices = DeviceCases(gpu)
         self._prefetched: dict[str, Future] = {}

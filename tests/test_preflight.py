@@ -86,3 +86,50 @@ def test_preflight_lists_what_it_checked(sgemm):
     assert [c.what for c in done] == ["experiment", "launches", "memory", "reference", "controls", "kernel"]
     memory = next(c.detail for c in done if c.what == "memory")
     assert "GiB" in memory or "MiB" in memory
+
+
+def _softmax():
+    from tests.conftest import ROOT
+
+    return load_experiment(ROOT / "examples" / "softmax" / "experiment.json")
+
+
+def test_a_cases_memory_counts_what_the_worker_holds_at_its_peak():
+    """KernelBench's softmax (6.4 GB each way, three input sets, three checked launches): four
+    copies of the input, four of the output, four float64 answers (three sets and a fresh one)."""
+    from cudaopt.preflight import case_memory
+
+    exp = _softmax()
+    case = next(c for c in exp.case_specs if c.name == "kernelbench-4096x393216")
+    n = 4096 * 393216
+    need = case_memory(exp, case)
+    assert 4 * 4 * n + 4 * 4 * n + 4 * 8 * n <= need < 4 * 4 * n + 4 * 4 * n + 4 * 8 * n + (1 << 30)
+    assert 95 * 2**30 < need < 97 * 2**30
+
+
+def test_without_a_gpu_a_case_over_the_assumed_memory_is_said_and_only_one_beyond_any_gpu_refused(monkeypatch):
+    import cudaopt.preflight as pre
+
+    monkeypatch.setattr(pre, "gpu_memory", lambda: (pre.DEFAULT_GPU_MEMORY, "assumed (no GPU here: an 80 GiB H100)"))
+    line = pre.memory_estimate(_softmax())
+    assert line.startswith("largest case 'kernelbench-4096x393216': about 96 GiB of the 80 GiB assumed")
+    assert "needs a GPU with more memory" in line
+    monkeypatch.setattr(pre, "LARGEST_GPU_MEMORY", 90 * 2**30)
+    with pytest.raises(ExperimentError) as refused:
+        pre.memory_estimate(_softmax())
+    assert refused.value.field.startswith("cases[") and "needs about 96 GiB" in str(refused.value)
+    assert "any GPU's (90 GiB)" in str(refused.value)
+
+
+def test_a_case_that_cannot_fit_this_machines_gpu_is_refused_before_any_worker(monkeypatch):
+    import cudaopt.preflight as pre
+
+    monkeypatch.setattr(pre, "gpu_memory", lambda: (80 * 2**30, pre.THIS_GPU))
+    from tests.conftest import ROOT
+
+    result = runner.invoke(app, ["check", "--config", str(ROOT / "examples" / "softmax" / "experiment.json")])
+    assert result.exit_code == 2
+    line = one_line(result)
+    assert "input_cases.json" in line and "kernelbench-4096x393216" in line and "more than the 80 GiB of this" in line
+    monkeypatch.setattr(pre, "gpu_memory", lambda: (140 * 2**30, pre.THIS_GPU))
+    assert "of the 140 GiB of this machine's GPU" in pre.memory_estimate(_softmax())

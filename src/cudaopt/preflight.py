@@ -3,8 +3,9 @@
 Loading an experiment already checks its files, fields, signature and every expression on every
 case (experiment.py). Here come the checks that need the kernel or the target: every case's
 launch (or a ``--launch``) against the kernel's entries and the target's shared memory, and each
-case's device memory against the GPU's (NVML; an assumed 80 GiB where there is none); then the
-checks that run code: each kernel (the initial one, a
+case's device memory against the GPU's (NVML; where there is none, an assumed 80 GiB is
+compared, and only what no GPU holds refused); then the checks that run code: each kernel (the
+initial one, a
 ``--kernel``, the tunable kernel with its first configuration) and a ``.cu`` reference compiled
 with NVRTC for the target architecture; a NumPy reference called on the smallest case, in a
 subprocess with a timeout, its outputs' shapes compared with the case's; a PyTorch reference the
@@ -37,7 +38,9 @@ from .wire.launch import NOMINAL_DEVICE, device_defines
 from .wire.protocol import CaseSpec, KernelSpec, LaunchSpec, ReferenceSpec, WireModel
 
 REFERENCE_TIMEOUT_S = 120.0
-DEFAULT_GPU_MEMORY = 80 * 2**30  # what a case may need when no GPU says how much it has
+DEFAULT_GPU_MEMORY = 80 * 2**30  # the memory assumed when no GPU says how much it has
+LARGEST_GPU_MEMORY = 192 * 2**30  # beyond any one GPU's (a B200's 192 GiB): bad input even with no GPU to ask
+THIS_GPU = "of this machine's GPU"
 
 
 @dataclass
@@ -121,31 +124,48 @@ def check_launches(experiment: Experiment, source: str, launch: LaunchSpec | Non
 
 
 def memory_estimate(experiment: Experiment) -> str:
-    """Each case's device memory (inputs and outputs, an input set each, the reference's answers,
-    guard bands) against the GPU's; bad input when a case cannot fit."""
+    """Each case's device memory at the worker's peak on it (:func:`case_memory`) against the GPU's:
+    bad input when a case cannot fit the GPU this machine has; with no GPU to ask, bad input only
+    beyond any GPU (:data:`LARGEST_GPU_MEMORY`), and a case over the assumed 80 GiB is said."""
+    total, origin = gpu_memory()
+    known = origin == THIS_GPU
+    largest, name = 0, ""
+    for i, case in enumerate(experiment.case_specs):
+        need = case_memory(experiment, case)
+        if need > (total if known else LARGEST_GPU_MEMORY):
+            limit = f"the {_gib(total)} {origin}" if known else f"any GPU's ({_gib(LARGEST_GPU_MEMORY)})"
+            raise ExperimentError(experiment.cases_path, f"cases[{i}]",
+                                  f"case {case.name!r} needs about {_gib(need)} of device memory, more than {limit}")
+        if need > largest:
+            largest, name = need, case.name
+    line = f"largest case {name!r}: about {_gib(largest)} of the {_gib(total)} {origin}"
+    if largest > total:
+        line += ": more than that, so it needs a GPU with more memory (an H200 has 140 GiB)"
+    return line
+
+
+def case_memory(experiment: Experiment, case) -> int:
+    """Bytes of device memory the worker holds for one case at its peak: every input set and the
+    working inputs, the working outputs and a copy per checked timed launch (buffers.py), the
+    reference's float64 answers of every set and of one fresh input set (answers.py); guard bands
+    around the working buffers."""
     from .harness.buffers import guard_size
     from .wire.signature import DTYPES
 
-    total, origin = gpu_memory()
-    sets = experiment.timing.input_sets
-    largest, name = 0, ""
-    for i, case in enumerate(experiment.case_specs):
-        need = 0
-        for arg in experiment.signature.args:
-            spec = case.inputs.get(arg.name) or case.outputs.get(arg.name)
-            if spec is None:
-                continue
-            count = math.prod(shape_of(spec.shape, case.scalars, arg.name))
-            copies = sets + 1 if arg.is_input else 3  # inputs: each set and a pristine copy; outputs: own, answer, spare
-            nbytes = count * DTYPES[arg.dtype].itemsize
-            need += copies * (nbytes + 2 * guard_size(nbytes))
-        if need > total:
-            raise ExperimentError(experiment.cases_path, f"cases[{i}]", f"case {case.name!r} needs about "
-                                                                       f"{_gib(need)} of device memory, more than the "
-                                                                       f"{_gib(total)} {origin}")
-        if need > largest:
-            largest, name = need, case.name
-    return f"largest case {name!r}: about {_gib(largest)} of the {_gib(total)} {origin}"
+    proto = experiment.timing
+    need = 0
+    for arg in experiment.signature.args:
+        spec = case.inputs.get(arg.name) or case.outputs.get(arg.name)
+        if spec is None:
+            continue
+        count = math.prod(shape_of(spec.shape, case.scalars, arg.name))
+        nbytes = count * DTYPES[arg.dtype].itemsize
+        if arg.is_input:
+            need += (proto.input_sets + 1) * nbytes
+        else:
+            need += (1 + proto.checked_launches) * nbytes + (proto.input_sets + 1) * 8 * count
+        need += 2 * guard_size(nbytes)
+    return need
 
 
 def _gib(size: int) -> str:
@@ -160,7 +180,7 @@ def gpu_memory() -> tuple[int, str]:
         pynvml.nvmlInit()
         try:
             handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-            return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total), "of this machine's GPU"
+            return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total), THIS_GPU
         finally:
             pynvml.nvmlShutdown()
     except Exception:  # no NVML, no driver, no GPU: the stated assumption

@@ -151,6 +151,24 @@ def test_a_killed_compiler_process_is_replaced():
     assert compile_kernel(KernelSpec(source=BODY, entry="k")).info.ok
 
 
+def test_an_interrupt_of_the_process_group_leaves_the_compiler_to_its_parent():
+    """Ctrl-C reaches every process of the terminal's group: the compiler ignores it (its parent
+    decides what the interrupt ends), so a compilation after it still finds it alive."""
+    import os
+    import signal
+    import time
+
+    COMPILERS.run("cubin", KernelSpec(source=BODY, entry="k"), "sm_90")
+    procs = list(COMPILERS._idle)
+    for proc in procs:
+        os.kill(proc.proc.pid, signal.SIGINT)
+    time.sleep(0.5)
+    assert procs and all(proc.alive() for proc in procs)
+    before = {proc.proc.pid for proc in procs}
+    COMPILERS.run("cubin", KernelSpec(source=BODY + "\n// again", entry="k"), "sm_90")
+    assert {proc.proc.pid for proc in COMPILERS._idle} & before
+
+
 def test_a_compilation_past_its_time_is_stopped_not_waited_for():
     from cudaopt.harness.compile_process import compile_remote
 

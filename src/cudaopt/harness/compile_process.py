@@ -26,6 +26,7 @@ import base64
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import tempfile
@@ -217,4 +218,7 @@ def _handle(request: dict) -> dict:
 
 
 if __name__ == "__main__":
+    # A Ctrl-C in a terminal reaches the whole process group: the process this one compiles for
+    # decides what an interrupt ends, and this one ends with it (_exit_with, or its stdin closing).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _serve()

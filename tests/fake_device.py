@@ -28,6 +28,7 @@ from cudaopt.wire.signature import DTYPES
 
 DTYPE_OF_KIND = {kind: name for name, kind in KINDS.items()}
 ILLEGAL_ADDRESS = "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered"
+OUT_OF_MEMORY = "CUDA_ERROR_OUT_OF_MEMORY: out of memory"
 
 
 @dataclass
@@ -135,6 +136,7 @@ class FakeDevice:
     peaks: Peaks = field(default_factory=lambda: Peaks(bytes_per_s=4.8e12, flops_per_s={"float32": 6.7e13}))
     gate_times_out: bool = False  # what gate_timed_out() answers after a closed gate
     measured: object = None
+    memory_total: int = 80 << 30
 
     def __post_init__(self):
         self.props = SimpleNamespace(multiprocessor_count=self.sm_count, max_threads_per_multiprocessor=2048,
@@ -188,6 +190,8 @@ class FakeDevice:
     def alloc(self, nbytes: int) -> FakeBuffer:
         self.check_alive()
         size = max(int(nbytes), 1)
+        if size > self.memory_info()[0]:
+            raise CudaCallError(OUT_OF_MEMORY)
         base = self._next
         self._next += (size + 255) // 256 * 256 + (1 << 20)  # an unmapped gap after every allocation
         self.memory[base] = np.full(size, 0xCD, dtype=np.uint8)  # what fresh memory holds is not zero
@@ -222,7 +226,8 @@ class FakeDevice:
         buffer.close()
 
     def memory_info(self) -> tuple[int, int]:
-        return 64 << 30, 80 << 30
+        """(free, total): ``memory_total`` less what is allocated now."""
+        return self.memory_total - sum(data.size for data in self.memory.values()), self.memory_total
 
     def lock_memory(self, nbytes: int) -> FakeLocked:
         return FakeLocked(self, nbytes)

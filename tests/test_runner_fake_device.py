@@ -223,3 +223,32 @@ def test_the_real_device_and_the_fake_have_every_method_of_the_interface(impleme
         wanted = {n for n, v in vars(protocol).items() if callable(v) and not n.startswith("_")} | {"peaks"}
         missing = sorted(n for n in wanted if not hasattr(cls, n) and n not in getattr(cls, "__dataclass_fields__", {}))
         assert not missing, f"{implementation} lacks {missing}"
+
+
+def test_a_case_that_does_not_fit_beside_the_caches_frees_them_first(monkeypatch):
+    """Kept buffers and cached answers of other cases are freed (oldest first) until the case has
+    room: on a device where a small case's kept buffers and answers (5.4 MB, within the caches'
+    budgets) leave too little for a large one (about 12 MB at its peak, of 14), both pass, again and
+    again, where without the room made the large one fails for want of memory."""
+    two = request(case("a", n=100_000), case("b", n=200_000))
+    device = FakeDevice(memory_total=14 << 20)
+    device.kernel("relu", relu, SIZES, 0.02)
+    runner = Runner(device)
+    for _ in range(2):
+        result = runner.evaluate(two)
+        assert result.status == "ok" and [c.status for c in result.cases] == ["ok", "ok"], result.reason
+
+    monkeypatch.setattr(Runner, "_make_room", lambda self, *args: None)
+    device = FakeDevice(memory_total=14 << 20)
+    device.kernel("relu", relu, SIZES, 0.02)
+    a, b = Runner(device).evaluate(two).cases
+    assert a.status == "ok" and b.status == "internal_error" and "OUT_OF_MEMORY" in b.reason
+
+
+def test_a_case_that_fits_beside_the_caches_keeps_them():
+    device = FakeDevice()
+    device.kernel("relu", relu, SIZES, 0.02)
+    runner = Runner(device)
+    for _ in range(2):
+        assert runner.evaluate(request(case("a", n=100_000), case("b", n=100_000))).status == "ok"
+    assert len(runner._devices.kept) == 2 and len(runner._answers.items) == 2

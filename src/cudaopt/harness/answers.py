@@ -88,6 +88,12 @@ class LockedAnswer:
 Answer = np.ndarray | DeviceAnswer | LockedAnswer
 
 
+def close_answers(answers: list[dict[str, LockedAnswer]]) -> None:
+    for answer in answers:
+        for value in answer.values():
+            value.close()
+
+
 class LockedValues:
     """:class:`~.controls.Values` of a locked answer, read while it is opened: at flat indices (one
     copy per contiguous run of them) or whole. Every host copy is kept until :meth:`zero`."""

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections import OrderedDict
+from collections.abc import Callable
 
 from ..wire.protocol import CaseSpec
-from ..wire.signature import Signature
+from ..wire.signature import DTYPES, Signature
 from .buffers import CaseBuffers
 from .device import Device
 from .inputs import InputError, generate, shape_of
@@ -66,8 +68,21 @@ class DeviceCases:
             self._budget = int(total) // 4
         return self._budget
 
+    @staticmethod
+    def key_for(data_key: str, guards: bool) -> str:
+        """What a case's buffers are kept under: its data, with or without guard bands."""
+        return f"{data_key}/{guards}"
+
+    def release_oldest(self, spare: str) -> bool:
+        """Free the least recently kept buffers but ``spare``'s; False when there are none."""
+        for key in self.kept:
+            if key != spare:
+                self.kept.pop(key).close()
+                return True
+        return False
+
     def take(self, key: str, signature: Signature, sets, shapes, case: CaseSpec, guards: bool) -> CaseBuffers:
-        key = f"{key}/{guards}"
+        key = self.key_for(key, guards)
         buffers = self.kept.pop(key, None)
         if buffers is None:
             inits = {name: spec.init for name, spec in case.inputs.items()}
@@ -84,3 +99,29 @@ class DeviceCases:
         self.kept[buffers.key] = buffers
         while self.kept and sum(b.device_bytes() for b in self.kept.values()) > self.budget:
             self.kept.popitem(last=False)[1].close()
+
+
+def case_bytes(sets, shapes: dict[str, tuple[int, ...]], signature: Signature, checked: int, *, kept: bool,
+               answered: bool) -> int:
+    """Device bytes a case still needs before its first launch: its buffers unless kept (input
+    sets, working buffers, an output copy per checked timed launch), its float64 answers unless
+    cached, and one fresh input set's answer (buffers.py, answers.py)."""
+    items = {a.name: DTYPES[a.dtype].itemsize for a in signature.outputs}
+    elements = sum(math.prod(shape) for shape in shapes.values())
+    out_bytes = sum(math.prod(shape) * items[name] for name, shape in shapes.items())
+    need = 8 * elements
+    if not kept:
+        in_bytes = sum(t.data.nbytes for t in sets[0].values()) if sets else 0
+        need += in_bytes * (len(sets) + 1) + out_bytes * (1 + checked)
+    if not answered:
+        need += 8 * elements * len(sets)
+    return need
+
+
+def make_room(gpu: Device, need: int, caches: list[tuple[Callable[..., bool], object]]) -> None:
+    """Free what ``caches`` hold, least recently used first and each in turn (``release(spare=key)``
+    frees one entry but ``key``'s), until the device has ``need`` bytes free or nothing is left:
+    the caches are sized to the GPU, and a large case must not fail for what they keep of others."""
+    while gpu.memory_info()[0] < need:
+        if not any(release(spare=spare) for release, spare in caches):
+            return  # nothing left to free: the allocation says what is missing

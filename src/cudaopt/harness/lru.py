@@ -46,3 +46,13 @@ class Lru:
             _, (old, size) = self.items.popitem(last=False)
             self.used -= size
             self.on_evict(old)
+
+    def evict_oldest(self, spare=None) -> bool:
+        """Evict the least recently used entry but ``spare``'s; False when there is none."""
+        for key in self.items:
+            if key != spare:
+                value, size = self.items.pop(key)
+                self.used -= size
+                self.on_evict(value)
+                return True
+        return False

@@ -22,9 +22,9 @@ from ..wire.protocol import CaseSpec, EvalRequest, KernelSpec, VendorSpec
 from ..wire.results import Audit, CaseResult, CompileInfo, Controls, EvalResult, VendorResult
 from ..wire.signature import Signature, parse_signature
 from ..wire.stats import summarize
-from .answers import DeviceAnswer, LockedAnswer, answer_controls, check_output
+from .answers import DeviceAnswer, LockedAnswer, answer_controls, check_output, close_answers
 from .buffers import CaseBuffers
-from .case_data import DeviceCases, HostSets, cache_key
+from .case_data import DeviceCases, HostSets, cache_key, case_bytes, make_room
 from .compare import describe
 from .compiler import CompileCache, CompileError, compile_kernel
 from .controls import judge
@@ -35,21 +35,9 @@ from .launcher import CaseFailure, Launcher, is_cuda_error, occupancy
 from .lru import Lru
 from .peaks import judge_plausibility
 from .reference import CudaReference, ReferenceFailure, call_python, load_python
-from .timing import CHECKED_INPUTS, TimedRun, draw_plan, method, new_seed
+from .timing import CHECKED_INPUTS, Stopwatch, TimedRun, draw_plan, method, new_seed
 from .torch_reference import TorchReference
 from .vendor import BoundVendor, Vendor, VendorError
-
-
-class _Stopwatch:
-    """Wall time per step of a case, recorded into ``CaseResult.phases``."""
-
-    def __init__(self, into: dict):
-        self.into, self.last = into, time.perf_counter()
-
-    def lap(self, name: str) -> None:
-        now = time.perf_counter()
-        self.into[name] = round(now - self.last, 4)
-        self.last = now
 
 
 def check_order(sets: int) -> list[int]:
@@ -67,7 +55,7 @@ class Runner:
         self.torch_reference = TorchReference(gpu)
         self._host_sets = HostSets()
         # of the host input sets: locked on the device, 30% of its memory (DeviceCases keeps 25%)
-        self._answers = Lru(limit=int(gpu.memory_info()[1] * 0.3), on_evict=_close_answers)
+        self._answers = Lru(limit=int(gpu.memory_info()[1] * 0.3), on_evict=close_answers)
         self._controls = Lru(limit=4096)  # the negative controls of each answer key (one unit each)
         self._devices = DeviceCases(gpu)
         self._prefetched: dict[str, Future] = {}
@@ -168,9 +156,10 @@ class Runner:
         self.on_event(PhaseStarted(phase="check", case=case.name))
         try:
             kernel, launch = self._launch(req, entries, case, out) if entries is not None else (None, None)
-            clock = _Stopwatch(out.phases)
+            clock = Stopwatch(out.phases)
             n_sets = max(1, req.protocol.input_sets)
             sets, shapes, data_key = self._host_sets.get(case, signature, n_sets)
+            self._make_room(req, signature, sets, shapes, self._devices.key_for(data_key, not req.sanitize))
             buffers = self._devices.take(data_key, signature, sets, shapes, case, guards=not req.sanitize)
             clock.lap("setup_s")
             answers = self._set_answers(req, signature, case, buffers) if req.check else None
@@ -259,15 +248,24 @@ class Runner:
                     for value in device.values():
                         value.scrub()
         except BaseException:
-            _close_answers(answers)
+            close_answers(answers)
             raise
         self._answers.put(key, answers, sum(a.nbytes for o in answers for a in o.values()))
         return answers
 
-    def _answer_key(self, req: EvalRequest, buffers: CaseBuffers) -> str:
+    def _answer_key(self, req: EvalRequest, buffers: CaseBuffers | str) -> str:
         ref = req.reference
+        key = buffers if isinstance(buffers, str) else buffers.key
         return cache_key(ref.source, ref.entry, ref.kind, ref.launch.to_data() if ref.launch else None,
-                         ref.kind == "torch" and req.limits.allow_tf32, buffers.key, self.gpu.arch)
+                         ref.kind == "torch" and req.limits.allow_tf32, key, self.gpu.arch)
+
+    def _make_room(self, req: EvalRequest, signature: Signature, sets, shapes, buffers_key: str) -> None:
+        """What the case still needs (case_bytes) freed of other cases' kept buffers and answers."""
+        answer_key = self._answer_key(req, buffers_key) if req.check and req.reference else None
+        need = case_bytes(sets, shapes, signature, req.protocol.checked_launches,
+                          kept=buffers_key in self._devices.kept, answered=self._answers.get(answer_key) is not None)
+        caches = [(self._devices.release_oldest, buffers_key), (self._answers.evict_oldest, answer_key)]
+        make_room(self.gpu, need, caches)
 
     def _judge_controls(self, out: CaseResult, req: EvalRequest, signature: Signature, case: CaseSpec,
                         buffers: CaseBuffers, answers: list[dict[str, LockedAnswer]]) -> None:
@@ -357,7 +355,7 @@ class Runner:
 
     def _time(self, out: CaseResult, req: EvalRequest, signature: Signature, kernel, launch, args,
               buffers: CaseBuffers, case: CaseSpec, vendors: list[BoundVendor | None], seed: int,
-              clock: _Stopwatch) -> None:
+              clock: Stopwatch) -> None:
         """Warm up and time on fresh inputs with the per-launch audit, then check the hidden few.
         Without a kernel, only the vendors are timed."""
         proto = req.protocol
@@ -391,7 +389,7 @@ class Runner:
                 proto, 0, timings.gate_timeouts[f"vendor {index}"], ", ".join(names)))
 
     def _timed_checks(self, out: CaseResult, req: EvalRequest, signature: Signature, buffers: CaseBuffers,
-                      case: CaseSpec, plan, seed: int, clock: _Stopwatch) -> None:
+                      case: CaseSpec, plan, seed: int, clock: Stopwatch) -> None:
         """The guards after timing, then the hidden checked launches against a fresh reference."""
         if not req.check:
             return
@@ -408,12 +406,6 @@ class Runner:
                 if isinstance(value, DeviceAnswer):
                     value.scrub()
         clock.lap("timed_checks_s")
-
-
-def _close_answers(answers: list[dict[str, LockedAnswer]]) -> None:
-    for answer in answers:
-        for value in answer.values():
-            value.close()
 
 
 def _compile_key(spec: KernelSpec, arch: str) -> str:

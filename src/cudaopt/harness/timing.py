@@ -23,6 +23,7 @@ alike. Without a candidate (a run's baseline when it has no initial kernel) only
 from __future__ import annotations
 
 import os
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +38,18 @@ from .launcher import CaseFailure, Launcher
 VENDOR_LAUNCHES = 1 << 40  # each vendor's fresh inputs come from launch numbers of their own (+ index << 32)
 CHECKED_INPUTS = 1 << 39  # the stream of the input set the checked launches share
 _AUDIT_WORDS = 2  # per launch: unwritten output elements, changed input elements
+
+
+class Stopwatch:
+    """Wall time per step of a case, recorded into ``CaseResult.phases``."""
+
+    def __init__(self, into: dict):
+        self.into, self.last = into, time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.into[name] = round(now - self.last, 4)
+        self.last = now
 
 
 def new_seed() -> int:

@@ -262,8 +262,9 @@ class Runner:
     def _make_room(self, req: EvalRequest, signature: Signature, sets, shapes, buffers_key: str) -> None:
         """What the case still needs (case_bytes) freed of other cases' kept buffers and answers."""
         answer_key = self._answer_key(req, buffers_key) if req.check and req.reference else None
+        answered = answer_key is None or self._answers.get(answer_key) is not None  # None: no answers to make
         need = case_bytes(sets, shapes, signature, req.protocol.checked_launches,
-                          kept=buffers_key in self._devices.kept, answered=self._answers.get(answer_key) is not None)
+                          kept=buffers_key in self._devices.kept, answered=answered)
         caches = [(self._devices.release_oldest, buffers_key), (self._answers.evict_oldest, answer_key)]
         make_room(self.gpu, need, caches)
 

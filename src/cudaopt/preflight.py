@@ -145,27 +145,23 @@ def memory_estimate(experiment: Experiment) -> str:
 
 
 def case_memory(experiment: Experiment, case) -> int:
-    """Bytes of device memory the worker holds for one case at its peak: every input set and the
-    working inputs, the working outputs and a copy per checked timed launch (buffers.py), the
-    reference's float64 answers of every set and of one fresh input set (answers.py); guard bands
-    around the working buffers."""
-    from .harness.buffers import guard_size
+    """Bytes of device memory the worker holds for one case at its peak (harness/case_data.py)."""
+    from .harness.case_data import case_bytes
     from .wire.signature import DTYPES
 
-    proto = experiment.timing
-    need = 0
+    inputs, outputs = [], []
     for arg in experiment.signature.args:
         spec = case.inputs.get(arg.name) or case.outputs.get(arg.name)
         if spec is None:
             continue
         count = math.prod(shape_of(spec.shape, case.scalars, arg.name))
-        nbytes = count * DTYPES[arg.dtype].itemsize
+        size = DTYPES[arg.dtype].itemsize
         if arg.is_input:
-            need += (proto.input_sets + 1) * nbytes
+            inputs.append(count * size)
         else:
-            need += (1 + proto.checked_launches) * nbytes + (proto.input_sets + 1) * 8 * count
-        need += 2 * guard_size(nbytes)
-    return need
+            outputs.append((count, size))
+    proto = experiment.timing
+    return case_bytes(inputs, outputs, proto.input_sets, proto.checked_launches, guards=True)
 
 
 def _gib(size: int) -> str:

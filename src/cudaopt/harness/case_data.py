@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections import OrderedDict
 from collections.abc import Callable
 
 from ..wire.protocol import CaseSpec
-from ..wire.signature import DTYPES, Signature
-from .buffers import CaseBuffers
+from ..wire.signature import Signature
+from .buffers import CaseBuffers, guard_size
 from .device import Device
 from .inputs import InputError, generate, shape_of
 from .lru import Lru, host_share
@@ -101,20 +100,22 @@ class DeviceCases:
             self.kept.popitem(last=False)[1].close()
 
 
-def case_bytes(sets, shapes: dict[str, tuple[int, ...]], signature: Signature, checked: int, *, kept: bool,
-               answered: bool) -> int:
-    """Device bytes a case still needs before its first launch: its buffers unless kept (input
-    sets, working buffers, an output copy per checked timed launch), its float64 answers unless
-    cached, and one fresh input set's answer (buffers.py, answers.py)."""
-    items = {a.name: DTYPES[a.dtype].itemsize for a in signature.outputs}
-    elements = sum(math.prod(shape) for shape in shapes.values())
-    out_bytes = sum(math.prod(shape) * items[name] for name, shape in shapes.items())
+def case_bytes(inputs: list[int], outputs: list[tuple[int, int]], sets: int, checked: int, *, guards: bool,
+               kept: bool = False, answered: bool = False) -> int:
+    """Device bytes a case needs at its peak (``inputs``: bytes of each input; ``outputs``: elements
+    and bytes per element of each output): its buffers unless kept (every input set and the working
+    inputs, the working outputs and a copy per checked timed launch, guard bands around the working
+    buffers: buffers.py), its float64 answers of every set unless cached, and one fresh input
+    set's answer (answers.py). The worker makes room for it (runner.py); ``cudaopt check`` and
+    every command before a worker compare it with the GPU's memory (preflight.py)."""
+    elements = sum(count for count, _ in outputs)
     need = 8 * elements
     if not kept:
-        in_bytes = sum(t.data.nbytes for t in sets[0].values()) if sets else 0
-        need += in_bytes * (len(sets) + 1) + out_bytes * (1 + checked)
+        out_bytes = [count * size for count, size in outputs]
+        need += sum(inputs) * (sets + 1) + sum(out_bytes) * (1 + checked)
+        need += 2 * sum(guard_size(n) for n in [*inputs, *out_bytes]) if guards else 0
     if not answered:
-        need += 8 * elements * len(sets)
+        need += 8 * elements * sets
     return need
 
 

@@ -90,7 +90,7 @@ def _draw(init: InitSpec, shape: tuple[int, ...], dtype: str, rng: np.random.Gen
 
 
 def _chunks(n: int) -> list[tuple[int, int]]:
-    return [(a, min(a + CHUNK, n)) for a in range(0, n, CHUNK)] or [(0, 0)]
+    return [(a, min(a + CHUNK, n)) for a in range(0, n, CHUNK)]
 
 
 def _start_draw(init: InitSpec, shape: tuple[int, ...], dtype: str, seed: list[int], pool) -> Callable[[], np.ndarray]:

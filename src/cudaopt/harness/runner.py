@@ -9,6 +9,7 @@ context the runner is ``dead``: the worker reports and exits, and the supervisor
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from ..wire.launch import LaunchError, candidate_names, device_defines, resolve_
 from ..wire.messages import CaseDone, Compiled, PhaseStarted
 from ..wire.protocol import CaseSpec, EvalRequest, KernelSpec, VendorSpec
 from ..wire.results import Audit, CaseResult, CompileInfo, Controls, EvalResult, VendorResult
-from ..wire.signature import Signature, parse_signature
+from ..wire.signature import DTYPES, Signature, parse_signature
 from ..wire.stats import summarize
 from .answers import DeviceAnswer, LockedAnswer, answer_controls, check_output, close_answers
 from .buffers import CaseBuffers
@@ -159,7 +160,8 @@ class Runner:
             clock = Stopwatch(out.phases)
             n_sets = max(1, req.protocol.input_sets)
             sets, shapes, data_key = self._host_sets.get(case, signature, n_sets)
-            self._make_room(req, signature, sets, shapes, self._devices.key_for(data_key, not req.sanitize))
+            self._make_room(req, signature, sets, shapes, not req.sanitize,
+                            self._devices.key_for(data_key, not req.sanitize))
             buffers = self._devices.take(data_key, signature, sets, shapes, case, guards=not req.sanitize)
             clock.lap("setup_s")
             answers = self._set_answers(req, signature, case, buffers) if req.check else None
@@ -224,7 +226,7 @@ class Runner:
         ref = req.reference
         if ref is None:
             raise ReferenceFailure("the request has no reference")
-        key = self._answer_key(req, buffers)
+        key = self._answer_key(req, buffers.key)
         cached = self._answers.get(key)
         if cached is not None:
             return cached
@@ -253,25 +255,26 @@ class Runner:
         self._answers.put(key, answers, sum(a.nbytes for o in answers for a in o.values()))
         return answers
 
-    def _answer_key(self, req: EvalRequest, buffers: CaseBuffers | str) -> str:
+    def _answer_key(self, req: EvalRequest, buffers_key: str) -> str:
         ref = req.reference
-        key = buffers if isinstance(buffers, str) else buffers.key
         return cache_key(ref.source, ref.entry, ref.kind, ref.launch.to_data() if ref.launch else None,
-                         ref.kind == "torch" and req.limits.allow_tf32, key, self.gpu.arch)
+                         ref.kind == "torch" and req.limits.allow_tf32, buffers_key, self.gpu.arch)
 
-    def _make_room(self, req: EvalRequest, signature: Signature, sets, shapes, buffers_key: str) -> None:
+    def _make_room(self, req: EvalRequest, signature: Signature, sets, shapes, guards: bool, buffers_key: str) -> None:
         """What the case still needs (case_bytes) freed of other cases' kept buffers and answers."""
         answer_key = self._answer_key(req, buffers_key) if req.check and req.reference else None
         answered = answer_key is None or self._answers.get(answer_key) is not None  # None: no answers to make
-        need = case_bytes(sets, shapes, signature, req.protocol.checked_launches,
-                          kept=buffers_key in self._devices.kept, answered=answered)
+        outputs = [(math.prod(shapes[a.name]), DTYPES[a.dtype].itemsize) for a in signature.outputs]
+        need = case_bytes([t.data.nbytes for t in sets[0].values()], outputs, len(sets),
+                          req.protocol.checked_launches, guards=guards, kept=buffers_key in self._devices.kept,
+                          answered=answered)
         caches = [(self._devices.release_oldest, buffers_key), (self._answers.evict_oldest, answer_key)]
         make_room(self.gpu, need, caches)
 
     def _judge_controls(self, out: CaseResult, req: EvalRequest, signature: Signature, case: CaseSpec,
                         buffers: CaseBuffers, answers: list[dict[str, LockedAnswer]]) -> None:
         """Negative controls (controls.py) once per case and reference: refused unless ``trivial_ok`` says why."""
-        key = self._answer_key(req, buffers)
+        key = self._answer_key(req, buffers.key)
         if self._controls.get(key) is None:
             self._controls.put(key, answer_controls(case, signature, buffers.sets, answers), 1)
         out.controls = Controls.model_validate(self._controls.get(key).to_data())

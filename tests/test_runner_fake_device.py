@@ -5,6 +5,8 @@ what they do is a Python function registered under the kernel's name."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -243,6 +245,24 @@ def test_a_case_that_does_not_fit_beside_the_caches_frees_them_first(monkeypatch
     device.kernel("relu", relu, SIZES, 0.02)
     a, b = Runner(device).evaluate(two).cases
     assert a.status == "ok" and b.status == "internal_error" and "OUT_OF_MEMORY" in b.reason
+
+
+def test_a_case_that_memory_held_elsewhere_leaves_no_room_for_says_so_with_the_figures():
+    """Another process holds most of the GPU: the worker frees its own caches, and the allocation
+    that still fails says what the case needs, what was free, and where the rest went."""
+    device = FakeDevice(memory_total=14 << 20)
+    device.kernel("relu", relu, SIZES, 0.02)
+    runner = Runner(device)
+    assert runner.evaluate(request(case("a", n=100_000))).status == "ok"  # its buffers and answers kept
+    elsewhere = device.alloc(8 << 20)  # another process's share of the same GPU
+    result = runner.evaluate(request(case("b", n=200_000)))
+    (b,) = result.cases
+    assert b.status == "internal_error" and b.reason.startswith("CUDA error: CUDA_ERROR_OUT_OF_MEMORY"), b.reason
+    assert not runner._devices.kept and not runner._answers.items  # its own caches went first
+    assert re.search(r"the case needs about [\d.]+ MiB of GPU memory at its peak and [\d.]+ MiB of 14 MiB were "
+                     r"free once this worker had freed its caches: other processes on this GPU hold the rest", b.reason)
+    elsewhere.close()
+    assert runner.evaluate(request(case("b", n=200_000))).status == "ok"
 
 
 def test_a_case_that_fits_beside_the_caches_keeps_them():

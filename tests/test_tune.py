@@ -90,14 +90,17 @@ def test_the_example_space():
     (64, 64, 64, 132, "tiny"),
     (1, 1, 65537, 132, "tiny"),  # deep, but a 64 x 64 tile would be almost all padding
     (96, 96, 9000, 132, "splitk8"),
+    (512, 512, 8192, 132, "small"),  # 64 tiles of 64 x 64, but 256 of 32 x 32: two per SM beat a split
+    (4096, 64, 2048, 132, "small"),
+    (401, 333, 1501, 132, "splitk4"),  # 42 tiles of 64 x 64, 143 of 32 x 32
     (100, 100, 1000, 132, "tiny"),  # k too shallow to split
 ])
 def test_the_example_dispatches_by_waves_of_the_gpus_sms(m, n, k, sms, tier):
     """The tunable kernel's launch picks its tier, the kernel of that tier, from num_sms."""
     launch = _example_launch(m, n, k, sms, {"BM": 128, "BN": 256, "TM": 8, "TN": 16, "ST": 16})
-    rows, cols, threads = {"large": (128, 256, 256), "medium": (64, 64, 256), "small": (32, 32, 64),
-                           "tiny": (16, 16, 64), "direct": (16, 16, 256), "splitk4": (64, 64, 256),
-                           "splitk8": (64, 64, 256)}[tier]
+    rows, cols, threads = {"large": (128, 256, 256), "medium": (64, 64, 128), "small": (32, 32, 64),
+                           "tiny": (16, 16, 64), "direct": (16, 16, 256), "splitk4": (64, 64, 128),
+                           "splitk8": (64, 64, 128)}[tier]
     assert launch.entry == {"large": "matmul_f32"}.get(tier, f"matmul_f32_{tier}")
     split = {"splitk4": 4, "splitk8": 8}.get(tier, 1)  # blocks per tile along z, one cluster
     assert launch.grid == (-(-n // cols), -(-m // rows), split) and launch.block == (threads, 1, 1)
@@ -151,6 +154,7 @@ def test_each_kernel_the_example_launches_gets_the_grid_and_block_of_its_tier():
     rng = random.Random(7)
     shapes = [(rng.choice([1, 8, 31, 64, 100, 512, 777, 2048, 5000, 32768]), rng.randint(1, 9000),
                rng.choice([1, 7, 64, 1000, 4096])) for _ in range(300)]
+    shapes += [(401, 333, 1501), (384, 384, 2048), (96, 96, 9000)]  # the split-K tiers' narrow ranges
     configs = _example_tuning().space.configurations()
     seen = set()
     for config in (configs[0], configs[-1]):

@@ -6,8 +6,9 @@
 //
 // - L, matmul_f32: BM x BN tiles, TM x TN outputs per thread, BK-deep slices (all tunable; 128 x 256
 //   with 8 x 16 per thread is 256 threads, one block per SM), for problems with enough L tiles;
-// - M, matmul_f32_medium: 64 x 64 tiles, 4 x 4 per thread, 256 threads, 32-deep slices, when L tiles
-//   would leave SMs idle;
+// - M, matmul_f32_medium: 64 x 64 tiles, 8 x 4 per thread, 128 threads, 16-deep slices in 4 stages,
+//   when L tiles would leave SMs idle (on the H200, 3-7% faster than 4 x 4 per thread, 256 threads
+//   and 2 stages of 32: 1024^3 64.4 against 67.2 us, 128 x 8192 x 4096 240 against 252);
 // - S, matmul_f32_small: 32 x 32 tiles, 4 x 4 per thread, 64 threads, 32-deep slices, for mid-sized
 //   and skinny problems. None of the example's performance cases takes this tier, so its depth is
 //   not tuned: 32 was the fastest on the H200;
@@ -19,8 +20,12 @@
 //   the H200: 5.3 us through XS, 4.0-4.3 us for initial.cu, which works this way).
 //
 // - split-K, matmul_f32_splitk4 / matmul_f32_splitk8: after L, for k >= 1024 when the M tiles are
-//   fewer than the SMs and m, n >= 32 (half a tile; below, a tile would be mostly padding): 4 or 8 blocks per M tile (grid z, one thread block cluster), each summing
-//   its run of k, the partial tiles added through the cluster's shared memory (splitk_gemm).
+//   fewer than the SMs and m, n >= 32 (half a tile; below, a tile would be mostly padding): 8
+//   blocks per M tile when the tiles are fewer than a quarter of the SMs, else 4, and those only
+//   while S tiles would give fewer than 1.5 blocks per SM (512 x 512 x 8192: S 160 us, split 177;
+//   515 x 261 x 1031: S 38.6 us, split 25.9). Each block (grid z, one thread block cluster per
+//   tile) sums its run of k; the partial tiles are added through the cluster's shared memory
+//   (splitk_gemm).
 //
 // Every kernel computes C for any shape; the tiers differ only in speed.
 //
@@ -37,9 +42,10 @@
 //   (1.5% faster at 4096^3 with 128 x 256 tiles, 3-5% with 128 x 128 and 8 x 8 per thread).
 //   Asynchronous copies into 2-4 stages, with A row-major or transposed, were 5-16% slower.
 // - M, S, XS (async_gemm): cp.async copies global memory straight into a ring of shared buffers
-//   (2 stages for M, 3 for S and XS; 2 for XS when 3 would not fit), several slices in flight:
-//   up to 30% faster than staging on small, skinny and deep-k shapes, whose few warps per SM
-//   cannot hide global latency alone (256^3 11.4 -> 9.2 us, 512x512x16384 463 -> 327 us).
+//   (4 stages of 16-deep slices for M and split-K, 3 stages for S and XS, 2 for XS when 3 would
+//   not fit), several slices in flight: up to 30% faster than staging on small, skinny and deep-k
+//   shapes, whose few warps per SM cannot hide global latency alone (256^3 11.4 -> 9.2 us,
+//   512x512x16384 463 -> 327 us).
 //
 // Global loads and stores are vectorised when k and n are multiples of 4 and the pointers are
 // 16-byte aligned; otherwise element-wise, with every access guarded (out-of-range elements are
@@ -521,14 +527,14 @@ __device__ __forceinline__ void direct_gemm(const float* __restrict__ a, const f
 }
 
 using Large = StagedTier<BM, BN, BK, TM, TN>;
-using Medium = AsyncTier<64, 64, 32, 4, 4, 2>;
+using Medium = AsyncTier<64, 64, 16, 8, 4, 4>;
 using Small = AsyncTier<32, 32, 32, 4, 4, 3>;
 // As many stages as fit in 48 KiB of static shared memory (3, or 2 for ST = 32 with SK = 64).
 constexpr int TINY_STAGES = AsyncTier<ST, ST, SK, ST / 8, ST / 8, 3>::smem_floats * 4 <= 48 * 1024 ? 3 : 2;
 using Tiny = AsyncTier<ST, ST, SK, ST / 8, ST / 8, TINY_STAGES>;
 using Direct = DirectTier<16, 16>;
 using Split = Medium;  // the split-K kernels' tile
-static_assert(Large::threads <= 256 && Medium::threads == 256 && Small::threads == 64 && Tiny::threads == 64,
+static_assert(Large::threads <= 256 && Medium::threads == 128 && Small::threads == 64 && Tiny::threads == 64,
               "the launch bounds below");
 static_assert(Large::smem_floats * 4 <= 48 * 1024 && Medium::smem_floats * 4 <= 48 * 1024,
               "static shared memory is at most 48 KiB: fewer or shallower slices");
@@ -544,7 +550,7 @@ matmul_f32(const float* a, const float* b, float* c, int m, int n, int k)
     staged_gemm<Large>(a, b, c, m, n, k, smem);
 }
 
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(128)
 matmul_f32_medium(const float* a, const float* b, float* c, int m, int n, int k)
 {
     __shared__ __align__(16) float smem[Medium::smem_floats];
@@ -577,20 +583,20 @@ matmul_f32_direct(const float* a, const float* b, float* c, int m, int n, int k)
 // of the module (~0.3 s), so there are two. The cluster size is an attribute of a declaration
 // (after the parameters), so the definition stays declared plainly as the rule for entries asks.
 
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(128)
 matmul_f32_splitk4(const float* a, const float* b, float* c, int m, int n, int k) __cluster_dims__(1, 1, 4);
 
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(128)
 matmul_f32_splitk4(const float* a, const float* b, float* c, int m, int n, int k)
 {
     __shared__ __align__(16) float smem[Split::smem_floats];
     splitk_gemm<Split, 4>(a, b, c, m, n, k, smem);
 }
 
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(128)
 matmul_f32_splitk8(const float* a, const float* b, float* c, int m, int n, int k) __cluster_dims__(1, 1, 8);
 
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(128)
 matmul_f32_splitk8(const float* a, const float* b, float* c, int m, int n, int k)
 {
     __shared__ __align__(16) float smem[Split::smem_floats];

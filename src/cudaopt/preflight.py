@@ -32,6 +32,7 @@ from .reading import read_text_file
 from .cpu_controls import cpu_controls, cpu_tensor
 from .errors import ExperimentError
 from .experiment import Experiment
+from .harness.case_data import memory_text
 from .harness.compiler import DEFAULT_ARCH, CompileError, compile_kernel
 from .harness.inputs import shape_of
 from .wire.launch import NOMINAL_DEVICE, device_defines
@@ -133,12 +134,12 @@ def memory_estimate(experiment: Experiment) -> str:
     for i, case in enumerate(experiment.case_specs):
         need = case_memory(experiment, case)
         if need > (total if known else LARGEST_GPU_MEMORY):
-            limit = f"the {_gib(total)} {origin}" if known else f"any GPU's ({_gib(LARGEST_GPU_MEMORY)})"
+            limit = f"the {memory_text(total)} {origin}" if known else f"any GPU's ({memory_text(LARGEST_GPU_MEMORY)})"
             raise ExperimentError(experiment.cases_path, f"cases[{i}]",
-                                  f"case {case.name!r} needs about {_gib(need)} of device memory, more than {limit}")
+                                  f"case {case.name!r} needs about {memory_text(need)} of device memory, more than {limit}")
         if need > largest:
             largest, name = need, case.name
-    line = f"largest case {name!r}: about {_gib(largest)} of the {_gib(total)} {origin}"
+    line = f"largest case {name!r}: about {memory_text(largest)} of the {memory_text(total)} {origin}"
     if largest > total:
         line += ": more than that, so it needs a GPU with more memory (an H200 has 140 GiB)"
     return line
@@ -164,8 +165,6 @@ def case_memory(experiment: Experiment, case) -> int:
     return case_bytes(inputs, outputs, proto.input_sets, proto.checked_launches, guards=True)
 
 
-def _gib(size: int) -> str:
-    return f"{size / 2**30:.3g} GiB" if size >= 2**26 else f"{size / 2**20:.3g} MiB"
 
 
 def gpu_memory() -> tuple[int, str]:

@@ -13,6 +13,14 @@ def supervisor(tmp_path_factory):
         yield sup
 
 
+@pytest.fixture
+def gpu_to_itself(supervisor):
+    """The session's worker stopped (the next request starts it again): a test whose command starts
+    workers of its own gets the GPU's memory, not what the session's worker keeps of earlier cases."""
+    for worker in supervisor.workers:
+        worker.stop()
+
+
 FAST = TimingProtocol(warmup=2, iterations=10)
 
 

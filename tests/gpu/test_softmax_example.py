@@ -71,7 +71,7 @@ def test_the_pytorch_vendors_agree_with_the_reference(supervisor, softmax):
                 [(v.label, v.status, v.reason[:300]) for v in case.vendors]
 
 
-def test_tune_the_example_with_a_small_budget(tmp_path):
+def test_tune_the_example_with_a_small_budget(tmp_path, gpu_to_itself):
     result = runner.invoke(app, ["optimize", "--config", str(SOFTMAX / "experiment.json"), "--max-evals", "3",
                                  "--results-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output

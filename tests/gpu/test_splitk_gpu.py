@@ -1,8 +1,8 @@
-"""The example SGEMM's split-K tier on the GPU: on deep-k and skinny shapes, whose 64 x 64 output
-tiles cannot fill the GPU, the launch sends the case to a split-K kernel (a cluster of 4 or 8
-blocks per tile, grid z = the cluster size) and every output passes the reference's check, on
-vectorised and element-wise paths, whole and partial tiles, and slices that end early or are
-empty; a shape with tiles enough stays on its tier. Each shape is made from the example's
+"""The example SGEMM's split-K tier on the GPU: on deep-k shapes whose 64 x 64 output tiles cannot
+fill the GPU (nor their 32 x 32 tiles give most SMs two), the launch sends the case to a split-K
+kernel (a cluster of 4 or 8 blocks per tile, grid z = the cluster size) and every output passes
+the reference's check, on vectorised and element-wise paths, whole and partial tiles, and runs
+of k that end early; a shape with tiles enough stays on its tier. Each shape is made from the example's
 template case the way `verify --shapes` makes them (the same tolerances)."""
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ pytestmark = pytest.mark.gpu
 
 SHAPES = {  # (m, n, k): the kernel the launch must pick on an H200 (132 SMs)
     (256, 256, 16384): "matmul_f32_splitk8",   # 16 tiles
-    (512, 512, 8192): "matmul_f32_splitk4",    # 64 tiles
-    (64, 4096, 2048): "matmul_f32_splitk4",    # skinny: 64 tiles
-    (4096, 64, 2048): "matmul_f32_splitk4",
-    (96, 96, 9001): "matmul_f32_splitk8",      # k % 4 != 0: element-wise loads; partial tiles
-    (40, 72, 1025): "matmul_f32_splitk8",      # runs of 160: rank 6 short (65), rank 7 empty
+    (384, 384, 2048): "matmul_f32_splitk4",    # 36 tiles of 64 x 64, 144 of 32 x 32
+    (401, 333, 1501): "matmul_f32_splitk4",    # k % 4 != 0: element-wise loads; partial tiles
+    (96, 96, 9001): "matmul_f32_splitk8",      # k % 4 != 0; partial tiles
+    (40, 72, 1025): "matmul_f32_splitk8",      # runs of 144 (whole 16-deep slices): rank 7 short (17)
     (515, 261, 1031): "matmul_f32_splitk4",    # the example's holdout
+    (512, 512, 8192): "matmul_f32_small",      # 256 tiles of 32 x 32: two per SM, faster than a split
+    (64, 4096, 2048): "matmul_f32_small",      # skinny: the same
     (128, 8192, 4096): "matmul_f32_medium",    # 256 tiles: enough without splitting k
 }
 
@@ -51,7 +52,8 @@ def test_split_k_is_picked_and_passes_on_deep_and_skinny_shapes(supervisor, sgem
         case = result.case(f"m={m},n={n},k={k}")
         assert case.launch.entry == entry, (m, n, k, case.launch)
         z = {"matmul_f32_splitk4": 4, "matmul_f32_splitk8": 8}.get(entry, 1)
-        assert case.launch.grid == (-(-n // 64), -(-m // 64), z), (m, n, k, case.launch)
+        tile = 32 if entry == "matmul_f32_small" else 64
+        assert case.launch.grid == (-(-n // tile), -(-m // tile), z), (m, n, k, case.launch)
         assert case.timing is not None
     print(config, {c.name: round(c.timing.median_us, 1) for c in result.cases})
     info = result.compile.entries

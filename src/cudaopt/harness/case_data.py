@@ -7,6 +7,7 @@ import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..wire.protocol import CaseSpec
 from ..wire.signature import Signature
@@ -119,10 +120,35 @@ def case_bytes(inputs: list[int], outputs: list[tuple[int, int]], sets: int, che
     return need
 
 
-def make_room(gpu: Device, need: int, caches: list[tuple[Callable[..., bool], object]]) -> None:
+def memory_text(size: int) -> str:
+    """Bytes as people read them: GiB from 64 MiB up, MiB below."""
+    return f"{size / 2**30:.3g} GiB" if size >= 2**26 else f"{size / 2**20:.3g} MiB"
+
+
+@dataclass(frozen=True)
+class Room:
+    """What a case needs on the device at its peak and what was free for it once the caches had
+    made room: an allocation that fails says how far off it was and who else may hold memory."""
+
+    need: int
+    free: int
+    total: int
+
+    def explain(self, error: str) -> str:
+        """The out-of-memory ``error`` of an allocation made for this case, with the figures."""
+        if "OUT_OF_MEMORY" not in error:
+            return error
+        others = (" once this worker had freed its caches: other processes on this GPU hold the rest "
+                  "(nvidia-smi lists them)") if self.free < self.need else ""
+        return (f"{error}; the case needs about {memory_text(self.need)} of GPU memory at its peak and "
+                f"{memory_text(self.free)} of {memory_text(self.total)} were free{others}")
+
+
+def make_room(gpu: Device, need: int, caches: list[tuple[Callable[..., bool], object]]) -> Room:
     """Free what ``caches`` hold, least recently used first and each in turn (``release(spare=key)``
     frees one entry but ``key``'s), until the device has ``need`` bytes free or nothing is left:
     the caches are sized to the GPU, and a large case must not fail for what they keep of others."""
-    while gpu.memory_info()[0] < need:
-        if not any(release(spare=spare) for release, spare in caches):
-            return  # nothing left to free: the allocation says what is missing
+    free, total = gpu.memory_info()
+    while free < need and any(release(spare=spare) for release, spare in caches):
+        free, total = gpu.memory_info()
+    return Room(need, free, total)

@@ -25,7 +25,7 @@ from ..wire.signature import DTYPES, Signature, parse_signature
 from ..wire.stats import summarize
 from .answers import DeviceAnswer, LockedAnswer, answer_controls, check_output, close_answers
 from .buffers import CaseBuffers
-from .case_data import DeviceCases, HostSets, cache_key, case_bytes, make_room
+from .case_data import DeviceCases, HostSets, Room, cache_key, case_bytes, make_room
 from .compare import describe
 from .compiler import CompileCache, CompileError, compile_kernel
 from .controls import judge
@@ -153,15 +153,15 @@ class Runner:
     def _case(self, req: EvalRequest, signature: Signature, entries: Entries | None, case: CaseSpec,
               seed: int) -> CaseResult:
         out = CaseResult(name=case.name, role=case.role, status="ok")
-        buffers = None
+        buffers, room = None, None
         self.on_event(PhaseStarted(phase="check", case=case.name))
         try:
             kernel, launch = self._launch(req, entries, case, out) if entries is not None else (None, None)
             clock = Stopwatch(out.phases)
             n_sets = max(1, req.protocol.input_sets)
             sets, shapes, data_key = self._host_sets.get(case, signature, n_sets)
-            self._make_room(req, signature, sets, shapes, not req.sanitize,
-                            self._devices.key_for(data_key, not req.sanitize))
+            room = self._make_room(req, signature, sets, shapes, not req.sanitize,
+                                   self._devices.key_for(data_key, not req.sanitize))
             buffers = self._devices.take(data_key, signature, sets, shapes, case, guards=not req.sanitize)
             clock.lap("setup_s")
             answers = self._set_answers(req, signature, case, buffers) if req.check else None
@@ -197,7 +197,8 @@ class Runner:
             if not is_cuda_error(exc):
                 raise
             failure = self.launcher.failure(exc, "internal_error")
-            out.status, out.reason = failure.status, f"CUDA error: {failure.reason}"
+            reason = room.explain(failure.reason) if room else failure.reason
+            out.status, out.reason = failure.status, f"CUDA error: {reason}"
         finally:
             if buffers is not None and not self.dead:
                 self._devices.give_back(buffers, keep=out.status == "ok")
@@ -260,7 +261,7 @@ class Runner:
         return cache_key(ref.source, ref.entry, ref.kind, ref.launch.to_data() if ref.launch else None,
                          ref.kind == "torch" and req.limits.allow_tf32, buffers_key, self.gpu.arch)
 
-    def _make_room(self, req: EvalRequest, signature: Signature, sets, shapes, guards: bool, buffers_key: str) -> None:
+    def _make_room(self, req: EvalRequest, signature: Signature, sets, shapes, guards: bool, buffers_key: str) -> Room:
         """What the case still needs (case_bytes) freed of other cases' kept buffers and answers."""
         answer_key = self._answer_key(req, buffers_key) if req.check and req.reference else None
         answered = answer_key is None or self._answers.get(answer_key) is not None  # None: no answers to make
@@ -269,7 +270,7 @@ class Runner:
                           req.protocol.checked_launches, guards=guards, kept=buffers_key in self._devices.kept,
                           answered=answered)
         caches = [(self._devices.release_oldest, buffers_key), (self._answers.evict_oldest, answer_key)]
-        make_room(self.gpu, need, caches)
+        return make_room(self.gpu, need, caches)
 
     def _judge_controls(self, out: CaseResult, req: EvalRequest, signature: Signature, case: CaseSpec,
                         buffers: CaseBuffers, answers: list[dict[str, LockedAnswer]]) -> None:

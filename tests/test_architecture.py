@@ -34,7 +34,7 @@ RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 # (so a cycle inside the package cannot pass). Every module of the package is listed.
 PACKAGE_LAYERS = {
     "wire": [
-        {"expr", "signature"},  # the two small languages: expressions, C signatures
+        {"expr", "signature", "fields"},  # the two small languages: expressions, C signatures; field types of user files
         {"protocol"},  # requests, and WireModel, the base of every wire and file type
         {"results", "tiers"},  # what comes back; a tier table chosen for one case
         {"launch", "messages", "stats"},  # a launch resolved, the worker's messages, statistics

@@ -207,6 +207,58 @@ CASES = [
                                       + (d / "tunable.cu").read_text())), ("cudaopt-tune block", "restrictions")),
     ("export-out-under-a-file", ["export", *CONFIG, "--unverified", "--to", "cuda", "--out", "{d}/initial.cu/x"],
      None, ("--out", "initial.cu/x")),
+    # values of the wrong JSON type are refused, not converted (strict validation of the user's files)
+    *[(f"strict-{name}", ["check", *CONFIG], setup, names) for name, setup, names in (
+        ("seed-string", first_case(lambda c: c.update(seed="1")), ("input_cases.json", "cases[0].seed")),
+        ("timed-string", first_case(lambda c: c.update(timed="yes")), ("input_cases.json", "cases[0].timed")),
+        ("rtol-bool", first_case(lambda c: c["outputs"]["c"].update(rtol=True)), ("cases[0].outputs.c.rtol",)),
+        ("mean-string", first_case(lambda c: c["inputs"]["a"]["init"].update(mean="0")), ("init.mean",)),
+        ("max-iterations-string", lambda d: edit(d / "experiment.json", lambda e: e.update(max_iterations="7")),
+         ("experiment.json", "max_iterations")),
+        ("flush-string", lambda d: edit(d / "experiment.json", lambda e: e.update(timing={"flush_l2": "yes"})),
+         ("timing.flush_l2",)),
+        ("iterations-float", lambda d: edit(d / "experiment.json", lambda e: e.update(timing={"iterations": 1e12})),
+         ("timing.iterations",)),
+    )],
+    # names and paths the operating system or the tables could not take
+    ("path-nul-byte", ["check", *CONFIG], lambda d: edit(d / "experiment.json", lambda e: e.update(
+        reference="reference.cu\u0000x")), ("experiment.json", "reference", "NUL")),
+    ("path-too-long", ["check", *CONFIG], lambda d: edit(d / "experiment.json", lambda e: e.update(
+        initial_kernel="\u00fc" * 300 + ".cu")), ("experiment.json", "initial_kernel", "longer than")),
+    ("path-a-folder", ["check", *CONFIG], lambda d: (d / "ref.cu").mkdir() or edit(
+        d / "experiment.json", lambda e: e.update(reference="ref.cu")), ("reference", "is a folder")),
+    ("case-name-newline", ["check", *CONFIG], first_case(lambda c: c.update(name="a\nb")), ("cases[0].name",)),
+    ("shape-beyond-any-float", ["check", *CONFIG], first_case(lambda c: c["inputs"]["a"].update(shape=[10**400])),
+     ("input_cases.json", "cases[0]", "2^")),
+    # what the signature says each argument is
+    ("output-given-as-input", ["check", *CONFIG], first_case(lambda c: c["inputs"].update(c=c["inputs"]["b"])),
+     ("cases[0].inputs.c", "an output")),
+    ("input-given-as-output", ["check", *CONFIG], first_case(lambda c: c["outputs"].update(a=c["outputs"]["c"])),
+     ("cases[0].outputs.a", "an input")),
+    ("reserved-scalar", ["check", *CONFIG], first_case(lambda c: c["scalars"].update(CUDAOPT_X=3)),
+     ("cases[0].scalars.CUDAOPT_X", "reserved")),
+    ("signature-trailing-junk", ["check", *CONFIG], lambda d: edit(d / "experiment.json", lambda e: e.update(
+        signature=e["signature"] + " garbage; int main(){}")), ("experiment.json", "signature", "garbage")),
+    ("roi-case-unknown", ["check", *CONFIG], lambda d: edit(d / "experiment.json", lambda e: e["roi"].update(
+        case="nonexistent")), ("experiment.json", "roi.case", "nonexistent")),
+    ("only-holdouts", ["check", *CONFIG], lambda d: edit(d / "input_cases.json", lambda data: [
+        c.update(role="holdout") for c in data["cases"]]), ("input_cases.json", "cases", "holdout")),
+    ("tier-grid-and-tile", ["check", *CONFIG], tune(lambda t: t["launch"]["tiers"][0].update(grid=[1])),
+     ("experiment.json", "tiers[0]", "not both")),
+    ("integers-fractional-bounds", ["check", *CONFIG], first_case(lambda c: c["inputs"]["a"].update(
+        init={"dist": "integers", "low": 0.5, "high": 3})), ("cases[0].inputs.a.init", "whole")),
+    ("tunable-reserved-name", ["check", *CONFIG], tune(lambda t: t["tunables"].update(__import__=[1])),
+     ("experiment.json", "tune.tunables", "__import__", "reserve")),
+    ("launch-entry-never-launched", ["check", *CONFIG], tune(lambda t: t["launch"].update(entry="nope")),
+     ("experiment.json", "tune.launch", "'nope' is never launched")),
+    ("work-syntax-error", ["check", *CONFIG], first_case(lambda c: c.update(flops="2*m*n*k +")),
+     ("cases[0].flops", "syntax")),
+    ("py-reference-exits", ["check", *CONFIG], lambda d: (
+        (d / "ref.py").write_text("import sys\nsys.exit(0)\n\ndef matmul_f32(a, b, m, n, k):\n    return a @ b\n"),
+        edit(d / "experiment.json", lambda e: e.update(reference="ref.py"))), ("ref.py", "reference", "exit")),
+    ("py-reference-returns-none", ["check", *CONFIG], lambda d: (
+        (d / "ref.py").write_text("def matmul_f32(a, b, m, n, k):\n    return None\n"),
+        edit(d / "experiment.json", lambda e: e.update(reference="ref.py"))), ("ref.py", "not an array of numbers")),
     ("verify-missing-run", ["verify", "{d}/nope"], None, ("nope",)),
     ("replay-missing-run", ["replay", "{d}/nope"], None, ("nope",)),
     ("replay-bad-request", ["replay", "{d}/input_cases.json"], None, ("input_cases.json",)),

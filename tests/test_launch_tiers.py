@@ -137,7 +137,7 @@ def test_resolution_errors_name_the_tier_and_field():
     ({"grid": [1], "block": [1], "size": ["n"], "tiers": [{"block": [1], "tile": [1]}]}, "not beside them"),
     ({"grid": [1], "block": [1], "size": ["n"]}, "give tiers, or drop size"),
     ({"size": ["n"]}, "Field required (or give tiers)"),
-    ({"let": {"a": "b + 1", "b": "2"}, "grid": ["a"], "block": [1]}, "uses 'b', which is not defined before it"),
+    ({"let": {"a": "b + 1", "b": "2"}, "grid": ["a"], "block": [1]}, "uses 'b', which let.b defines after it"),
     ({"let": {"cdiv": "2"}, "grid": [1], "block": [1]}, "shadows the expression function"),
     ({"let": {"x": "m.real"}, "grid": [1], "block": [1]}, "Attribute is not allowed"),
     ({"size": ["n"], "tiers": [{"when": "__import__('os')", "block": [1], "tile": [1]}]}, "unknown function"),

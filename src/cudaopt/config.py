@@ -17,7 +17,8 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from .wire import expr
-from .wire.protocol import CaseSpec, CaseTimeouts, InitSpec, LaunchSpec, Limits, WireModel, Timeouts, TimingProtocol
+from .wire.protocol import (CaseSpec, CaseTimeouts, FileName, InitSpec, LaunchSpec, Limits, WireModel, Timeouts,
+                            TimingProtocol)
 
 
 class CasesFile(WireModel):
@@ -239,7 +240,7 @@ class TuneSection(WireModel):
     ``/* cudaopt-tune {...} */`` comment block. ``dispatch``: shape classes for a winner per
     class (record/dispatch_table.py)."""
 
-    kernel: str
+    kernel: FileName
     tunables: dict[str, list[int | float | str]] | None = None
     restrictions: list[str] = Field(default_factory=list)
     dispatch: list[DispatchClass] = Field(default_factory=list)
@@ -251,7 +252,7 @@ class TuneSection(WireModel):
 class VendorSection(WireModel):
     """A library call timed beside the candidate as the bar to beat (e.g. cuBLAS through cupy)."""
 
-    file: str  # a .py file, relative to the config
+    file: FileName  # a .py file, relative to the config
     function: str | None = None  # default: the signature's name
     label: str = ""  # how tables name it (default: file:function)
     arrays: Literal["cupy", "torch"] = "cupy"
@@ -350,12 +351,12 @@ class ExperimentConfig(WireModel):
 
     description: str | None = None
     signature: str | None = None
-    reference: str | None = None
+    reference: FileName | None = None
     reference_entry: str | None = None
     reference_kind: Literal["numpy", "torch"] | None = None  # a .py reference's kind (default: torch if it imports torch)
-    initial_kernel: str | None = None
-    input_cases: str | None = None
-    max_iterations: int | None = Field(None, ge=1)
+    initial_kernel: FileName | None = None
+    input_cases: FileName | None = None
+    max_iterations: int | None = Field(None, ge=1, le=10_000)
     timing: TimingProtocol = Field(default_factory=TimingProtocol)
     tune: TuneSection | None = None
     vendor: list[VendorSection] = Field(default_factory=list)  # one (an object) or several (a list), side by side

@@ -67,11 +67,20 @@ def check_case(path: Path, where: str, case: CaseSpec, default_launch: LaunchSpe
         if name in DEVICE_NAMES:
             raise ExperimentError(path, f"{where}.scalars.{name}", f"{name!r} is reserved: launch expressions use it "
                                                                   "for the GPU's own value")
-    known = {a.name for a in signature.args}
-    for kind, names in (("inputs", case.inputs), ("outputs", case.outputs)):
+        if name.startswith("CUDAOPT_"):
+            raise ExperimentError(path, f"{where}.scalars.{name}", "names that start with CUDAOPT_ are reserved for "
+                                                                  "the defines cudaopt adds")
+    args = {a.name: a for a in signature.args}
+    for kind, names, wanted in (("inputs", case.inputs, signature.inputs), ("outputs", case.outputs, signature.outputs)):
         for name in names:
-            if name not in known:
+            if name not in args:
                 raise ExperimentError(path, f"{where}.{kind}.{name}", "not an argument of the kernel signature")
+            arg = args[name]
+            if arg not in wanted:
+                other = "an output (a pointer, not const)" if arg.is_output else \
+                    "an input (a const pointer)" if arg.is_input else "a scalar (give it under scalars)"
+                raise ExperimentError(path, f"{where}.{kind}.{name}", f"'{arg.c_decl()}' is {other}, not one of the "
+                                                                      f"signature's {kind}")
     check_scalars(path, where, case, signature)
     shapes = {}
     for kind, specs in (("inputs", case.inputs), ("outputs", case.outputs)):

@@ -44,7 +44,7 @@ from .config import (
     space_in_source,
 )
 from .errors import ExperimentError, shortened, validation_message
-from .reading import read_json_file, read_text_file
+from .reading import missing_file, read_json_file, read_text_file
 from .wire.launch import tunable_clashes
 from .wire.protocol import (
     HARNESS_VERSION,
@@ -183,7 +183,7 @@ def load_cases(path: Path, signature: Signature) -> list[CaseSpec]:
     """An input-cases file, checked against the signature, as the cases a request carries:
     the file's default launch filled in, ``.npy`` inputs resolved beside it and hashed."""
     try:
-        cases = CasesFile.model_validate(read_json_file(path, "input cases file"))
+        cases = CasesFile.model_validate(read_json_file(path, "input cases file"), strict=True)
     except ValidationError as exc:
         raise ExperimentError(path, *validation_message(exc)) from None
     check_cases(path, cases, signature)
@@ -236,8 +236,8 @@ def load_experiment(
     except SignatureError as exc:
         raise ExperimentError(*blamed("signature", signature), str(exc)) from None
     assert ref_path is not None and cases_path is not None
-    if not ref_path.is_file():
-        raise ExperimentError(*blamed("reference", reference), f"{ref_path} not found")
+    if (why := missing_file(ref_path)) is not None:
+        raise ExperimentError(*blamed("reference", reference), f"{ref_path} {why}")
     if ref_path.suffix not in (".cu", ".py"):
         raise ExperimentError(*blamed("reference", reference), f"{ref_path} must be a .cu kernel or a .py NumPy or "
                                                                 "PyTorch function")
@@ -245,10 +245,17 @@ def load_experiment(
     ref_kind = check_reference(ref_path, read_text_file(ref_path, "reference"), ref_entry, sig, model.reference_kind,
                                origin)
     if init_path is not None:
-        if not init_path.is_file():
-            raise ExperimentError(*blamed("initial_kernel", initial_kernel), f"{init_path} not found")
+        if (why := missing_file(init_path)) is not None:
+            raise ExperimentError(*blamed("initial_kernel", initial_kernel), f"{init_path} {why}")
         check_kernel_entry(init_path, read_text_file(init_path, "initial_kernel"), sig.name, sig)
     cases = load_cases(cases_path, sig)
+    if not any(case.role in ("correctness", "performance") for case in cases):
+        raise ExperimentError(cases_path, "cases", "no correctness or performance case: evaluate and optimize "
+                                                   "would have nothing to check or time (holdout cases are for verify)")
+    timed = [c.name for c in cases if c.role == "performance"]
+    if model.roi.case is not None and model.roi.case not in timed:
+        raise ExperimentError(origin, "roi.case", f"{model.roi.case!r} is not a performance case of "
+                                                  f"{cases_path.name} ({', '.join(timed) or 'it has none'})")
     tuning = _load_tuning(model.tune, base, origin, sig, cases) if model.tune else None
     vendors = _load_vendors(model.vendor, base, origin, sig)
     return Experiment(
@@ -278,7 +285,7 @@ def _read_config(config: Path | None) -> tuple[ExperimentConfig, Path, str]:
         return ExperimentConfig(), Path.cwd(), "command line"
     raw = read_json_file(config, "config file")
     try:
-        model = ExperimentConfig.model_validate(raw)
+        model = ExperimentConfig.model_validate(raw, strict=True)
     except ValidationError as exc:
         field, message = validation_message(exc)
         if isinstance(raw, dict) and isinstance(raw.get("vendor"), dict):  # one vendor, written as an object
@@ -308,8 +315,8 @@ def _load_vendor(vendor: VendorSection, base: Path, origin: str, sig: Signature,
     path = (base / vendor.file).resolve()
     if path.suffix != ".py":
         raise ExperimentError(origin, f"{field}.file", f"{vendor.file} must be a .py file")
-    if not path.is_file():
-        raise ExperimentError(origin, f"{field}.file", f"{path} not found")
+    if (why := missing_file(path)) is not None:
+        raise ExperimentError(origin, f"{field}.file", f"{path} {why}")
     source = read_text_file(path, f"{field}.file")
     name = vendor.function or sig.name
     check_vendor_function(path, source, name, sig, field)
@@ -320,8 +327,8 @@ def _load_vendor(vendor: VendorSection, base: Path, origin: str, sig: Signature,
 
 def _load_tuning(tune: TuneSection, base: Path, origin: str, sig: Signature, cases: list[CaseSpec]) -> Tuning:
     path = (base / tune.kernel).resolve()
-    if not path.is_file():
-        raise ExperimentError(origin, "tune.kernel", f"{path} not found")
+    if (why := missing_file(path)) is not None:
+        raise ExperimentError(origin, "tune.kernel", f"{path} {why}")
     source = read_text_file(path, "tune.kernel")
     check_tune_kernel(path, source, sig)
     try:
@@ -360,8 +367,8 @@ def _load_tuning(tune: TuneSection, base: Path, origin: str, sig: Signature, cas
 
 def kernel_file(path: Path, entry: str, sig: Signature, field: str = "--kernel") -> str:
     """A kernel file's text, its entry and signature matched to the experiment."""
-    if not path.is_file():
-        raise ExperimentError(path, field, "not found")
+    if (why := missing_file(path)) is not None:
+        raise ExperimentError(path, field, why)
     source = read_text_file(path, field)
     check_kernel_entry(path, source, entry, sig)
     return source
@@ -388,7 +395,7 @@ def load_launch(text: str) -> LaunchSpec:
         except (ValueError, RecursionError) as exc:  # a number of thousands of digits, nesting thousands deep
             raise ExperimentError(source, "", f"not valid JSON: {shortened(str(exc), 120)}") from None
     try:
-        launch = LaunchFile.model_validate(data)
+        launch = LaunchFile.model_validate(data, strict=True)
     except ValidationError as exc:
         raise ExperimentError(source, *validation_message(exc)) from None
     return LaunchSpec(**launch.model_dump(exclude={"schema_version"}))

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from .crosschecks import check_launch, shared_limit
-from .reading import read_text_file
+from .reading import read_json_file, read_text_file
 from .cpu_controls import cpu_controls, cpu_tensor
 from .errors import ExperimentError
 from .experiment import Experiment
@@ -113,15 +113,24 @@ def check_launches(experiment: Experiment, source: str, launch: LaunchSpec | Non
     names declared in ``source``, within what a GPU of ``arch`` launches; what was checked."""
     sig = experiment.signature
     limit = shared_limit(arch)
+    own = _own_launches(experiment.cases_path)
     for i, case in enumerate(experiment.case_specs):
         if launch is not None:
             check_launch(origin, "", launch, case, kernel=(source, sig), max_shared=limit)
         elif case.launch is not None:
-            check_launch(experiment.cases_path, f"cases[{i}].launch", case.launch, case, kernel=(source, sig),
-                         max_shared=limit)
+            field = f"cases[{i}].launch" if i in own else "launch"  # its own, or the file's for every case
+            check_launch(experiment.cases_path, field, case.launch, case, kernel=(source, sig), max_shared=limit)
     what = f"{origin} on every case" if launch is not None else "every case's launch"
     return (f"{what} resolves within a GPU's grid and block limits and {arch}'s {limit // 1024} KiB of shared "
             "memory; the kernels it names are declared")
+
+
+def _own_launches(cases_path: Path) -> set[int]:
+    """The cases of an input-cases file that give a launch of their own (the others take the
+    file's), so that a launch's error names the field the user wrote."""
+    raw = read_json_file(cases_path, "input cases file")
+    cases = raw.get("cases") if isinstance(raw, dict) else None
+    return {i for i, case in enumerate(cases or []) if isinstance(case, dict) and "launch" in case}
 
 
 def memory_estimate(experiment: Experiment) -> str:
@@ -209,6 +218,9 @@ class ReferenceCall(WireModel):
     allow_tf32: bool = False
 
 
+RETURNED = "cudaopt: the reference returned"  # the subprocess's last line when the call came back
+
+
 def call_reference(experiment: Experiment, case: CaseSpec, timeout_s: float = REFERENCE_TIMEOUT_S) -> None:
     """Call the NumPy or PyTorch reference on one input set of ``case`` in a subprocess (the user's
     code may hang or crash), and check what it returns."""
@@ -221,9 +233,11 @@ def call_reference(experiment: Experiment, case: CaseSpec, timeout_s: float = RE
     except subprocess.TimeoutExpired:
         raise ExperimentError(where, "reference", f"did not return within {timeout_s:g} s on case "
                                                   f"{case.name!r}") from None
-    if done.returncode != 0:
+    if done.returncode != 0 or RETURNED not in done.stdout.splitlines():
         lines = [line for line in (done.stdout + done.stderr).strip().splitlines() if line.strip()]
         detail = lines[-1] if lines else f"exit status {done.returncode}"
+        if done.returncode == 0:
+            detail = f"the process ended (status 0) before the reference returned{': ' + detail if lines else ''}"
         raise ExperimentError(where, "reference", f"on case {case.name!r}: {detail}")
 
 
@@ -250,6 +264,10 @@ def _run_reference_from_stdin() -> int:
     except (ReferenceFailure, InputError) as exc:
         print(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         return 1
+    except SystemExit as exc:  # the user's module or function called sys.exit()
+        print(f"the reference called sys.exit({exc.code!r})")
+        return 1
+    print(RETURNED)
     return 0
 
 

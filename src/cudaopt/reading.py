@@ -12,9 +12,21 @@ from typing import Any
 from .errors import ExperimentError, shortened
 
 
+def missing_file(path: Path) -> str | None:
+    """Why ``path`` names no file to read (None when it does): not found, a folder, or a name the
+    operating system refuses (too long, say)."""
+    try:
+        if path.is_file():
+            return None
+        return "is a folder, not a file" if path.is_dir() else "not found"
+    except (OSError, ValueError) as exc:
+        return f"is no usable path: {getattr(exc, 'strerror', None) or exc}"
+
+
 def read_json_file(path: Path, what: str) -> Any:
-    if not path.is_file():
-        raise ExperimentError(path, "", f"{what} not found")
+    why = missing_file(path)
+    if why is not None:
+        raise ExperimentError(path, "", f"{what} not found" if why == "not found" else f"{what}: {why}")
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:

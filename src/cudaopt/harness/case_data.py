@@ -121,7 +121,10 @@ def case_bytes(inputs: list[int], outputs: list[tuple[int, int]], sets: int, che
 
 
 def memory_text(size: int) -> str:
-    """Bytes as people read them: GiB from 64 MiB up, MiB below."""
+    """Bytes as people read them: GiB from 64 MiB up, MiB below (and a power of two for sizes no
+    float holds, which an absurd shape can ask for)."""
+    if size >= 2**1000:
+        return f"about 2^{size.bit_length() - 1} bytes"
     return f"{size / 2**30:.3g} GiB" if size >= 2**26 else f"{size / 2**20:.3g} MiB"
 
 

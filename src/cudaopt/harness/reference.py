@@ -56,7 +56,13 @@ def call_python(
     outputs = reference_outputs(result, names, sequences=False)
     checked = {}
     for name in names:
-        array = np.asarray(outputs[name])
+        try:
+            array = np.asarray(outputs[name])
+        except (TypeError, ValueError) as exc:  # ragged lists and the like
+            raise ReferenceFailure(f"reference output {name!r} is no array: {exc}") from None
+        if array.dtype.kind not in "biuf":
+            raise ReferenceFailure(f"reference output {name!r} is {type(outputs[name]).__name__} "
+                                   f"({array.dtype}), not an array of numbers")
         if tuple(array.shape) != output_shapes[name]:
             array = array.reshape(-1) if array.size == int(np.prod(output_shapes[name])) else array
             if array.size != int(np.prod(output_shapes[name])):

@@ -74,7 +74,7 @@ def shape_name(scalars: Scalars) -> str:
 def load_shapes(path: Path, experiment: Experiment) -> list[CaseSpec]:
     """The sweep's cases: the template with each scalar set, checked like any input case."""
     try:
-        spec = ShapesFile.model_validate(read_json_file(path, "shapes file"))
+        spec = ShapesFile.model_validate(read_json_file(path, "shapes file"), strict=True)
     except ValidationError as exc:
         raise ExperimentError(path, *validation_message(exc)) from None
     cases = experiment.case_specs

@@ -114,6 +114,8 @@ def tunable_clashes(names: Iterable[str], signature: Signature, scalar_names: It
             problems.append(f"{name!r} shadows the expression function {name}()")
         elif name in _RESERVED_WORDS:
             problems.append(f"{name!r} redefines a C keyword or type")
+        elif name.startswith("__") or (name.startswith("_") and name[1:2].isupper()):
+            problems.append(f"{name!r} is a name C and C++ reserve for the compiler and its headers")
     return problems
 
 

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from . import expr
+from .fields import CaseName, FileName
 
 HARNESS_VERSION = "2"
 MAX_SEED = 2**63 - 1  # seeds are non-negative and fit 64 bits (numpy's generators take them)
@@ -61,7 +62,7 @@ class InitSpec(WireModel):
     high: float = Field(1.0, allow_inf_nan=False)
     mean: float = Field(0.0, allow_inf_nan=False)
     std: float = Field(1.0, allow_inf_nan=False)
-    file: str | None = None  # in an input-cases file relative to it; in a request absolute
+    file: FileName | None = None  # in an input-cases file relative to it; in a request absolute
     sha256: str | None = None  # filled when the experiment is loaded
     vary: bool = True  # differ between input sets (False for structural data such as indices)
 
@@ -73,6 +74,8 @@ class InitSpec(WireModel):
             self.dist = "file"
         if self.dist in ("uniform", "integers") and not self.low < self.high:
             raise ValueError(f"low ({self.low}) must be below high ({self.high})")
+        if self.dist == "integers" and not (float(self.low).is_integer() and float(self.high).is_integer()):
+            raise ValueError(f"dist 'integers' takes whole bounds, not low {self.low} and high {self.high}")
         if self.dist == "normal" and self.std <= 0:
             raise ValueError("std must be positive")
         return self
@@ -139,6 +142,8 @@ class LaunchTier(WireModel):
             expr.check_name(self.entry)
         if self.grid is None and self.tile is None:
             raise ValueError("a tier needs its tile (the grid is the launch's size divided by it) or a grid")
+        if self.grid is not None and self.tile is not None:
+            raise ValueError("a tier gives its tile (the grid follows from it) or its grid, not both")
         return self
 
 
@@ -189,7 +194,8 @@ class LaunchSpec(WireModel):
             if isinstance(text, str):
                 later = sorted(expr.names_in(text) & set(list(lets)[i:]))
                 if later:
-                    raise ValueError(f"{name}: {text!r} uses {later[0]!r}, which is not defined before it")
+                    raise ValueError(f"{name}: {text!r} uses {later[0]!r}, which let.{later[0]} defines after it (a "
+                                     "let sees the lets before it; none may take a scalar's or tunable's name)")
         return lets
 
     @model_validator(mode="after")
@@ -214,13 +220,15 @@ class LaunchSpec(WireModel):
         names = [t.name for t in self.tiers if t.name]
         if len(names) != len(set(names)):
             raise ValueError(f"two tiers are named {next(n for n in names if names.count(n) > 1)!r}")
+        if self.entry is not None and all(t.entry is not None for t in self.tiers):
+            raise ValueError(f"entry {self.entry!r} is never launched: every tier names its own (drop it)")
         return self
 
 
 class CaseSpec(WireModel):
     """One input case: its scalars, how its inputs are drawn, its outputs' tolerances."""
 
-    name: str = Field(min_length=1)
+    name: CaseName
     role: Role
     scalars: dict[str, int | float] = Field(default_factory=dict)
     inputs: dict[str, InputSpec] = Field(default_factory=dict)
@@ -257,10 +265,10 @@ class CaseSpec(WireModel):
                     raise ValueError(f"{name}: {json.dumps(item)} is not a number (write it without quotes)")
         return value
 
-    @model_validator(mode="after")
-    def _check(self) -> CaseSpec:
-        check_exprs([v for v in (self.flops, self.bytes) if v is not None])
-        return self
+    @field_validator("flops", "bytes")
+    @classmethod
+    def _work(cls, value: Expr | None) -> Expr | None:
+        return None if value is None else check_exprs([value])[0]
 
     @property
     def timed_in_verify(self) -> bool:

@@ -138,11 +138,16 @@ _QUALIFIERS = {"__restrict__", "__restrict", "restrict", "volatile"}
 
 def parse_signature(text: str) -> Signature:
     """Parse one ``extern "C" __global__ void name(...)`` declaration."""
-    match = _HEAD.search(_strip_comments(text))
+    written = _strip_comments(text).strip()
+    match = _HEAD.match(written)
     if not match:
         raise SignatureError(
             "expected a declaration like 'extern \"C\" __global__ void name(const float* a, int n)'"
         )
+    rest = written[match.end():].strip()
+    if rest not in ("", ";"):
+        raise SignatureError(f"{rest[:40]!r} after the declaration: the signature is one declaration and nothing "
+                             "else")
     return _build(match.group(1), match.group(2))
 
 

@@ -1,0 +1,29 @@
+"""Field types of the files a user writes whose checks are about the machine, not the problem:
+a file name the operating system can take, a case name that fits one line of an error or a table."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
+
+
+def _file_name(value: str) -> str:
+    """A file named in an input file: no NUL byte, no part longer than a file system allows (the
+    OS would raise on it, where a user needs the field named)."""
+    if "\0" in value:
+        raise ValueError("a path with a NUL byte names no file")
+    if any(len(part.encode()) > 255 for part in value.split("/")) or len(value.encode()) > 4096:
+        raise ValueError(f"{value[:40]!r}...: longer than a file name or path may be")
+    return value
+
+
+def _one_line(value: str) -> str:
+    if not value.isprintable():
+        raise ValueError(f"{value!r}: a case name is one line of printable characters (errors and tables "
+                         "name the case)")
+    return value
+
+
+FileName = Annotated[str, AfterValidator(_file_name)]
+CaseName = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_one_line)]

@@ -38,6 +38,9 @@ def recorded(tmp_path_factory):
     cases = json.loads((folder / "input_cases.json").read_text())
     cases["cases"] = [c for c in cases["cases"] if c["name"] != "square-4096"]
     (folder / "input_cases.json").write_text(json.dumps(cases))
+    config = json.loads((folder / "experiment.json").read_text())
+    config["roi"].pop("case")  # it named the 4096³ case: the slowest case left pays the calls
+    (folder / "experiment.json").write_text(json.dumps(config))
     (folder / "kernels").mkdir()
     shutil.copy(SGEMM / "initial.cu", folder / "kernels" / "sgemm.cu")
     (folder / "guards").mkdir()

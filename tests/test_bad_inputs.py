@@ -251,6 +251,8 @@ CASES = [
      ("experiment.json", "tune.tunables", "__import__", "reserve")),
     ("launch-entry-never-launched", ["check", *CONFIG], tune(lambda t: t["launch"].update(entry="nope")),
      ("experiment.json", "tune.launch", "'nope' is never launched")),
+    ("cases-file-launch-entry", ["check", *CONFIG], lambda d: edit(d / "input_cases.json", lambda data: data[
+        "launch"].update(entry="nokernel")), ("input_cases.json: launch.entry", "nokernel")),
     ("work-syntax-error", ["check", *CONFIG], first_case(lambda c: c.update(flops="2*m*n*k +")),
      ("cases[0].flops", "syntax")),
     ("py-reference-exits", ["check", *CONFIG], lambda d: (

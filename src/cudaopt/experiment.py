@@ -96,7 +96,7 @@ class Experiment:
                  timing: TimingProtocol, max_iterations: int, tuning: Tuning | None = None,
                  roi: RoiInputs | None = None, vendors: list[VendorSpec] | None = None, limits: Limits | None = None,
                  timeouts: TimeoutPolicy | None = None, reference_kind: str | None = None,
-                 kernelbench: KernelBenchOrigin | None = None):
+                 kernelbench: KernelBenchOrigin | None = None, own_launches: frozenset[str] = frozenset()):
         self.description = description
         self.signature = signature
         self.signature_text = str(signature)
@@ -115,6 +115,7 @@ class Experiment:
         self.timeouts = timeouts or TimeoutPolicy()
         self.reference_kind = reference_kind or ("cu" if reference_path.suffix == ".cu" else "py")
         self.kernelbench = kernelbench  # KernelBench's own checks, when imported from it
+        self.own_launches = own_launches  # the cases that give a launch of their own (the others take the file's)
 
     def extra_cases(self, path: Path) -> list[CaseSpec]:
         """Cases from another input-cases file (for verification), checked against the signature."""
@@ -182,12 +183,18 @@ def _sha256_file(path: Path) -> str:
 def load_cases(path: Path, signature: Signature) -> list[CaseSpec]:
     """An input-cases file, checked against the signature, as the cases a request carries:
     the file's default launch filled in, ``.npy`` inputs resolved beside it and hashed."""
+    return _read_cases(path, signature)[0]
+
+
+def _read_cases(path: Path, signature: Signature) -> tuple[list[CaseSpec], frozenset[str]]:
+    """:func:`load_cases`, and the names of the cases that give a launch of their own."""
     try:
         cases = CasesFile.model_validate(read_json_file(path, "input cases file"), strict=True)
     except ValidationError as exc:
         raise ExperimentError(path, *validation_message(exc)) from None
     check_cases(path, cases, signature)
-    return [_resolved(case, path.parent, cases.launch) for case in cases.cases]
+    own = frozenset(case.name for case in cases.cases if case.launch is not None)
+    return [_resolved(case, path.parent, cases.launch) for case in cases.cases], own
 
 
 def _resolved(case: CaseSpec, folder: Path, default_launch: LaunchSpec | None) -> CaseSpec:
@@ -248,7 +255,7 @@ def load_experiment(
         if (why := missing_file(init_path)) is not None:
             raise ExperimentError(*blamed("initial_kernel", initial_kernel), f"{init_path} {why}")
         check_kernel_entry(init_path, read_text_file(init_path, "initial_kernel"), sig.name, sig)
-    cases = load_cases(cases_path, sig)
+    cases, own_launches = _read_cases(cases_path, sig)
     if not any(case.role in ("correctness", "performance") for case in cases):
         raise ExperimentError(cases_path, "cases", "no correctness or performance case: evaluate and optimize "
                                                    "would have nothing to check or time (holdout cases are for verify)")
@@ -275,6 +282,7 @@ def load_experiment(
         timeouts=model.timeouts,
         reference_kind=ref_kind,
         kernelbench=model.kernelbench,
+        own_launches=own_launches,
     )
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from .crosschecks import check_launch, shared_limit
-from .reading import read_json_file, read_text_file
+from .reading import read_text_file
 from .cpu_controls import cpu_controls, cpu_tensor
 from .errors import ExperimentError
 from .experiment import Experiment
@@ -113,24 +113,15 @@ def check_launches(experiment: Experiment, source: str, launch: LaunchSpec | Non
     names declared in ``source``, within what a GPU of ``arch`` launches; what was checked."""
     sig = experiment.signature
     limit = shared_limit(arch)
-    own = _own_launches(experiment.cases_path)
     for i, case in enumerate(experiment.case_specs):
         if launch is not None:
             check_launch(origin, "", launch, case, kernel=(source, sig), max_shared=limit)
         elif case.launch is not None:
-            field = f"cases[{i}].launch" if i in own else "launch"  # its own, or the file's for every case
+            field = f"cases[{i}].launch" if case.name in experiment.own_launches else "launch"  # or the file's
             check_launch(experiment.cases_path, field, case.launch, case, kernel=(source, sig), max_shared=limit)
     what = f"{origin} on every case" if launch is not None else "every case's launch"
     return (f"{what} resolves within a GPU's grid and block limits and {arch}'s {limit // 1024} KiB of shared "
             "memory; the kernels it names are declared")
-
-
-def _own_launches(cases_path: Path) -> set[int]:
-    """The cases of an input-cases file that give a launch of their own (the others take the
-    file's), so that a launch's error names the field the user wrote."""
-    raw = read_json_file(cases_path, "input cases file")
-    cases = raw.get("cases") if isinstance(raw, dict) else None
-    return {i for i, case in enumerate(cases or []) if isinstance(case, dict) and "launch" in case}
 
 
 def memory_estimate(experiment: Experiment) -> str:
@@ -172,8 +163,6 @@ def case_memory(experiment: Experiment, case) -> int:
             outputs.append((count, size))
     proto = experiment.timing
     return case_bytes(inputs, outputs, proto.input_sets, proto.checked_launches, guards=True)
-
-
 
 
 def gpu_memory() -> tuple[int, str]:

@@ -6,9 +6,10 @@ first repeat; each rule is evaluated twice, alternating. ``--profile`` then runs
 a few (shape, rule) pairs and prints their bottleneck cards. The tune space's last configuration
 is used (the large tier's parameters do not matter to these shapes but for 2048^3).
 
-Rules: ``landed`` (experiment.json), ``split4-wide`` (4-way split-K for every deep-k shape with
-fewer 64 x 64 tiles than SMs, the rule before the 32 x 32 tiles were counted), ``no-split4``
-(no 4-way split-K tier). Run: ``python benchmarks/sgemm_tier_rules.py --out DIR [--profile]``.
+Rules: ``landed`` (experiment.json), ``no-split2`` (no 2-way split-K tier: those shapes go to the
+medium tier), ``no-split`` (no split-K tier at all). Every kernel on every shape, without the
+table: ``sgemm_kernel_matrix.py``. Run: ``python benchmarks/sgemm_tier_rules.py --out DIR
+[--profile]``.
 """
 
 from __future__ import annotations
@@ -28,16 +29,16 @@ ROOT = Path(__file__).resolve().parents[1]
 SHAPES = [(128, 8192, 4096), (8192, 128, 4096), (1024, 1024, 1024), (1000, 1000, 1000),
           (512, 512, 16384), (256, 256, 16384), (512, 512, 8192), (515, 261, 1031), (96, 3072, 1536),
           (96, 96, 9000), (64, 4096, 2048), (4096, 64, 2048), (777, 333, 555), (2048, 2048, 2048)]
-RULES = ("landed", "split4-wide", "no-split4")
-PROFILES = [((256, 256, 16384), "landed"), ((512, 512, 16384), "split4-wide"), ((512, 512, 16384), "landed")]
+RULES = ("landed", "no-split2", "no-split")
+PROFILES = [((256, 256, 16384), "landed"), ((512, 512, 16384), "landed"), ((128, 8192, 4096), "landed")]
 
 
 def launch_for(exp, rule: str):
     launch = exp.tuning.launch.model_copy(deep=True)
-    if rule == "no-split4":
-        launch.tiers = [t for t in launch.tiers if t.name != "splitk4"]
-    elif rule == "split4-wide":
-        next(t for t in launch.tiers if t.name == "splitk4").when = "deep_k and tiles_64 < num_sms"
+    if rule == "no-split2":
+        launch.tiers = [t for t in launch.tiers if t.name != "splitk2"]
+    elif rule == "no-split":
+        launch.tiers = [t for t in launch.tiers if not (t.name or "").startswith("splitk")]
     return launch
 
 

@@ -13,7 +13,7 @@ Prints per case the winner's, eager's and torch.compile's medians and the speed-
 KernelBench's shape (4096 x 393216) the winner's bandwidth as a fraction of the GPU's measured
 copy bandwidth (``harness/peaks.py``); then the targets: at least 1.0x torch.compile at
 KernelBench's shape and on every short-row case, at least 85% of the copy bandwidth there.
-Run alone: ``python benchmarks/softmax_winner.py --out DIR``; ``bench_shapes.py`` runs it first (not
+Run alone: ``python benchmarks/softmax_winner.py --out DIR [--config EXPERIMENT]``; ``bench_shapes.py`` runs it first (not
 named bench_*, so ``scripts/gpu-session.sh all`` runs it once).
 """
 
@@ -40,18 +40,19 @@ def _vendor(case: dict, label: str) -> float | None:
     return None
 
 
-def run_softmax(out: Path) -> dict:
-    """The three steps above; writes bench_softmax.json and the run (softmax-run) under ``out``."""
+def run_softmax(out: Path, config: Path = CONFIG) -> dict:
+    """The three steps above on ``config`` (by default the example's; a copy, to try a variant of
+    it); writes bench_softmax.json and the run (softmax-run) under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     results = Path(tempfile.mkdtemp(prefix="softmax-bench-"))
-    code, main_wall = cudaopt("optimize", "--config", str(CONFIG), "--results-dir", str(results),
+    code, main_wall = cudaopt("optimize", "--config", str(config), "--results-dir", str(results),
                               log=out / "softmax-optimize.txt")
     if code != 0:
         raise SystemExit(f"optimize failed: {(out / 'softmax-optimize.txt').read_text()[-2000:]}")
     run = results / "run-001"
     summary = json.loads((run / "summary.json").read_text())
     evaluated = out / "softmax-winner.json"
-    eval_code, eval_wall = cudaopt("evaluate", "--config", str(CONFIG), "--kernel", str(run / "best.cu"),
+    eval_code, eval_wall = cudaopt("evaluate", "--config", str(config), "--kernel", str(run / "best.cu"),
                                    "--launch", str(run / "best-launch.json"), "--no-time-reference",
                                    "--json", str(evaluated), log=out / "softmax-evaluate.txt")
     verify_code, verify_wall = cudaopt("verify", str(run), log=out / "softmax-verify.txt")
@@ -102,7 +103,9 @@ def run_softmax(out: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("out"))
-    run_softmax(parser.parse_args().out)
+    parser.add_argument("--config", type=Path, default=CONFIG, help="an experiment (default: the example's)")
+    args = parser.parse_args()
+    run_softmax(args.out, args.config)
 
 
 if __name__ == "__main__":

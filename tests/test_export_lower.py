@@ -32,11 +32,11 @@ HANDWRITTEN = [
 
 
 def _example_launch() -> dict:
-    """The example's launch as nested conditionals (as it was written before tier tables): long
-    expressions that lower.py must still carry."""
+    """An earlier form of the example's launch, as nested conditionals over its tunables (written
+    so before tier tables): long expressions that lower.py must still carry."""
     config = json.loads((SGEMM / "experiment.json").read_text())["tune"]
     values = {name: choices[-1] for name, choices in config["tunables"].items()}
-    return bake_launch(json.loads((FIXTURES / "sgemm_nested_launch.json").read_text()), values)
+    return bake_launch(json.loads((FIXTURES / "long_launch_expressions.json").read_text()), values)
 
 
 def _exprs() -> list[str]:

@@ -35,7 +35,7 @@ def test_the_example_is_ready():
     result = runner.invoke(app, ["check", "--config", str(SGEMM / "experiment.json"), "--arch", "sm_90"])
     assert result.exit_code == 0, result.output
     for text in ("cudaopt check: ready", "reference.cu compiles for sm_90", "initial.cu compiles for sm_90",
-                 "20 configurations"):
+                 "10 configurations"):
         assert text in result.output
 
 

@@ -151,9 +151,9 @@ def test_each_shape_gets_a_kernel_whose_fast_path_holds_it():
             assert threads % 32 == 0 and 32 <= threads <= _bounds(config)[entry], (rows, cols, config, launch)
             assert 1 <= grid < 2**31
             if entry == "softmax_rows_warp":
-                assert cols <= 1024 and grid == -(-rows // (threads // 32 * config["RPW"]))
+                assert cols <= 512 and grid == -(-rows // (threads // 32 * config["RPW"]))
             elif entry == "softmax_rows_block":
-                assert 1024 < cols <= 4 * config["NB"] * threads and grid == rows
+                assert 512 < cols <= 4 * config["NB"] * threads and grid == rows
             elif entry == "softmax_rows_cluster":
                 part = 4 * -(-cols // (4 * config["CL"]))
                 assert grid == rows * config["CL"] and 4 * part <= launch.shared_bytes

@@ -142,10 +142,10 @@ def test_the_register_held_kernels_and_the_cluster_on_hard_rows(case, mean, std,
         row = (rng.uniform(low, high, cols) if low is not None else rng.normal(mean, std, cols)).astype(F)
         lanes = 8 if cols <= 32 else (16 if cols <= 64 else 32)
         outs = [cluster_row(row, 8, 128, True)]
-        if cols <= 1024:
+        if cols <= 1024:  # the warp kernel's path (the launch takes it up to 512 columns)
             outs.append(tile_row(row, lanes, True, group=lanes))
             outs.append(tile_row(row, lanes, False, group=lanes))
-        else:
+        if cols > 512:  # the block kernel's
             outs.append(tile_row(row, 32 * -(-cols // (32 * 16)), True))
         for out in outs:
             assert _within(out, row, case) < 0.5, case

@@ -66,43 +66,46 @@ def test_the_example_space():
 
     space = load_experiment(SGEMM / "experiment.json").tuning.space
     configs = space.configurations()
-    assert 10 < len(configs) <= 40 and len(configs) < math.prod(len(v) for v in space.tunables.values())  # exhaustive by default
+    assert 8 <= len(configs) <= 40 and len(configs) < math.prod(len(v) for v in space.tunables.values())  # exhaustive by default
     assert all(128 <= (c["BM"] // c["TM"]) * (c["BN"] // c["TN"]) <= 256 for c in configs)
-    assert {c["ST"] for c in configs} == {16, 32} and {c["SK"] for c in configs} == {32, 64}
+    assert {c["ST"] for c in configs} == {16} and {c["SK"] for c in configs} == {32, 64}
 
 
 @pytest.mark.parametrize("m, n, k, sms, tier", [
     (4096, 4096, 4096, 132, "large"),  # 512 tiles of 128 x 256: every SM busy
-    (1024, 1024, 1024, 132, "medium"),  # 32 large tiles would leave most SMs idle; 256 of 64 x 64 do not
-    (1536, 1536, 512, 132, "medium"),  # 72 large tiles: too few
+    (1024, 1024, 1024, 132, "splitk2"),  # 32 large tiles would leave most SMs idle; 256 of 64 x 64, two blocks each
+    (1536, 1536, 512, 132, "medium"),  # 72 large tiles: too few; 576 of 64 x 64: no split
     (2048, 2048, 64, 132, "large"),  # 128 tiles of 128 x 256: at least 7/8 of the SMs busy
-    (515, 261, 1000, 132, "small"),  # 45 tiles of 64 x 64, 153 of 32 x 32
-    (515, 261, 1031, 132, "splitk4"),  # the same tiles, k deep enough to split: 4 blocks per 64 x 64 tile
-    (256, 256, 16384, 132, "splitk8"),  # 16 tiles: fewer than a quarter of the SMs, 8 blocks each
-    (256, 256, 16384, 16, "medium"),  # ... which fill a GPU of 16 SMs without splitting
+    (515, 261, 1000, 132, "splitk8"),  # 45 tiles of 64 x 64: fewer than half the SMs, 8 blocks each
+    (515, 261, 400, 132, "small"),  # the same tiles, k too shallow to split
+    (256, 256, 16384, 132, "splitk8s"),  # 16 tiles: fewer than a quarter of the SMs, 8 blocks per 32 x 32
+    (256, 256, 16384, 16, "splitk4"),  # ... one per SM of a GPU of 16 SMs: 4 blocks each
     (384, 256, 320, 132, "tiny"),  # 96 tiles of 32 x 32: too few
     (1024, 1024, 1024, 16, "large"),  # a GPU with 16 SMs: the large tiles already fill it
     (32768, 8, 4096, 132, "tiny"),  # enough tiles of every size, but 8 columns fill no half of one
-    (16384, 64, 1024, 132, "medium"),  # a 256-column tile would be 75% padding; 64 x 64 fits
+    (16384, 64, 1024, 132, "splitk2"),  # a 256-column tile would be 75% padding; 256 of 64 x 64
     (8, 32768, 4096, 132, "tiny"),
     (16, 16, 16, 132, "direct"),  # at most 65536 multiply-adds: a launch costs more than the work
     (33, 65, 17, 132, "direct"),
     (64, 64, 64, 132, "tiny"),
     (1, 1, 65537, 132, "tiny"),  # deep, but a 64 x 64 tile would be almost all padding
-    (96, 96, 9000, 132, "splitk8"),
-    (512, 512, 8192, 132, "small"),  # 64 tiles of 64 x 64, but 256 of 32 x 32: two per SM beat a split
-    (4096, 64, 2048, 132, "small"),
-    (401, 333, 1501, 132, "splitk4"),  # 42 tiles of 64 x 64, 143 of 32 x 32
-    (100, 100, 1000, 132, "tiny"),  # k too shallow to split
+    (96, 96, 9000, 132, "splitk8s"),
+    (512, 512, 8192, 132, "splitk8"),  # 64 tiles of 64 x 64: 8 blocks each
+    (4096, 64, 2048, 132, "splitk8"),
+    (96, 3072, 1536, 132, "splitk8s"),  # 64-row tiles would be a third padding
+    (512, 512, 256, 132, "small"),  # k too shallow to split
+    (401, 333, 1501, 132, "splitk8"),  # 42 tiles of 64 x 64
+    (100, 100, 1000, 132, "splitk8s"),  # 4 tiles of 64 x 64: 8 blocks per 32 x 32 tile
+    (100, 100, 500, 132, "tiny"),  # k too shallow to split
 ])
 def test_the_example_dispatches_by_waves_of_the_gpus_sms(m, n, k, sms, tier):
     """The tunable kernel's launch picks its tier, the kernel of that tier, from num_sms."""
     launch = _example_launch(m, n, k, sms, {"BM": 128, "BN": 256, "TM": 8, "TN": 16, "ST": 16})
     rows, cols, threads = {"large": (128, 256, 256), "medium": (64, 64, 128), "small": (32, 32, 64),
-                           "tiny": (16, 16, 64), "direct": (16, 16, 256), "splitk4": (64, 64, 128),
-                           "splitk8": (64, 64, 128)}[tier]
+                           "tiny": (16, 16, 64), "direct": (16, 16, 256), "splitk2": (64, 64, 128),
+                           "splitk4": (64, 64, 128), "splitk8": (64, 64, 128), "splitk8s": (32, 32, 64)}[tier]
     assert launch.entry == {"large": "matmul_f32"}.get(tier, f"matmul_f32_{tier}")
-    split = {"splitk4": 4, "splitk8": 8}.get(tier, 1)  # blocks per tile along z, one cluster
+    split = {"splitk2": 2, "splitk4": 4, "splitk8": 8, "splitk8s": 8}.get(tier, 1)  # blocks per tile along z, one cluster
     assert launch.grid == (-(-n // cols), -(-m // rows), split) and launch.block == (threads, 1, 1)
 
 
@@ -141,7 +144,8 @@ def test_each_kernel_the_example_launches_gets_the_grid_and_block_of_its_tier():
         source, re.DOTALL)}
     clusters = {name: int(z) for name, z in re.findall(r'(\w+)\([^)]*\) __cluster_dims__\(1, 1, (\d+)\);', source)}
     assert sorted(kernels) == ["matmul_f32", "matmul_f32_direct", "matmul_f32_medium", "matmul_f32_small",
-                               "matmul_f32_splitk4", "matmul_f32_splitk8", "matmul_f32_tiny"]
+                               "matmul_f32_splitk2", "matmul_f32_splitk4", "matmul_f32_splitk8", "matmul_f32_splitk8s",
+                               "matmul_f32_tiny"]
 
     def tile(tier, config):  # rows, cols and threads of a tier: TM x TN outputs per thread, or one
         kind, args = tiers[tier]
@@ -303,19 +307,19 @@ def test_a_baked_launch_takes_the_same_decisions_with_the_tunables_written_in():
 
 
 def test_the_example_launch_splits_k_where_its_tiles_cannot_fill_the_gpu():
-    """Deep-k and skinny shapes with fewer 64 x 64 output tiles than SMs go to split-K: 8 blocks
-    per tile below a quarter of the SMs, 4 otherwise (grid z, one cluster per tile); shallow k
-    or tiles enough keep their tier. The GPU test (tests/gpu/test_splitk_gpu.py) checks the
-    same shapes' outputs."""
+    """Shapes (k >= 512) whose 64 x 64 output tiles number at most twice the SMs go to split-K:
+    2, 4 or 8 blocks per tile as the tiles are fewer (grid z, one cluster per tile), 8 per 32 x 32
+    tile where 64 x 64 tiles are very few or mostly padding; shallow k or tiles enough keep their
+    tier. The GPU test (tests/gpu/test_splitk_gpu.py) checks the same shapes' outputs."""
     from tests.gpu.test_splitk_gpu import SHAPES
 
     for config in (_example_tuning().space.configurations()[0], _example_tuning().space.configurations()[-1]):
         for (m, n, k), entry in SHAPES.items():
             launch = _example_launch(m, n, k, 132, config)
             assert launch.entry == entry, (m, n, k, config)
-        assert _example_launch(512, 512, 512, 132, config).entry == "matmul_f32_small"  # k too shallow to split
+        assert _example_launch(512, 512, 256, 132, config).entry == "matmul_f32_small"  # k too shallow to split
         assert _example_launch(4096, 4096, 4096, 132, config).entry == "matmul_f32"
-        assert _example_launch(1024, 1024, 4096, 132, config).entry in ("matmul_f32", "matmul_f32_medium")
-        assert _example_launch(256, 256, 16384, 16, config).entry == "matmul_f32_medium"  # a GPU that 16 tiles fill
+        assert _example_launch(1024, 1024, 4096, 132, config).entry in ("matmul_f32", "matmul_f32_splitk2")
+        assert _example_launch(4096, 4096, 4096, 16, config).entry == "matmul_f32"  # a GPU that large tiles fill
         assert _example_launch(1, 4096, 4096, 132, config).entry == "matmul_f32_tiny"  # under half a tile: padding
         assert _example_launch(16, 16, 16384, 132, config).entry == "matmul_f32_tiny"

@@ -1,4 +1,4 @@
-// SGEMM in six tiers, one kernel each (two for split-K), picked by the launch expressions of experiment.json
+// SGEMM in six tiers, one kernel each (four for split-K), picked by the launch expressions of experiment.json
 // ("entry"). Four are one register-tiled algorithm, chosen by waves (num_sms: the GPU's SM
 // count): each is the largest tile whose tiles still give at least 7/8 of the SMs a block,
 // counting only what is at least half a tile along each dimension (a dimension under half a tile
@@ -19,13 +19,17 @@
 //   (m * n * k), where a launch costs more than the work and XS's ring only adds to it (16^3 on
 //   the H200: 5.3 us through XS, 4.0-4.3 us for initial.cu, which works this way).
 //
-// - split-K, matmul_f32_splitk4 / matmul_f32_splitk8: after L, for k >= 1024 when the M tiles are
-//   fewer than the SMs and m, n >= 32 (half a tile; below, a tile would be mostly padding): 8
-//   blocks per M tile when the tiles are fewer than a quarter of the SMs, else 4, and those only
-//   while S tiles would give fewer than 1.5 blocks per SM (512 x 512 x 8192: S 160 us, split 177;
-//   515 x 261 x 1031: S 38.6 us, split 25.9). Each block (grid z, one thread block cluster per
-//   tile) sums its run of k; the partial tiles are added through the cluster's shared memory
-//   (splitk_gemm).
+// - split-K, matmul_f32_splitk2/4/8 (M tiles) and matmul_f32_splitk8s (S tiles): after L, for k >=
+//   512 and m, n >= 32 (half a tile; below, a tile would be mostly padding), when the M tiles number
+//   at most twice the SMs: S blocks per tile, the fewest that bring the blocks past 2 per SM (2
+//   for up to two tiles per SM, 4 up to one and from a quarter, 8 below half), and 8 per S tile
+//   when M tiles are fewer than a quarter of the SMs or would be a third more padding than S tiles
+//   (96 rows). Each block (grid z, one thread block cluster per tile) sums its run of k; the
+//   partial tiles are added through the cluster's shared memory (splitk_gemm). Measured on the
+//   H200, every form on every shape (benchmarks/sgemm_kernel_matrix.py): 515 x 261 x 1031 split 8
+//   22.5 us, split 4 26.0, S 38.9; 256 x 256 x 32768 S split 8 187, M split 8 243; 96 x 3072 x 1536
+//   S split 8 39.5, M split 8 45.1; 128 x 8192 x 4096 split 2 232.5, M 240.0; 100 x 100 x 1000 S
+//   split 8 8.9, M split 8 10.9; 512^3 S 15.6, split 8 16.7, split 4 17.5.
 //
 // Every kernel computes C for any shape; the tiers differ only in speed.
 //
@@ -66,7 +70,7 @@
 #define TN 8
 #endif
 #ifndef ST
-#define ST 32
+#define ST 16
 #endif
 #ifndef SK
 #define SK 32
@@ -533,7 +537,7 @@ using Small = AsyncTier<32, 32, 32, 4, 4, 3>;
 constexpr int TINY_STAGES = AsyncTier<ST, ST, SK, ST / 8, ST / 8, 3>::smem_floats * 4 <= 48 * 1024 ? 3 : 2;
 using Tiny = AsyncTier<ST, ST, SK, ST / 8, ST / 8, TINY_STAGES>;
 using Direct = DirectTier<16, 16>;
-using Split = Medium;  // the split-K kernels' tile
+using Split = Medium;  // the tile of the split-K kernels but splitk8s (Small's)
 static_assert(Large::threads <= 256 && Medium::threads == 128 && Small::threads == 64 && Tiny::threads == 64,
               "the launch bounds below");
 static_assert(Large::smem_floats * 4 <= 48 * 1024 && Medium::smem_floats * 4 <= 48 * 1024,
@@ -578,10 +582,21 @@ matmul_f32_direct(const float* a, const float* b, float* c, int m, int n, int k)
     direct_gemm<Direct>(a, b, c, m, n, k, smem);
 }
 
-// Split-K (see splitk_gemm): S = 4 or 8 blocks per tile, one cluster each; the launch picks the
-// kernel (and grid z = S) from how many tiles the problem has. Each kernel adds to every compile
-// of the module (~0.3 s), so there are two. The cluster size is an attribute of a declaration
-// (after the parameters), so the definition stays declared plainly as the rule for entries asks.
+// Split-K (see splitk_gemm): S = 2, 4 or 8 blocks per 64 x 64 tile (splitk2/4/8), or 8 per 32 x 32
+// tile (splitk8s), one cluster each; the launch picks the kernel (and grid z = S) from how many
+// tiles the problem has. Each kernel adds to every compile of the module (~0.3 s). The cluster
+// size is an attribute of a declaration (after the parameters), so each definition stays declared
+// plainly as the rule for entries asks.
+
+extern "C" __global__ void __launch_bounds__(128)
+matmul_f32_splitk2(const float* a, const float* b, float* c, int m, int n, int k) __cluster_dims__(1, 1, 2);
+
+extern "C" __global__ void __launch_bounds__(128)
+matmul_f32_splitk2(const float* a, const float* b, float* c, int m, int n, int k)
+{
+    __shared__ __align__(16) float smem[Split::smem_floats];
+    splitk_gemm<Split, 2>(a, b, c, m, n, k, smem);
+}
 
 extern "C" __global__ void __launch_bounds__(128)
 matmul_f32_splitk4(const float* a, const float* b, float* c, int m, int n, int k) __cluster_dims__(1, 1, 4);
@@ -601,4 +616,14 @@ matmul_f32_splitk8(const float* a, const float* b, float* c, int m, int n, int k
 {
     __shared__ __align__(16) float smem[Split::smem_floats];
     splitk_gemm<Split, 8>(a, b, c, m, n, k, smem);
+}
+
+extern "C" __global__ void __launch_bounds__(64)
+matmul_f32_splitk8s(const float* a, const float* b, float* c, int m, int n, int k) __cluster_dims__(1, 1, 8);
+
+extern "C" __global__ void __launch_bounds__(64)
+matmul_f32_splitk8s(const float* a, const float* b, float* c, int m, int n, int k)
+{
+    __shared__ __align__(16) float smem[Small::smem_floats];
+    splitk_gemm<Small, 8>(a, b, c, m, n, k, smem);
 }

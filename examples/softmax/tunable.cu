@@ -1,7 +1,8 @@
 // Row softmax, y[r][c] = exp(x[r][c] - max_r) / sum_c' exp(x[r][c'] - max_r), float32, row-major,
 // in four kernels of one signature; experiment.json's launch picks one per shape:
 //
-//   softmax_rows_warp     cols <= 1024: a group of 8, 16 or 32 lanes per row, RPW rows per warp,
+//   softmax_rows_warp     cols <= 1024 (launched up to 512: beyond, the block kernel measured
+//                         faster): a group of 8, 16 or 32 lanes per row, RPW rows per warp,
 //                         the row held in registers (one read, one write)
 //   softmax_rows_block    cols <= 4 * NB * 1024: one block per row, NB float4 per thread held in
 //                         registers (one read, one write)

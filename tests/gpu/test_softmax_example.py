@@ -48,8 +48,8 @@ def test_tuned_configurations_pass_every_case_with_each_kernel(supervisor, softm
     assert result.status == "ok", (config, _failures(result))
     entries = {c.name: c.launch.entry for c in result.cases}
     assert entries["kernelbench-4096x393216"] == "softmax_rows_cluster"
-    assert entries["rows32-65536x32"] == entries["rows1024-16384x1024"] == "softmax_rows_warp"
-    assert entries["rows4096-8192x4096"] == "softmax_rows_block"
+    assert entries["rows32-65536x32"] == entries["rows128-32768x128"] == "softmax_rows_warp"
+    assert entries["rows1024-16384x1024"] == entries["rows4096-8192x4096"] == "softmax_rows_block"
     assert entries["online-2x600001"] == "softmax_rows"
     for name in ("softmax_rows_warp", "softmax_rows_block", "softmax_rows_cluster"):
         info = result.compile.entries[name]

@@ -1,6 +1,6 @@
 """The example SGEMM's split-K tier on the GPU: on deep-k shapes whose 64 x 64 output tiles cannot
-fill the GPU (nor their 32 x 32 tiles give most SMs two), the launch sends the case to a split-K
-kernel (a cluster of 4 or 8 blocks per tile, grid z = the cluster size) and every output passes
+fill it twice, the launch sends the case to a split-K kernel (a cluster of 2, 4 or 8 blocks per
+64 x 64 tile, or 8 per 32 x 32 tile; grid z = the cluster size) and every output passes
 the reference's check, on vectorised and element-wise paths, whole and partial tiles, and runs
 of k that end early; a shape with tiles enough stays on its tier. Each shape is made from the example's
 template case the way `verify --shapes` makes them (the same tolerances)."""
@@ -17,16 +17,20 @@ from tests.gpu.conftest import FAST
 pytestmark = pytest.mark.gpu
 
 SHAPES = {  # (m, n, k): the kernel the launch must pick on an H200 (132 SMs)
-    (256, 256, 16384): "matmul_f32_splitk8",   # 16 tiles
-    (384, 384, 2048): "matmul_f32_splitk4",    # 36 tiles of 64 x 64, 144 of 32 x 32
-    (401, 333, 1501): "matmul_f32_splitk4",    # k % 4 != 0: element-wise loads; partial tiles
-    (96, 96, 9001): "matmul_f32_splitk8",      # k % 4 != 0; partial tiles
-    (40, 72, 1025): "matmul_f32_splitk8",      # runs of 144 (whole 16-deep slices): rank 7 short (17)
-    (515, 261, 1031): "matmul_f32_splitk4",    # the example's holdout
-    (512, 512, 8192): "matmul_f32_small",      # 256 tiles of 32 x 32: two per SM, faster than a split
-    (64, 4096, 2048): "matmul_f32_small",      # skinny: the same
-    (128, 8192, 4096): "matmul_f32_medium",    # 256 tiles: enough without splitting k
+    (256, 256, 16384): "matmul_f32_splitk8s",  # 16 tiles of 64 x 64: fewer than a quarter of the SMs
+    (96, 3072, 1536): "matmul_f32_splitk8s",   # 96 rows: 64-row tiles would be a third padding
+    (96, 96, 9001): "matmul_f32_splitk8s",     # k % 4 != 0; partial tiles
+    (40, 72, 1025): "matmul_f32_splitk8s",     # runs of 160 (whole 32-deep slices): rank 6 short, rank 7 empty
+    (384, 384, 2048): "matmul_f32_splitk8",    # 36 tiles of 64 x 64
+    (401, 333, 1501): "matmul_f32_splitk8",    # k % 4 != 0: element-wise loads; partial tiles
+    (515, 261, 1031): "matmul_f32_splitk8",    # the example's holdout; runs of 144: rank 7 short (23)
+    (512, 512, 8192): "matmul_f32_splitk8",    # 64 tiles
+    (64, 4096, 2048): "matmul_f32_splitk8",    # skinny: the same
+    (777, 333, 555): "matmul_f32_splitk4",     # 78 tiles, k too shallow for 8 runs of 128
+    (128, 8192, 4096): "matmul_f32_splitk2",   # 256 tiles: two per SM
+    (1024, 1536, 512): "matmul_f32_medium",    # 384 tiles: enough without splitting k
 }
+SPLIT = {"matmul_f32_splitk2": 2, "matmul_f32_splitk4": 4, "matmul_f32_splitk8": 8, "matmul_f32_splitk8s": 8}
 
 
 @pytest.fixture
@@ -51,12 +55,12 @@ def test_split_k_is_picked_and_passes_on_deep_and_skinny_shapes(supervisor, sgem
     for (m, n, k), entry in SHAPES.items():
         case = result.case(f"m={m},n={n},k={k}")
         assert case.launch.entry == entry, (m, n, k, case.launch)
-        z = {"matmul_f32_splitk4": 4, "matmul_f32_splitk8": 8}.get(entry, 1)
-        tile = 32 if entry == "matmul_f32_small" else 64
+        z = SPLIT.get(entry, 1)
+        tile = 32 if entry in ("matmul_f32_small", "matmul_f32_splitk8s") else 64
         assert case.launch.grid == (-(-n // tile), -(-m // tile), z), (m, n, k, case.launch)
         assert case.timing is not None
     print(config, {c.name: round(c.timing.median_us, 1) for c in result.cases})
     info = result.compile.entries
-    for name in ("matmul_f32_splitk4", "matmul_f32_splitk8"):
+    for name in SPLIT:
         assert info[name].spill_stores == 0 and info[name].local_bytes == 0, (name, info[name])
 

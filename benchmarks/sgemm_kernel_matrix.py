@@ -1,0 +1,149 @@
+"""Every kernel form of the SGEMM example on every shape of its smaller tiers, beside cuBLAS.
+
+The tier table picks one kernel per shape; this measures them all, so that a rule can be read
+off a table instead of guessed. Each form (a tile, its thread tile, its ring, and for split-K its
+cluster width) is added to the example's ``tunable.cu`` as one more entry and launched alone on
+every shape; cuBLAS is timed interleaved in the first repeat, and the forms alternate over two
+repeats. Run: ``python benchmarks/sgemm_kernel_matrix.py --out DIR [--forms a,b,..]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cudaopt.experiment import load_experiment
+from cudaopt.pool.supervisor import Supervisor
+from cudaopt.winner.shapes import load_shapes
+from cudaopt.wire.protocol import LaunchSpec, TimingProtocol
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPES = [(128, 8192, 4096), (8192, 128, 4096), (1024, 1024, 1024), (1000, 1000, 1000), (512, 512, 16384),
+          (256, 256, 16384), (256, 256, 32768), (512, 512, 8192), (515, 261, 1031), (96, 3072, 1536),
+          (96, 96, 9000), (64, 4096, 2048), (4096, 64, 2048), (777, 333, 555)]
+
+
+@dataclass(frozen=True)
+class Form:
+    """One kernel: an AsyncTier<bm, bn, bk, tm, tn, stages>, split over `split` blocks of a
+    cluster (1: no split), or an entry the example already has (`entry`)."""
+
+    name: str
+    tile: tuple[int, int, int, int, int, int] = (64, 64, 16, 8, 4, 4)
+    split: int = 1
+    entry: str = ""
+
+    @property
+    def threads(self) -> int:
+        bm, bn, _, tm, tn, _ = self.tile
+        return (bm // tm) * (bn // tn)
+
+    @property
+    def smem_bytes(self) -> int:
+        """AsyncTier's ring (and for split-K the partial tile, which must fit in it), in bytes."""
+        bm, bn, bk, _, _, stages = self.tile
+        return 4 * stages * (bm * (bk + (4 if bk % 16 == 0 else 0)) + bk * bn)
+
+    @property
+    def dynamic(self) -> bool:
+        return self.smem_bytes > 48 * 1024  # beyond static shared memory: the launch asks for it
+
+    def source(self) -> str:
+        if self.entry:
+            return ""
+        t = f"AsyncTier<{', '.join(map(str, self.tile))}>"
+        head = f'extern "C" __global__ void __launch_bounds__({self.threads})\nmatmul_f32_{self.name}(const float* a, ' \
+               "const float* b, float* c, int m, int n, int k)"
+        body = f"splitk_gemm<{t}, {self.split}>" if self.split > 1 else f"async_gemm<{t}>"
+        cluster = f"{head} __cluster_dims__(1, 1, {self.split});\n" if self.split > 1 else ""
+        smem = ("    extern __shared__ __align__(16) float smem[];\n" if self.dynamic
+                else f"    __shared__ __align__(16) float smem[{t}::smem_floats];\n")
+        return f"{cluster}{head}\n{{\n{smem}    {body}(a, b, c, m, n, k, smem);\n}}\n"
+
+    def launch(self) -> LaunchSpec:
+        bm, bn = self.tile[:2]
+        entry = self.entry or f"matmul_f32_{self.name}"
+        grid = [f"cdiv(n, {bn})", f"cdiv(m, {bm})", self.split]
+        return LaunchSpec.model_validate({"entry": entry, "block": [self.threads], "grid": grid,
+                                          "shared_bytes": self.smem_bytes if self.dynamic else 0})
+
+
+FORMS = [
+    Form("medium", entry="matmul_f32_medium"),
+    Form("small", (32, 32, 32, 4, 4, 3), entry="matmul_f32_small"),
+    Form("s4", split=4, entry="matmul_f32_splitk4"),
+    Form("s8", split=8, entry="matmul_f32_splitk8"),
+    Form("s2", split=2, entry="matmul_f32_splitk2"),
+    Form("s8sm", (32, 32, 32, 4, 4, 3), split=8, entry="matmul_f32_splitk8s"),
+    Form("m5", (64, 64, 16, 8, 4, 5)),
+    Form("w88", (64, 128, 8, 8, 8, 6)),
+    Form("t88", (128, 64, 16, 8, 8, 3)),
+    Form("s4m5", (64, 64, 16, 8, 4, 5), split=4),
+    Form("s8m5", (64, 64, 16, 8, 4, 5), split=8),
+    Form("s4sm", (32, 32, 32, 4, 4, 3), split=4),
+    Form("s2w", (64, 128, 8, 8, 8, 6), split=2),
+    Form("s4w", (64, 128, 8, 8, 8, 6), split=4),
+    Form("s8w", (64, 128, 8, 8, 8, 6), split=8),
+    # 128 x 128 tiles, 8 x 8 per thread, 256 threads, in dynamic shared memory (64-72 KB)
+    Form("L1", (128, 128, 8, 8, 8, 8)),
+    Form("L2", (128, 128, 8, 8, 8, 8), split=2),
+    Form("L4", (128, 128, 8, 8, 8, 8), split=4),
+    Form("L8", (128, 128, 8, 8, 8, 8), split=8),
+    Form("L2k16", (128, 128, 16, 8, 8, 4), split=2),
+    Form("L4k16", (128, 128, 16, 8, 8, 4), split=4),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--forms", default="", help="comma-separated form names (default: all)")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--shapes", default="", help="comma-separated MxNxK (default: the smaller tiers' shapes)")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    forms = [f for f in FORMS if not args.forms or f.name in args.forms.split(",")]
+    exp = load_experiment(ROOT / "examples/sgemm/experiment.json")
+    source = exp.tuning.source + "\n" + "\n".join(f.source() for f in forms)
+    shapes_file = args.out / "matrix-shapes.json"
+    shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")] if args.shapes else SHAPES
+    shapes_file.write_text(json.dumps({"template": "square-4096", "shapes": [dict(m=m, n=n, k=k) for m, n, k in shapes]}))
+    cases = [c.model_copy(update={"role": "performance"}) for c in load_shapes(shapes_file, exp)]
+    config = exp.tuning.space.configurations()[-1]
+    protocol = TimingProtocol(warmup=5, iterations=30)
+    us: dict[str, dict[str, list[float]]] = {f.name: {} for f in forms}
+    cublas: dict[str, float] = {}
+    with Supervisor(devices=[0], log_dir=args.out / "workers") as pool:
+        for repeat in range(args.repeats):
+            for form in forms if repeat % 2 == 0 else forms[::-1]:
+                request = exp.request(source, launch=form.launch(), defines=config, protocol=protocol,
+                                      vendor=repeat == 0 and form is forms[0])
+                request.cases = cases
+                start = time.monotonic()
+                result = pool.evaluate(request)
+                bad = [(c.name, c.status, c.reason[:160]) for c in result.cases if c.status != "ok"]
+                print(f"repeat {repeat} {form.name}: {result.status} {time.monotonic() - start:.1f} s {bad or ''}",
+                      flush=True)
+                for c in result.cases:
+                    if c.status == "ok" and c.timing:
+                        us[form.name].setdefault(c.name, []).append(c.timing.median_us)
+                    if c.vendors and c.vendors[0].timing:
+                        cublas[c.name] = c.vendors[0].timing.median_us
+    (args.out / "sgemm_kernel_matrix.json").write_text(json.dumps({"us": us, "cublas": cublas}, indent=1))
+    names = [c.name for c in cases]
+    print("\nbest median us per shape and form, as x cuBLAS (cuBLAS us in the first column)")
+    print(f"{'shape':22} {'cuBLAS':>8} " + " ".join(f"{f.name:>6}" for f in forms))
+    for name in names:
+        cells = []
+        for f in forms:
+            times = us[f.name].get(name)
+            cells.append(f"{cublas.get(name, math.nan) / min(times):6.2f}" if times else f"{'-':>6}")
+        print(f"{name:22} {cublas.get(name, math.nan):8.1f} " + " ".join(cells))
+
+
+if __name__ == "__main__":
+    main()

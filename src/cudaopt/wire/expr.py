@@ -82,9 +82,18 @@ def parse(text: str, names: bool = False) -> ast.Expression:
 
 def names_in(text: str, names: bool = False) -> set[str]:
     """The names an expression (a kernel name's, with ``names``) uses, function names excluded."""
-    tree = parse(text, names)
+    if not isinstance(text, str):
+        raise ExprError(f"expected an expression string, got {type(text).__name__}")
+    return set(_names_in(text, names))
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_in(text: str, names: bool) -> frozenset[str]:
+    """Once per text: a launch is checked on every case and configuration (10 x 5000 for a large
+    input-cases file), each time over every expression of its table."""
+    tree = _parse(text, names)
     called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in called}
+    return frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in called)
 
 
 @functools.lru_cache(maxsize=4096)

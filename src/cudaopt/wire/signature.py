@@ -7,6 +7,7 @@ output), scalars to the case's scalar values.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -151,8 +152,11 @@ def parse_signature(text: str) -> Signature:
     return _build(match.group(1), match.group(2))
 
 
+@functools.lru_cache(maxsize=64)
 def find_entry(source: str, entry: str) -> Signature | None:
-    """The declaration of ``entry`` in a kernel source, or None when it is not written plainly."""
+    """The declaration of ``entry`` in a kernel source, or None when it is not written plainly.
+    Cached (a few sources' worth): a launch's kernels are looked up on every case and
+    configuration it is checked on."""
     for match in _HEAD.finditer(_strip_comments(source)):
         if match.group(1) == entry:
             return _build(entry, match.group(2))

@@ -13,8 +13,9 @@ Prints per case the winner's, eager's and torch.compile's medians and the speed-
 KernelBench's shape (4096 x 393216) the winner's bandwidth as a fraction of the GPU's measured
 copy bandwidth (``harness/peaks.py``); then the targets: at least 1.0x torch.compile at
 KernelBench's shape and on every short-row case, at least 85% of the copy bandwidth there.
-Run alone: ``python benchmarks/softmax_winner.py --out DIR [--config EXPERIMENT]``; ``bench_shapes.py`` runs it first (not
-named bench_*, so ``scripts/gpu-session.sh all`` runs it once).
+Run alone: ``python benchmarks/softmax_winner.py --out DIR [--config EXPERIMENT]`` (a copy of the
+example, to try a variant of it); ``bench_shapes.py`` runs it first (not named bench_*, so
+``scripts/gpu-session.sh all`` runs it once).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The tier table picks one kernel per shape; this measures them all, so that a rule can be read
 off a table instead of guessed. Each form (a tile, its thread tile, its ring, and for split-K its
-cluster width) is added to the example's ``tunable.cu`` as one more entry and launched alone on
+cluster width and the groups of threads that split each block's k again) is added to the example's ``tunable.cu`` as one more entry and launched alone on
 every shape; cuBLAS is timed interleaved in the first repeat, and the forms alternate over two
 repeats. Run: ``python benchmarks/sgemm_kernel_matrix.py --out DIR [--forms a,b,..]``.
 """
@@ -29,24 +29,27 @@ SHAPES = [(128, 8192, 4096), (8192, 128, 4096), (1024, 1024, 1024), (1000, 1000,
 
 @dataclass(frozen=True)
 class Form:
-    """One kernel: an AsyncTier<bm, bn, bk, tm, tn, stages>, split over `split` blocks of a
-    cluster (1: no split), or an entry the example already has (`entry`)."""
+    """One kernel: an AsyncTier<bm, bn, bk, tm, tn, stages>, its k split over `split` blocks of a
+    cluster and `groups` groups of threads within each block (1, 1: no split), or an entry the
+    example already has (`entry`)."""
 
     name: str
     tile: tuple[int, int, int, int, int, int] = (64, 64, 16, 8, 4, 4)
     split: int = 1
     entry: str = ""
+    groups: int = 1
+    min_blocks: int = 1  # __launch_bounds__'s second value: blocks that must fit on an SM
 
     @property
     def threads(self) -> int:
         bm, bn, _, tm, tn, _ = self.tile
-        return (bm // tm) * (bn // tn)
+        return self.groups * (bm // tm) * (bn // tn)
 
     @property
     def smem_bytes(self) -> int:
-        """AsyncTier's ring (and for split-K the partial tile, which must fit in it), in bytes."""
+        """AsyncTier's ring, one per group (for split-K the partial tiles must fit in them), in bytes."""
         bm, bn, bk, _, _, stages = self.tile
-        return 4 * stages * (bm * (bk + (4 if bk % 16 == 0 else 0)) + bk * bn)
+        return 4 * self.groups * stages * (bm * (bk + (4 if bk % 16 == 0 else 0)) + bk * bn)
 
     @property
     def dynamic(self) -> bool:
@@ -56,12 +59,14 @@ class Form:
         if self.entry:
             return ""
         t = f"AsyncTier<{', '.join(map(str, self.tile))}>"
-        head = f'extern "C" __global__ void __launch_bounds__({self.threads})\nmatmul_f32_{self.name}(const float* a, ' \
+        head = f'extern "C" __global__ void __launch_bounds__({self.threads}, {self.min_blocks})\n' \
+               f"matmul_f32_{self.name}(const float* a, " \
                "const float* b, float* c, int m, int n, int k)"
-        body = f"splitk_gemm<{t}, {self.split}>" if self.split > 1 else f"async_gemm<{t}>"
+        split = self.split > 1 or self.groups > 1
+        body = f"splitk_gemm<{t}, {self.split}, {self.groups}>" if split else f"async_gemm<{t}>"
         cluster = f"{head} __cluster_dims__(1, 1, {self.split});\n" if self.split > 1 else ""
         smem = ("    extern __shared__ __align__(16) float smem[];\n" if self.dynamic
-                else f"    __shared__ __align__(16) float smem[{t}::smem_floats];\n")
+                else f"    __shared__ __align__(16) float smem[{self.groups} * {t}::smem_floats];\n")
         return f"{cluster}{head}\n{{\n{smem}    {body}(a, b, c, m, n, k, smem);\n}}\n"
 
     def launch(self) -> LaunchSpec:
@@ -95,6 +100,39 @@ FORMS = [
     Form("L8", (128, 128, 8, 8, 8, 8), split=8),
     Form("L2k16", (128, 128, 16, 8, 8, 4), split=2),
     Form("L4k16", (128, 128, 16, 8, 8, 4), split=4),
+    # 64 x 64 tiles, 8 x 8 per thread, k also split among G groups of 64 threads within a block
+    Form("g4s8", (64, 64, 8, 8, 8, 3), split=8, groups=4),
+    Form("g4s4", (64, 64, 8, 8, 8, 3), split=4, groups=4),
+    Form("g4s2", (64, 64, 8, 8, 8, 3), split=2, groups=4),
+    Form("g4s1", (64, 64, 8, 8, 8, 3), groups=4),
+    Form("g2s1", (64, 64, 8, 8, 8, 3), groups=2),
+    Form("g2s2", (64, 64, 8, 8, 8, 3), split=2, groups=2),
+    Form("g2s4", (64, 64, 8, 8, 8, 3), split=4, groups=2),
+    Form("g4s8k16", (64, 64, 16, 8, 8, 3), split=8, groups=4),
+    Form("g4s4k16", (64, 64, 16, 8, 8, 3), split=4, groups=4),
+    Form("g2s8", (64, 64, 16, 8, 4, 4), split=8, groups=2),
+    Form("g4s8m", (64, 64, 16, 8, 4, 3), split=8, groups=4),
+    Form("g4s8b2", (64, 64, 8, 8, 8, 3), split=8, groups=4, min_blocks=2),
+    Form("g4s2b2", (64, 64, 8, 8, 8, 3), split=2, groups=4, min_blocks=2),
+    Form("g4s4b2", (64, 64, 8, 8, 8, 3), split=4, groups=4, min_blocks=2),
+    Form("g2s8x", (64, 64, 8, 8, 8, 3), split=8, groups=2),
+    Form("g8s8", (64, 64, 8, 8, 8, 2), split=8, groups=8),
+    Form("g8s4", (64, 64, 8, 8, 8, 2), split=4, groups=8),
+    Form("g8s2", (64, 64, 8, 8, 8, 2), split=2, groups=8),
+    Form("g8s1", (64, 64, 8, 8, 8, 2), groups=8),
+    Form("g4s2k16", (64, 64, 16, 8, 8, 2), split=2, groups=4),
+    Form("sg2s8", (32, 32, 32, 4, 4, 3), split=8, groups=2),
+    Form("sg2s8k16", (32, 32, 16, 4, 4, 3), split=8, groups=2),
+    Form("sg4s8k16", (32, 32, 16, 4, 4, 3), split=8, groups=4),
+    Form("s8sk16", (32, 32, 16, 4, 4, 4), split=8),
+    Form("m32g2s8", (64, 32, 16, 8, 4, 3), split=8, groups=2),
+    Form("m32s8", (64, 32, 16, 8, 4, 3), split=8),
+    Form("m32g2s4", (64, 32, 16, 8, 4, 3), split=4, groups=2),
+    Form("sg2s8st2", (32, 32, 32, 4, 4, 2), split=8, groups=2),
+    Form("sg2s8st4", (32, 32, 32, 4, 4, 4), split=8, groups=2),
+    Form("sg2s4", (32, 32, 32, 4, 4, 3), split=4, groups=2),
+    Form("sg2s2", (32, 32, 32, 4, 4, 3), split=2, groups=2),
+    Form("sg4s8", (32, 32, 32, 4, 4, 2), split=8, groups=4),
 ]
 
 
@@ -126,6 +164,8 @@ def main() -> None:
                 start = time.monotonic()
                 result = pool.evaluate(request)
                 bad = [(c.name, c.status, c.reason[:160]) for c in result.cases if c.status != "ok"]
+                if not result.cases:
+                    bad = [result.reason[:600]]
                 print(f"repeat {repeat} {form.name}: {result.status} {time.monotonic() - start:.1f} s {bad or ''}",
                       flush=True)
                 for c in result.cases:

@@ -107,7 +107,8 @@ def test_the_example_split_k_kernels_compile_stateless_for_several_configuration
     device-global memory (no semaphore, no workspace) and the PTX has no atomics; the partial
     tiles travel through the cluster's shared memory between two cluster barriers, in a cluster
     of S blocks along z (the launch's grid z, checked in test_tune). Each entry compiles without
-    spills within static shared memory, whatever the tunables of the other tiers."""
+    spills within static shared memory (splitk8sg's two rings are dynamic: its launch asks for
+    them), whatever the tunables of the other tiers."""
     import re
 
     from cudaopt.experiment import load_experiment
@@ -120,16 +121,16 @@ def test_the_example_split_k_kernels_compile_stateless_for_several_configuration
         info = compile_kernel(KernelSpec(source=source, entry="matmul_f32_splitk4", defines=defines)).info
         assert info.ok and info.global_bytes <= 1024 and not info.device_malloc, config  # the tiers' constants
         usage = parse_ptxas(info.log)
-        for s in ("2", "4", "8", "8s"):
+        for s in ("2", "4", "8", "8s", "8sg", "2g"):
             entry = usage[f"matmul_f32_splitk{s}"]
             assert entry["spill_stores"] == 0 and entry["spill_loads"] == 0, (s, config)
             assert entry["static_shared_bytes"] <= 48 * 1024, (s, config)
     ptx = compile_ptx(KernelSpec(source=source, entry="matmul_f32_splitk4", defines={"CUDAOPT_NUM_SMS": 132}))
     assert not re.search(r"\s(?:atom|red)\.", ptx)  # no atomics anywhere in the module
     globals_ = re.findall(r"^\.(?:visible \.)?global .* (\w+)(?:\[\d*\])? = ", ptx, re.MULTILINE)
-    for s in ("2", "4", "8", "8s"):
+    for s in ("2", "4", "8", "8s", "8sg", "2g"):
         body = ptx[ptx.index(f".entry matmul_f32_splitk{s}("):]
         body = body[:body.index("\n}")]
         assert not [name for name in globals_ if name in body], s  # no device-global variable at all
-        assert re.search(rf"\.reqnctapercluster 1, 1, {s.rstrip('s')}\b", body), s
+        assert re.search(rf"\.reqnctapercluster 1, 1, {s.rstrip('sg')}\b", body), s
         assert body.count("barrier.cluster.arrive") == 2 and "ld.shared::cluster" in body, s

@@ -172,7 +172,7 @@ def test_a_bad_table_in_an_experiment_is_one_line_naming_file_and_field(tmp_path
         load_experiment(tmp_path / "experiment.json")
     message = str(err.value)
     assert "\n" not in message and "experiment.json" in message and "tune.launch" in message
-    assert "launch tier 'splitk8s' (tiers[2]).when" in message
+    assert "launch tier 'splitk8sg' (tiers[2]).when" in message
 
 
 CASE = CaseSpec(name="sq", role="performance", scalars={"m": 4096, "n": 4096}, outputs={})

@@ -78,7 +78,8 @@ def test_the_example_space():
     (2048, 2048, 64, 132, "large"),  # 128 tiles of 128 x 256: at least 7/8 of the SMs busy
     (515, 261, 1000, 132, "splitk8"),  # 45 tiles of 64 x 64: fewer than half the SMs, 8 blocks each
     (515, 261, 400, 132, "small"),  # the same tiles, k too shallow to split
-    (256, 256, 16384, 132, "splitk8s"),  # 16 tiles: fewer than a quarter of the SMs, 8 blocks per 32 x 32
+    (256, 256, 16384, 132, "splitk8sg"),  # 16 tiles, k deep: 8 blocks per 32 x 32 tile, 2 groups each
+    (256, 256, 2048, 132, "splitk8s"),  # 16 tiles: fewer than a quarter of the SMs, 8 blocks per 32 x 32
     (256, 256, 16384, 16, "splitk4"),  # ... one per SM of a GPU of 16 SMs: 4 blocks each
     (384, 256, 320, 132, "tiny"),  # 96 tiles of 32 x 32: too few
     (1024, 1024, 1024, 16, "large"),  # a GPU with 16 SMs: the large tiles already fill it
@@ -89,9 +90,12 @@ def test_the_example_space():
     (33, 65, 17, 132, "direct"),
     (64, 64, 64, 132, "tiny"),
     (1, 1, 65537, 132, "tiny"),  # deep, but a 64 x 64 tile would be almost all padding
-    (96, 96, 9000, 132, "splitk8s"),
-    (512, 512, 8192, 132, "splitk8"),  # 64 tiles of 64 x 64: 8 blocks each
-    (4096, 64, 2048, 132, "splitk8"),
+    (96, 96, 9000, 132, "splitk8sg"),
+    (300, 300, 4096, 132, "splitk8s"),  # 25 tiles: more than an eighth of the SMs
+    (512, 512, 8192, 132, "splitk2g"),  # 64 tiles of 64 x 64: 2 blocks each, 4 groups per block
+    (4096, 64, 2048, 132, "splitk2g"),
+    (4096, 64, 1024, 132, "splitk8"),  # the same tiles, k under 2048
+    (384, 384, 8192, 132, "splitk8"),  # 36 tiles of 64 x 64: 2 blocks each would leave half the SMs idle
     (96, 3072, 1536, 132, "splitk8s"),  # 64-row tiles would be a third padding
     (512, 512, 256, 132, "small"),  # k too shallow to split
     (401, 333, 1501, 132, "splitk8"),  # 42 tiles of 64 x 64
@@ -103,9 +107,10 @@ def test_the_example_dispatches_by_waves_of_the_gpus_sms(m, n, k, sms, tier):
     launch = _example_launch(m, n, k, sms, {"BM": 128, "BN": 256, "TM": 8, "TN": 16, "ST": 16})
     rows, cols, threads = {"large": (128, 256, 256), "medium": (64, 64, 128), "small": (32, 32, 64),
                            "tiny": (16, 16, 64), "direct": (16, 16, 256), "splitk2": (64, 64, 128),
-                           "splitk4": (64, 64, 128), "splitk8": (64, 64, 128), "splitk8s": (32, 32, 64)}[tier]
+                           "splitk4": (64, 64, 128), "splitk8": (64, 64, 128), "splitk8s": (32, 32, 64),
+                           "splitk8sg": (32, 32, 128), "splitk2g": (64, 64, 256)}[tier]
     assert launch.entry == {"large": "matmul_f32"}.get(tier, f"matmul_f32_{tier}")
-    split = {"splitk2": 2, "splitk4": 4, "splitk8": 8, "splitk8s": 8}.get(tier, 1)  # blocks per tile along z, one cluster
+    split = {"splitk2": 2, "splitk4": 4, "splitk8": 8, "splitk8s": 8, "splitk8sg": 8, "splitk2g": 2}.get(tier, 1)  # blocks per tile along z, one cluster
     assert launch.grid == (-(-n // cols), -(-m // rows), split) and launch.block == (threads, 1, 1)
 
 
@@ -138,14 +143,14 @@ def test_each_kernel_the_example_launches_gets_the_grid_and_block_of_its_tier():
     tiers = {name: (kind, re.findall(r"[^,<>]+", args)) for name, kind, args in
              re.findall(r"using (\w+) = (\w+)Tier<([^;]*)>;", source)}
     tiers["Split"] = tiers[re.search(r"using Split = (\w+);", source).group(1)]
-    kernels = {name: (bound, tier) for bound, name, tier in re.findall(
+    kernels = {name: (bound, tier, int(groups or 1)) for bound, name, tier, groups in re.findall(
         r'extern "C" __global__ void __launch_bounds__\((\d+)[^)]*\)\s*(\w+)\([^)]*\)\s*\{'
-        r'.*?(?:staged|async|direct|splitk)_gemm<(\w+)',
-        source, re.DOTALL)}
+        r'.*?(?:staged|async|direct|splitk)_gemm<(\w+)(?:, \d+(?:, (\d+))?)?>',
+        source, re.DOTALL)}  # groups: of the tier's threads, each summing its own share of k
     clusters = {name: int(z) for name, z in re.findall(r'(\w+)\([^)]*\) __cluster_dims__\(1, 1, (\d+)\);', source)}
     assert sorted(kernels) == ["matmul_f32", "matmul_f32_direct", "matmul_f32_medium", "matmul_f32_small",
-                               "matmul_f32_splitk2", "matmul_f32_splitk4", "matmul_f32_splitk8", "matmul_f32_splitk8s",
-                               "matmul_f32_tiny"]
+                               "matmul_f32_splitk2", "matmul_f32_splitk2g", "matmul_f32_splitk4", "matmul_f32_splitk8",
+                               "matmul_f32_splitk8s", "matmul_f32_splitk8sg", "matmul_f32_tiny"]
 
     def tile(tier, config):  # rows, cols and threads of a tier: TM x TN outputs per thread, or one
         kind, args = tiers[tier]
@@ -158,15 +163,16 @@ def test_each_kernel_the_example_launches_gets_the_grid_and_block_of_its_tier():
     rng = random.Random(7)
     shapes = [(rng.choice([1, 8, 31, 64, 100, 512, 777, 2048, 5000, 32768]), rng.randint(1, 9000),
                rng.choice([1, 7, 64, 1000, 4096])) for _ in range(300)]
-    shapes += [(401, 333, 1501), (384, 384, 2048), (96, 96, 9000)]  # the split-K tiers' narrow ranges
+    shapes += [(401, 333, 1501), (384, 384, 2048), (96, 96, 9000), (512, 512, 4096)]  # the split-K tiers' narrow ranges
     configs = _example_tuning().space.configurations()
     seen = set()
     for config in (configs[0], configs[-1]):
         for sms in (16, 108, 132):
             for m, n, k in shapes + [(n, m, k) for m, n, k in shapes]:
                 launch = _example_launch(m, n, k, sms, config)
-                bound, tier = kernels[launch.entry]
+                bound, tier, groups = kernels[launch.entry]
                 rows, cols, threads = tile(tier, config)
+                threads *= groups
                 assert launch.grid[:2] == (-(-n // cols), -(-m // rows)), (m, n, sms, config)
                 assert launch.grid[2] == clusters.get(launch.entry, 1), (m, n, k, sms, config)  # a cluster per tile
                 assert launch.block == (threads, 1, 1) and threads <= int(bound), (m, n, sms, config)

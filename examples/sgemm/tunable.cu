@@ -25,7 +25,11 @@
 //   for up to two tiles per SM, 4 up to one and from a quarter, 8 below half), and 8 per S tile
 //   when M tiles are fewer than a quarter of the SMs or would be a third more padding than S tiles
 //   (96 rows). Each block (grid z, one thread block cluster per tile) sums its run of k; the
-//   partial tiles are added through the cluster's shared memory (splitk_gemm). Measured on the
+//   partial tiles are added through the cluster's shared memory (splitk_gemm). Before these, two
+//   forms split each block's run again among groups of threads: matmul_f32_splitk8sg (8 blocks of
+//   2 groups per S tile) for k >= 4096 on at most SMs/8 M tiles, and matmul_f32_splitk2g (2 blocks
+//   of 4 groups, 8 x 8 outputs per thread, per M tile) for k >= 2048 on 0.4-0.5 M tiles per SM
+//   (256 x 256 x 32768: 190 -> 165 us; 512 x 512 x 16384: 290 -> 265 us). Measured on the
 //   H200, every form on every shape (benchmarks/sgemm_kernel_matrix.py): 515 x 261 x 1031 split 8
 //   22.5 us, split 4 26.0, S 38.9; 256 x 256 x 32768 S split 8 187, M split 8 243; 96 x 3072 x 1536
 //   S split 8 39.5, M split 8 45.1; 128 x 8192 x 4096 split 2 232.5, M 240.0; 100 x 100 x 1000 S
@@ -307,13 +311,24 @@ struct AsyncTier {
 // The products of rows row0.. of A and columns col0.. of B over k0 <= kk < k1 (k1 - k0 a multiple
 // of T::bk, or k1 == k), summed into acc: this thread's TTM x TTN outputs (rows ty + i * (TBM /
 // TTM), columns h * COL_STRIDE + tx * VN + j).
+// The threads taking part are tid = 0 .. T::threads - 1 of barrier `bar`: 0 is the whole block
+// (__syncthreads), 1.. a named barrier of T::threads threads, one per group of a block that splits
+// k among several groups (splitk_gemm).
+__device__ __forceinline__ void group_barrier(int bar, int threads)
+{
+    if (bar == 0)
+        __syncthreads();
+    else
+        asm volatile("bar.sync %0, %1;\n" ::"r"(bar), "r"(threads) : "memory");
+}
+
 template <class T, bool VEC>
 __device__ __forceinline__ void async_mainloop(const float* __restrict__ a, const float* __restrict__ b, int m, int n,
-                                               int k, int k0, int k1, float* smem, float (&acc)[T::tm][T::tn])
+                                               int k, int k0, int k1, float* smem, float (&acc)[T::tm][T::tn],
+                                               int tid, int bar)
 {
     constexpr int TBM = T::bm, TBN = T::bn, TBK = T::bk, TTM = T::tm, TTN = T::tn, STAGES = T::stages;
     constexpr int THREADS = T::threads, VN = T::vn, ROWS = TBM / TTM, COL_STRIDE = VN * TBN / TTN;
-    const int tid = threadIdx.x;
     const int tx = tid % (TBN / TTN);
     const int ty = tid / (TBN / TTN);
     const int row0 = blockIdx.y * TBM;
@@ -344,8 +359,8 @@ __device__ __forceinline__ void async_mainloop(const float* __restrict__ a, cons
     }
     int read = 0, write = STAGES - 1;
     for (int t = 0; t < slices; ++t) {
-        wait_copies<STAGES - 2>();  // this thread's copies of slice t have landed...
-        __syncthreads();            // ...and everyone's; everyone is also done reading slice t - 1
+        wait_copies<STAGES - 2>();    // this thread's copies of slice t have landed...
+        group_barrier(bar, THREADS);  // ...and everyone's; everyone is also done reading slice t - 1
         if (t + STAGES - 1 < slices) load(write, k0 + (t + STAGES - 1) * TBK);  // into slice t - 1's buffer
         commit_copies();
         const float* As = smem + read * T::stage_floats;
@@ -387,7 +402,7 @@ __device__ __forceinline__ void async_gemm_v(const float* __restrict__ a, const 
     for (int i = 0; i < TTM; ++i)
 #pragma unroll
         for (int j = 0; j < TTN; ++j) acc[i][j] = 0.0f;
-    async_mainloop<T, VEC>(a, b, m, n, k, 0, k, smem, acc);
+    async_mainloop<T, VEC>(a, b, m, n, k, 0, k, smem, acc, threadIdx.x, 0);
 
     const bool vecC = (n % 4 == 0) && aligned16(c);
 #pragma unroll
@@ -411,13 +426,16 @@ __device__ __forceinline__ void async_gemm(const float* a, const float* b, float
 
 // Split-K for problems whose output tiles cannot fill the GPU (deep k, or few rows or columns):
 // the S blocks of a thread-block cluster (__cluster_dims__(1, 1, S), grid z = S) share one output
-// tile, block z summing the products over its own run of k, a whole number of slices (the last
-// runs may be short or empty). Each block leaves its partial tile in its shared memory; after a
-// cluster barrier each block adds rows z * TBM / S .. of all S partials, read from the cluster's
-// shared memory in rank order 0, 1, .., S - 1 (so every launch rounds the same way), and stores
-// them to C; a second barrier keeps every block's shared memory alive until all have read it.
-// Nothing lives outside the launch: no global workspace, no counter, no atomics, and every
-// element of C is written once, by one block.
+// tile, and each block's G groups of T::threads threads (G = 1: the whole block) share its work:
+// group g of block z sums the products over run z * G + g of k, a whole number of slices (the last
+// runs may be short or empty), in its own ring of shared memory and behind its own barrier. The
+// groups' partial tiles are added within the block, halving the groups each round (group g + G/2
+// into group g), then group 0 leaves the block's partial in shared memory; after a cluster barrier
+// each block adds rows z * TBM / S .. of all S partials, read from the cluster's shared memory in
+// rank order 0, 1, .., S - 1 (so every launch rounds the same way), and stores them to C; a second
+// barrier keeps every block's shared memory alive until all have read it. Nothing lives outside
+// the launch: no global workspace, no counter, no atomics, and every element of C is written once,
+// by one block.
 __device__ __forceinline__ unsigned cluster_rank()
 {
     unsigned r;
@@ -440,46 +458,66 @@ __device__ __forceinline__ float4 cluster_load4(const float* p, unsigned rank)
     return v;
 }
 
-template <class T, int S>
+template <class T, int S, int G = 1>
 __device__ __forceinline__ void splitk_gemm(const float* __restrict__ a, const float* __restrict__ b,
                                             float* __restrict__ c, int m, int n, int k, float* smem)
 {
     constexpr int TBM = T::bm, TBN = T::bn, TBK = T::bk, TTM = T::tm, TTN = T::tn;
-    constexpr int THREADS = T::threads, VN = T::vn, ROWS = TBM / TTM, COL_STRIDE = VN * TBN / TTN;
-    static_assert(TBM % S == 0 && TBN % 4 == 0 && TBM * TBN <= T::smem_floats, "the partial tile fits the ring");
-    const int tid = threadIdx.x;
+    constexpr int GROUP = T::threads, THREADS = G * GROUP, VN = T::vn, ROWS = TBM / TTM, COL_STRIDE = VN * TBN / TTN;
+    constexpr int TILE = TBM * TBN;
+    static_assert(TBM % S == 0 && TBN % 4 == 0 && (G & (G - 1)) == 0, "whole rows per block, whole groups");
+    static_assert(TILE * (G > 1 ? G / 2 : 1) <= G * T::smem_floats, "the partial tiles fit the rings");
+    const int group = threadIdx.x / GROUP, tid = threadIdx.x % GROUP;
     const int tx = tid % (TBN / TTN);
     const int ty = tid / (TBN / TTN);
     const unsigned rank = cluster_rank();
-    const int run = ((k + S - 1) / S + TBK - 1) / TBK * TBK;  // k per block, whole slices
-    const int k0 = min(k, (int)rank * run), k1 = min(k, k0 + run);
+    const int run = ((k + S * G - 1) / (S * G) + TBK - 1) / TBK * TBK;  // k per group, whole slices
+    const int k0 = min(k, ((int)rank * G + group) * run), k1 = min(k, k0 + run);
 
     float acc[TTM][TTN];
 #pragma unroll
     for (int i = 0; i < TTM; ++i)
 #pragma unroll
         for (int j = 0; j < TTN; ++j) acc[i][j] = 0.0f;
+    float* ring = smem + group * T::smem_floats;
+    const int bar = G == 1 ? 0 : 1 + group;
     if (k % 4 == 0 && n % 4 == 0 && aligned16(a) && aligned16(b))
-        async_mainloop<T, true>(a, b, m, n, k, k0, k1, smem, acc);
+        async_mainloop<T, true>(a, b, m, n, k, k0, k1, ring, acc, tid, bar);
     else
-        async_mainloop<T, false>(a, b, m, n, k, k0, k1, smem, acc);
+        async_mainloop<T, false>(a, b, m, n, k, k0, k1, ring, acc, tid, bar);
     wait_copies<0>();
-    __syncthreads();  // the ring is free: it holds the partial tile from here on
+    __syncthreads();  // the rings are free: they hold partial tiles from here on
 
+    // This thread's outputs in a partial tile at p: stored there, or (add) added from there.
+    auto each_output = [&](float* p, bool add) {
 #pragma unroll
-    for (int i = 0; i < TTM; ++i)
+        for (int i = 0; i < TTM; ++i)
 #pragma unroll
-        for (int h = 0; h < TTN / VN; ++h) {
-            float* dst = smem + (ty + i * ROWS) * TBN + h * COL_STRIDE + tx * VN;
+            for (int h = 0; h < TTN / VN; ++h) {
+                float* q = p + (ty + i * ROWS) * TBN + h * COL_STRIDE + tx * VN;
 #pragma unroll
-            for (int j = 0; j < VN; ++j) dst[j] = acc[i][h * VN + j];
-        }
+                for (int j = 0; j < VN; ++j) {
+                    if (add)
+                        acc[i][h * VN + j] += q[j];
+                    else
+                        q[j] = acc[i][h * VN + j];
+                }
+            }
+    };
+#pragma unroll
+    for (int half = G / 2; half >= 1; half /= 2) {
+        if (group >= half && group < 2 * half) each_output(smem + (group - half) * TILE, false);
+        __syncthreads();
+        if (group < half) each_output(smem + group * TILE, true);
+        __syncthreads();
+    }
+    if (group == 0) each_output(smem, false);
     cluster_barrier();  // every partial is in place
 
     const int row0 = blockIdx.y * TBM, col0 = blockIdx.x * TBN;
     const bool vecC = (n % 4 == 0) && aligned16(c);
     constexpr int QUADS = TBM / S * (TBN / 4);  // this block's share of the tile, in float4s
-    for (int e = tid; e < QUADS; e += THREADS) {
+    for (int e = threadIdx.x; e < QUADS; e += THREADS) {
         const int q = (int)rank * QUADS + e;
         const int r = q / (TBN / 4), cq = (q % (TBN / 4)) * 4;
         if (row0 + r >= m || col0 + cq >= n) continue;
@@ -583,8 +621,12 @@ matmul_f32_direct(const float* a, const float* b, float* c, int m, int n, int k)
 }
 
 // Split-K (see splitk_gemm): S = 2, 4 or 8 blocks per 64 x 64 tile (splitk2/4/8), or 8 per 32 x 32
-// tile (splitk8s), one cluster each; the launch picks the kernel (and grid z = S) from how many
-// tiles the problem has. Each kernel adds to every compile of the module (~0.3 s). The cluster
+// tile (splitk8s), one cluster each, one group of threads per block; and two forms whose blocks
+// also split their k among groups: splitk8sg (8 blocks per 32 x 32 tile, 2 groups each, for the
+// deepest k on the fewest tiles) and splitk2g (2 blocks per 64 x 64 tile, 4 groups of 64 threads
+// with 8 x 8 outputs each, when the tiles number from 0.4 to 0.5 per SM). The launch picks the
+// kernel (and grid z = S) from how many tiles the problem has and how deep k is. Each kernel adds
+// to every compile of the module (~0.3 s). The cluster
 // size is an attribute of a declaration (after the parameters), so each definition stays declared
 // plainly as the rule for entries asks.
 
@@ -626,4 +668,30 @@ matmul_f32_splitk8s(const float* a, const float* b, float* c, int m, int n, int 
 {
     __shared__ __align__(16) float smem[Small::smem_floats];
     splitk_gemm<Small, 8>(a, b, c, m, n, k, smem);
+}
+
+// Two groups per block: 2 x 3 stages of Small's ring, 52224 bytes of dynamic shared memory (the
+// launch asks for them: more than the 48 KiB a block may declare statically).
+extern "C" __global__ void __launch_bounds__(128)
+matmul_f32_splitk8sg(const float* a, const float* b, float* c, int m, int n, int k) __cluster_dims__(1, 1, 8);
+
+extern "C" __global__ void __launch_bounds__(128)
+matmul_f32_splitk8sg(const float* a, const float* b, float* c, int m, int n, int k)
+{
+    extern __shared__ __align__(16) float smem[];
+    splitk_gemm<Small, 8, 2>(a, b, c, m, n, k, smem);
+}
+
+using SplitWide = AsyncTier<64, 64, 8, 8, 8, 3>;  // 8 x 8 outputs per thread: 64 threads per group
+static_assert(2 * Small::smem_floats * 4 == 52224 && 4 * SplitWide::smem_floats * 4 <= 48 * 1024,
+              "splitk8sg's launch asks for 52224 bytes; splitk2g's four rings fit statically");
+
+extern "C" __global__ void __launch_bounds__(256)
+matmul_f32_splitk2g(const float* a, const float* b, float* c, int m, int n, int k) __cluster_dims__(1, 1, 2);
+
+extern "C" __global__ void __launch_bounds__(256)
+matmul_f32_splitk2g(const float* a, const float* b, float* c, int m, int n, int k)
+{
+    __shared__ __align__(16) float smem[4 * SplitWide::smem_floats];
+    splitk_gemm<SplitWide, 2, 4>(a, b, c, m, n, k, smem);
 }

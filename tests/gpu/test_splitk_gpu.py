@@ -1,8 +1,8 @@
 """The example SGEMM's split-K tier on the GPU: on deep-k shapes whose 64 x 64 output tiles cannot
 fill it twice, the launch sends the case to a split-K kernel (a cluster of 2, 4 or 8 blocks per
-64 x 64 tile, or 8 per 32 x 32 tile; grid z = the cluster size) and every output passes
-the reference's check, on vectorised and element-wise paths, whole and partial tiles, and runs
-of k that end early; a shape with tiles enough stays on its tier. Each shape is made from the example's
+64 x 64 tile, or 8 per 32 x 32 tile; grid z = the cluster size; in splitk8sg and splitk2g each
+block's k split again among groups of threads) and every output passes the reference's check, on
+vectorised and element-wise paths, whole and partial tiles, and runs of k that end early; a shape with tiles enough stays on its tier. Each shape is made from the example's
 template case the way `verify --shapes` makes them (the same tolerances)."""
 
 from __future__ import annotations
@@ -17,20 +17,24 @@ from tests.gpu.conftest import FAST
 pytestmark = pytest.mark.gpu
 
 SHAPES = {  # (m, n, k): the kernel the launch must pick on an H200 (132 SMs)
-    (256, 256, 16384): "matmul_f32_splitk8s",  # 16 tiles of 64 x 64: fewer than a quarter of the SMs
-    (96, 3072, 1536): "matmul_f32_splitk8s",   # 96 rows: 64-row tiles would be a third padding
-    (96, 96, 9001): "matmul_f32_splitk8s",     # k % 4 != 0; partial tiles
-    (40, 72, 1025): "matmul_f32_splitk8s",     # runs of 160 (whole 32-deep slices): rank 6 short, rank 7 empty
+    (256, 256, 16384): "matmul_f32_splitk8sg",  # 16 tiles of 64 x 64, k deep: 8 blocks of 2 groups per 32 x 32
+    (96, 96, 9001): "matmul_f32_splitk8sg",     # k % 4 != 0; partial tiles
+    (40, 72, 4100): "matmul_f32_splitk8sg",     # runs of 288: group 14 of 16 short, group 15 empty
+    (256, 256, 2048): "matmul_f32_splitk8s",    # the same tiles, k under 4096
+    (96, 3072, 1536): "matmul_f32_splitk8s",    # 96 rows: 64-row tiles would be a third padding
+    (40, 72, 1025): "matmul_f32_splitk8s",      # runs of 160 (whole 32-deep slices): rank 6 short, rank 7 empty
     (384, 384, 2048): "matmul_f32_splitk8",    # 36 tiles of 64 x 64
     (401, 333, 1501): "matmul_f32_splitk8",    # k % 4 != 0: element-wise loads; partial tiles
     (515, 261, 1031): "matmul_f32_splitk8",    # the example's holdout; runs of 144: rank 7 short (23)
-    (512, 512, 8192): "matmul_f32_splitk8",    # 64 tiles
-    (64, 4096, 2048): "matmul_f32_splitk8",    # skinny: the same
+    (512, 512, 8192): "matmul_f32_splitk2g",   # 64 tiles: 2 blocks of 4 groups each
+    (64, 4096, 2048): "matmul_f32_splitk2g",   # skinny: the same
+    (450, 500, 2051): "matmul_f32_splitk2g",   # k % 4 != 0: element-wise loads; partial tiles
     (777, 333, 555): "matmul_f32_splitk4",     # 78 tiles, k too shallow for 8 runs of 128
     (128, 8192, 4096): "matmul_f32_splitk2",   # 256 tiles: two per SM
     (1024, 1536, 512): "matmul_f32_medium",    # 384 tiles: enough without splitting k
 }
-SPLIT = {"matmul_f32_splitk2": 2, "matmul_f32_splitk4": 4, "matmul_f32_splitk8": 8, "matmul_f32_splitk8s": 8}
+SPLIT = {"matmul_f32_splitk2": 2, "matmul_f32_splitk4": 4, "matmul_f32_splitk8": 8, "matmul_f32_splitk8s": 8,
+         "matmul_f32_splitk8sg": 8, "matmul_f32_splitk2g": 2}
 
 
 @pytest.fixture
@@ -56,7 +60,7 @@ def test_split_k_is_picked_and_passes_on_deep_and_skinny_shapes(supervisor, sgem
         case = result.case(f"m={m},n={n},k={k}")
         assert case.launch.entry == entry, (m, n, k, case.launch)
         z = SPLIT.get(entry, 1)
-        tile = 32 if entry in ("matmul_f32_small", "matmul_f32_splitk8s") else 64
+        tile = 32 if entry in ("matmul_f32_small", "matmul_f32_splitk8s", "matmul_f32_splitk8sg") else 64
         assert case.launch.grid == (-(-n // tile), -(-m // tile), z), (m, n, k, case.launch)
         assert case.timing is not None
     print(config, {c.name: round(c.timing.median_us, 1) for c in result.cases})

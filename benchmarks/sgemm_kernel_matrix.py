@@ -103,7 +103,7 @@ FORMS = [
     # 64 x 64 tiles, 8 x 8 per thread, k also split among G groups of 64 threads within a block
     Form("g4s8", (64, 64, 8, 8, 8, 3), split=8, groups=4),
     Form("g4s4", (64, 64, 8, 8, 8, 3), split=4, groups=4),
-    Form("g4s2", (64, 64, 8, 8, 8, 3), split=2, groups=4),
+    Form("g4s2", (64, 64, 8, 8, 8, 3), split=2, groups=4, entry="matmul_f32_splitk2g"),
     Form("g4s1", (64, 64, 8, 8, 8, 3), groups=4),
     Form("g2s1", (64, 64, 8, 8, 8, 3), groups=2),
     Form("g2s2", (64, 64, 8, 8, 8, 3), split=2, groups=2),
@@ -121,7 +121,7 @@ FORMS = [
     Form("g8s2", (64, 64, 8, 8, 8, 2), split=2, groups=8),
     Form("g8s1", (64, 64, 8, 8, 8, 2), groups=8),
     Form("g4s2k16", (64, 64, 16, 8, 8, 2), split=2, groups=4),
-    Form("sg2s8", (32, 32, 32, 4, 4, 3), split=8, groups=2),
+    Form("sg2s8", (32, 32, 32, 4, 4, 3), split=8, groups=2, entry="matmul_f32_splitk8sg"),
     Form("sg2s8k16", (32, 32, 16, 4, 4, 3), split=8, groups=2),
     Form("sg4s8k16", (32, 32, 16, 4, 4, 3), split=8, groups=4),
     Form("s8sk16", (32, 32, 16, 4, 4, 4), split=8),

@@ -14,7 +14,8 @@ KernelBench's shape (4096 x 393216) the winner's bandwidth as a fraction of the 
 copy bandwidth (``harness/peaks.py``); then the targets: at least 1.0x torch.compile at
 KernelBench's shape and on every short-row case, at least 85% of the copy bandwidth there.
 Run alone: ``python benchmarks/softmax_winner.py --out DIR [--config EXPERIMENT]`` (a copy of the
-example, to try a variant of it); ``bench_shapes.py`` runs it first (not named bench_*, so
+example, to try a variant of it) ``[--run RUN]`` (steps 2 and 3 only, on the winner of an earlier
+run of step 1: each step takes minutes); ``bench_shapes.py`` runs it first (not named bench_*, so
 ``scripts/gpu-session.sh all`` runs it once).
 """
 
@@ -41,16 +42,21 @@ def _vendor(case: dict, label: str) -> float | None:
     return None
 
 
-def run_softmax(out: Path, config: Path = CONFIG) -> dict:
+def run_softmax(out: Path, config: Path = CONFIG, run: Path | None = None) -> dict:
     """The three steps above on ``config`` (by default the example's; a copy, to try a variant of
-    it); writes bench_softmax.json and the run (softmax-run) under ``out``."""
+    it), or steps 2 and 3 on the winner of ``run``; writes bench_softmax.json and the run
+    (softmax-run) under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    results = Path(tempfile.mkdtemp(prefix="softmax-bench-"))
-    code, main_wall = cudaopt("optimize", "--config", str(config), "--results-dir", str(results),
-                              log=out / "softmax-optimize.txt")
-    if code != 0:
-        raise SystemExit(f"optimize failed: {(out / 'softmax-optimize.txt').read_text()[-2000:]}")
-    run = results / "run-001"
+    main_wall = None
+    if run is None:
+        results = Path(tempfile.mkdtemp(prefix="softmax-bench-"))
+        code, main_wall = cudaopt("optimize", "--config", str(config), "--results-dir", str(results),
+                                  log=out / "softmax-optimize.txt")
+        if code != 0:
+            raise SystemExit(f"optimize failed: {(out / 'softmax-optimize.txt').read_text()[-2000:]}")
+        run = results / "run-001"
+    elif not (run / "summary.json").is_file():
+        raise SystemExit(f"{run}: not a run directory (no summary.json)")
     summary = json.loads((run / "summary.json").read_text())
     evaluated = out / "softmax-winner.json"
     eval_code, eval_wall = cudaopt("evaluate", "--config", str(config), "--kernel", str(run / "best.cu"),
@@ -61,7 +67,8 @@ def run_softmax(out: Path, config: Path = CONFIG) -> dict:
     peaks = (candidate.get("device") or {}).get("measured_peaks") or {}
     copy_gbps = peaks["bytes_per_s"] / 1e9 if peaks.get("bytes_per_s") else None
 
-    print(f"\nmain job: {main_wall:.1f} s, best tunables {summary['best_defines']}; evaluate {eval_wall:.1f} s "
+    main = f"{main_wall:.1f} s" if main_wall is not None else f"not run here ({run})"
+    print(f"\nmain job: {main}, best tunables {summary['best_defines']}; evaluate {eval_wall:.1f} s "
           f"(exit {eval_code}); verify {verify_wall:.1f} s (exit {verify_code})")
     print(f"{'case':26} {'winner us':>11} {'eager us':>11} {'compile us':>11} {'vs eager':>9} {'vs compile':>10}  status")
     rows = {}
@@ -92,7 +99,8 @@ def run_softmax(out: Path, config: Path = CONFIG) -> dict:
     }
     for target, met in targets.items():
         print(f"{'met ' if met else 'MISS'} {target}")
-    record = {"main_job_s": round(main_wall, 1), "evaluate_s": round(eval_wall, 1), "verify_s": round(verify_wall, 1),
+    record = {"main_job_s": None if main_wall is None else round(main_wall, 1), "evaluate_s": round(eval_wall, 1),
+              "verify_s": round(verify_wall, 1),
               "best": summary["best_defines"], "kernelbench": summary.get("kernelbench"),
               "per_case_best": summary.get("per_case_best"), "cases": rows, "copy_gbps": copy_gbps,
               "copy_fraction": fraction, "targets": targets}
@@ -105,8 +113,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("out"))
     parser.add_argument("--config", type=Path, default=CONFIG, help="an experiment (default: the example's)")
+    parser.add_argument("--run", type=Path, help="a run directory of this experiment: skip step 1, take its winner")
     args = parser.parse_args()
-    run_softmax(args.out, args.config)
+    run_softmax(args.out, args.config, args.run)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from tests.conftest import SGEMM
 
 KERNELS = ["matmul_f32", "matmul_f32_medium", "matmul_f32_small", "matmul_f32_tiny", "matmul_f32_direct",
            "matmul_f32_splitk2", "matmul_f32_splitk4", "matmul_f32_splitk8", "matmul_f32_splitk8s",
-           "matmul_f32_splitk8sg", "matmul_f32_splitk2g", "k_other"]
+           "matmul_f32_splitk8sg", "matmul_f32_splitk2g", "matmul_f32_splitk2r", "k_other"]
 # a table with what the example lacks: a tier's own grid and shared bytes, a let over a let, a
 # float let, and no default (some scalars match no tier)
 OTHER = {

@@ -37,7 +37,9 @@ def _sgemm_shapes() -> list[dict]:
     assert {c["role"] for c in cases} >= {"correctness", "performance", "holdout"}
     for name in ("sgemm_shapes.json", "sgemm_shapes_extra.json"):
         shapes += json.loads((ROOT / "benchmarks" / name).read_text())["shapes"]
-    return shapes
+    from tests.gpu.test_splitk_gpu import SHAPES  # each split-K tier's shapes, edges included
+
+    return shapes + [{"m": m, "n": n, "k": k} for m, n, k in SHAPES]
 
 
 @pytest.mark.parametrize("example", ["sgemm", "softmax"])
@@ -172,7 +174,7 @@ def test_a_bad_table_in_an_experiment_is_one_line_naming_file_and_field(tmp_path
         load_experiment(tmp_path / "experiment.json")
     message = str(err.value)
     assert "\n" not in message and "experiment.json" in message and "tune.launch" in message
-    assert "launch tier 'splitk8sg' (tiers[2]).when" in message
+    assert "launch tier 'splitk2r' (tiers[2]).when" in message
 
 
 CASE = CaseSpec(name="sq", role="performance", scalars={"m": 4096, "n": 4096}, outputs={})

@@ -73,7 +73,11 @@ def test_the_example_space():
 
 @pytest.mark.parametrize("m, n, k, sms, tier", [
     (4096, 4096, 4096, 132, "large"),  # 512 tiles of 128 x 256: every SM busy
-    (1024, 1024, 1024, 132, "splitk2"),  # 32 large tiles would leave most SMs idle; 256 of 64 x 64, two blocks each
+    (1024, 1024, 1024, 132, "splitk2r"),  # 32 large tiles would leave most SMs idle; 64 of 128 x 128, two blocks each
+    (8192, 128, 4096, 132, "splitk2r"),
+    (1024, 832, 512, 132, "splitk2r"),  # 56 tiles of 128 x 128: 0.42 per SM
+    (1024, 768, 4096, 132, "splitk2"),  # 48 tiles of 128 x 128, under 0.4 per SM; 192 of 64 x 64, two blocks each
+    (1024, 1024, 256, 132, "medium"),  # k too shallow to split
     (1536, 1536, 512, 132, "medium"),  # 72 large tiles: too few; 576 of 64 x 64: no split
     (2048, 2048, 64, 132, "large"),  # 128 tiles of 128 x 256: at least 7/8 of the SMs busy
     (515, 261, 1000, 132, "splitk8"),  # 45 tiles of 64 x 64: fewer than half the SMs, 8 blocks each
@@ -108,9 +112,10 @@ def test_the_example_dispatches_by_waves_of_the_gpus_sms(m, n, k, sms, tier):
     rows, cols, threads = {"large": (128, 256, 256), "medium": (64, 64, 128), "small": (32, 32, 64),
                            "tiny": (16, 16, 64), "direct": (16, 16, 256), "splitk2": (64, 64, 128),
                            "splitk4": (64, 64, 128), "splitk8": (64, 64, 128), "splitk8s": (32, 32, 64),
-                           "splitk8sg": (32, 32, 128), "splitk2g": (64, 64, 256)}[tier]
+                           "splitk8sg": (32, 32, 128), "splitk2g": (64, 64, 256), "splitk2r": (128, 128, 256)}[tier]
     assert launch.entry == {"large": "matmul_f32"}.get(tier, f"matmul_f32_{tier}")
-    split = {"splitk2": 2, "splitk4": 4, "splitk8": 8, "splitk8s": 8, "splitk8sg": 8, "splitk2g": 2}.get(tier, 1)  # blocks per tile along z, one cluster
+    split = {"splitk2": 2, "splitk4": 4, "splitk8": 8, "splitk8s": 8, "splitk8sg": 8, "splitk2g": 2,
+             "splitk2r": 2}.get(tier, 1)  # blocks per tile along z, one cluster
     assert launch.grid == (-(-n // cols), -(-m // rows), split) and launch.block == (threads, 1, 1)
 
 
@@ -149,7 +154,8 @@ def test_each_kernel_the_example_launches_gets_the_grid_and_block_of_its_tier():
         source, re.DOTALL)}  # groups: of the tier's threads, each summing its own share of k
     clusters = {name: int(z) for name, z in re.findall(r'(\w+)\([^)]*\) __cluster_dims__\(1, 1, (\d+)\);', source)}
     assert sorted(kernels) == ["matmul_f32", "matmul_f32_direct", "matmul_f32_medium", "matmul_f32_small",
-                               "matmul_f32_splitk2", "matmul_f32_splitk2g", "matmul_f32_splitk4", "matmul_f32_splitk8",
+                               "matmul_f32_splitk2", "matmul_f32_splitk2g", "matmul_f32_splitk2r", "matmul_f32_splitk4",
+                               "matmul_f32_splitk8",
                                "matmul_f32_splitk8s", "matmul_f32_splitk8sg", "matmul_f32_tiny"]
 
     def tile(tier, config):  # rows, cols and threads of a tier: TM x TN outputs per thread, or one
@@ -163,7 +169,8 @@ def test_each_kernel_the_example_launches_gets_the_grid_and_block_of_its_tier():
     rng = random.Random(7)
     shapes = [(rng.choice([1, 8, 31, 64, 100, 512, 777, 2048, 5000, 32768]), rng.randint(1, 9000),
                rng.choice([1, 7, 64, 1000, 4096])) for _ in range(300)]
-    shapes += [(401, 333, 1501), (384, 384, 2048), (96, 96, 9000), (512, 512, 4096)]  # the split-K tiers' narrow ranges
+    shapes += [(401, 333, 1501), (384, 384, 2048), (96, 96, 9000), (512, 512, 4096),
+               (1024, 1024, 1024)]  # the split-K tiers' narrow ranges
     configs = _example_tuning().space.configurations()
     seen = set()
     for config in (configs[0], configs[-1]):
@@ -325,7 +332,7 @@ def test_the_example_launch_splits_k_where_its_tiles_cannot_fill_the_gpu():
             assert launch.entry == entry, (m, n, k, config)
         assert _example_launch(512, 512, 256, 132, config).entry == "matmul_f32_small"  # k too shallow to split
         assert _example_launch(4096, 4096, 4096, 132, config).entry == "matmul_f32"
-        assert _example_launch(1024, 1024, 4096, 132, config).entry in ("matmul_f32", "matmul_f32_splitk2")
+        assert _example_launch(1024, 1024, 4096, 132, config).entry in ("matmul_f32", "matmul_f32_splitk2r")
         assert _example_launch(4096, 4096, 4096, 16, config).entry == "matmul_f32"  # a GPU that large tiles fill
         assert _example_launch(1, 4096, 4096, 132, config).entry == "matmul_f32_tiny"  # under half a tile: padding
         assert _example_launch(16, 16, 16384, 132, config).entry == "matmul_f32_tiny"

@@ -1,4 +1,4 @@
-// SGEMM in six tiers, one kernel each (four for split-K), picked by the launch expressions of experiment.json
+// SGEMM in six tiers, one kernel each (seven for split-K), picked by the launch expressions of experiment.json
 // ("entry"). Four are one register-tiled algorithm, chosen by waves (num_sms: the GPU's SM
 // count): each is the largest tile whose tiles still give at least 7/8 of the SMs a block,
 // counting only what is at least half a tile along each dimension (a dimension under half a tile
@@ -25,8 +25,10 @@
 //   for up to two tiles per SM, 4 up to one and from a quarter, 8 below half), and 8 per S tile
 //   when M tiles are fewer than a quarter of the SMs or would be a third more padding than S tiles
 //   (96 rows). Each block (grid z, one thread block cluster per tile) sums its run of k; the
-//   partial tiles are added through the cluster's shared memory (splitk_gemm). Before these, two
-//   forms split each block's run again among groups of threads: matmul_f32_splitk8sg (8 blocks of
+//   partial tiles are added through the cluster's shared memory (splitk_gemm). Before these, three
+//   forms split each block's run again among groups of threads: matmul_f32_splitk2r (2 blocks of 2
+//   groups per 128 x 128 tile, 8 x 16 outputs per thread in L's main loop) on 0.4-0.5 such tiles
+//   per SM (8192 x 128 x 4096: 236 -> 220 us, 1024^3 65.3 -> 61.3), matmul_f32_splitk8sg (8 blocks of
 //   2 groups per S tile) for k >= 4096 on at most SMs/8 M tiles, and matmul_f32_splitk2g (2 blocks
 //   of 4 groups, 8 x 8 outputs per thread, per M tile) for k >= 2048 on 0.4-0.5 M tiles per SM
 //   (256 x 256 x 32768: 190 -> 165 us; 512 x 512 x 16384: 290 -> 265 us). Measured on the
@@ -44,10 +46,10 @@
 // float4 (float2 for 2-wide fragments). Slices reach shared memory in one of two ways, each where
 // it measured faster on the H200:
 //
-// - L (staged_gemm): the next slice's global loads go to registers while the current slice is
-//   multiplied, then to the other of two shared buffers, A transposed; the first k-step's
-//   fragments of a slice are read right after its barrier, so the last k-step's FMAs hide it
-//   (1.5% faster at 4096^3 with 128 x 256 tiles, 3-5% with 128 x 128 and 8 x 8 per thread).
+// - L and splitk2r (staged_mainloop): the next slice's global loads go to registers while the
+//   current slice is multiplied, then to the other of two shared buffers, A transposed; the first
+//   k-step's fragments of a slice are read right after its barrier, so the last k-step's FMAs hide
+//   it (1.5% faster at 4096^3 with 128 x 256 tiles, 3-5% with 128 x 128 and 8 x 8 per thread).
 //   Asynchronous copies into 2-4 stages, with A row-major or transposed, were 5-16% slower.
 // - M, S, XS (async_gemm): cp.async copies global memory straight into a ring of shared buffers
 //   (4 stages of 16-deep slices for M and split-K, 3 stages for S and XS, 2 for XS when 3 would
@@ -114,9 +116,11 @@ __device__ __forceinline__ void store_outputs(float* row, int col, int n, const 
     }
 }
 
-// The large tier: two shared buffers of one BK-deep slice each (A transposed), filled through
-// registers.
-template <int TBM, int TBN, int TBK, int TTM, int TTN>
+// The large tier's (and splitk2r's): two shared buffers of one BK-deep slice each (A transposed),
+// filled through registers.
+// WROWS > 0: each warp is WROWS x (32 / WROWS) threads of the tile's thread grid, so that its
+// fragment loads read fewer distinct addresses; 0: threads in row-major order.
+template <int TBM, int TBN, int TBK, int TTM, int TTN, int WROWS = 0>
 struct StagedTier {
     static constexpr int bm = TBM, bn = TBN, bk = TBK, tm = TTM, tn = TTN;
     static constexpr int threads = (TBM / TTM) * (TBN / TTN);
@@ -127,14 +131,51 @@ struct StagedTier {
     static constexpr int a_floats = TBK * (TBM + APAD);
     static constexpr int b_floats = TBK * TBN;
     static constexpr int smem_floats = 2 * (a_floats + b_floats);
+    static constexpr bool staged = true;
+    static constexpr int cols = TBN / TTN;  // threads along n
+    static_assert(WROWS == 0 || (32 % WROWS == 0 && (TBM / TTM) % WROWS == 0 && cols % (32 / WROWS) == 0),
+                  "warps tile the thread grid");
+    static __device__ __forceinline__ int tx_of(int tid)
+    {
+        if constexpr (WROWS == 0)
+            return tid % cols;
+        else
+            return (tid / 32) % (cols / (32 / WROWS)) * (32 / WROWS) + tid % (32 / WROWS);
+    }
+    static __device__ __forceinline__ int ty_of(int tid)
+    {
+        if constexpr (WROWS == 0)
+            return tid / cols;
+        else
+            return (tid / 32) / (cols / (32 / WROWS)) * WROWS + tid % 32 / (32 / WROWS);
+    }
+    // Where output (i, j) of thread (ty, tx) sits in the tile: groups of vm rows (vn columns)
+    // spread so that a warp's fragment loads are contiguous.
+    static __device__ __forceinline__ int row(int ty, int i) { return (i / vm) * (vm * TBM / TTM) + ty * vm + i % vm; }
+    static __device__ __forceinline__ int col(int tx, int j) { return (j / vn) * (vn * TBN / TTN) + tx * vn + j % vn; }
     static_assert(TTM % vm == 0 && TTN % vn == 0 && (vm == 2 || vm == 4) && (vn == 2 || vn == 4), "fragment widths");
     static_assert(a_loads >= 1 && b_loads >= 1 && a_loads * threads * 4 == TBM * TBK &&
                   b_loads * threads * 4 == TBK * TBN, "each thread loads whole float4s of both tiles");
 };
 
+// The barrier of the threads of one main loop: 0 is the whole block (__syncthreads), 1.. a named
+// barrier of `threads` threads, one per group of a block that splits k among several groups
+// (splitk_gemm).
+__device__ __forceinline__ void group_barrier(int bar, int threads)
+{
+    if (bar == 0)
+        __syncthreads();
+    else
+        asm volatile("bar.sync %0, %1;\n" ::"r"(bar), "r"(threads) : "memory");
+}
+
+// The products of rows row0.. of A and columns col0.. of B over k0 <= kk < k1 (k1 - k0 a multiple
+// of T::bk, or k1 == k), summed into acc: this thread's TTM x TTN outputs (T::row, T::col), the
+// threads taking part tid = 0 .. T::threads - 1 of barrier `bar` (see group_barrier).
 template <class T>
-__device__ __forceinline__ void staged_gemm(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
-                                     int m, int n, int k, float* smem)
+__device__ __forceinline__ void staged_mainloop(const float* __restrict__ a, const float* __restrict__ b, int m, int n,
+                                                int k, int k0, int k1, float* smem, float (&acc)[T::tm][T::tn],
+                                                int tid, int bar)
 {
     constexpr int TBM = T::bm, TBN = T::bn, TBK = T::bk, TTM = T::tm, TTN = T::tn;
     constexpr int THREADS = T::threads, VM = T::vm, VN = T::vn;
@@ -143,42 +184,40 @@ __device__ __forceinline__ void staged_gemm(const float* __restrict__ a, const f
     float (*As)[TBK][TBM + APAD] = reinterpret_cast<float (*)[TBK][TBM + APAD]>(smem);
     float (*Bs)[TBK][TBN] = reinterpret_cast<float (*)[TBK][TBN]>(smem + 2 * T::a_floats);
 
-    const int tid = threadIdx.x;
-    const int tx = tid % (TBN / TTN);
-    const int ty = tid / (TBN / TTN);
+    const int tx = T::tx_of(tid);
+    const int ty = T::ty_of(tid);
     const int row0 = blockIdx.y * TBM;
     const int col0 = blockIdx.x * TBN;
-    const bool vecA = (k % 4 == 0) && aligned16(a);
+    const bool vecA = (k % 4 == 0) && aligned16(a);  // then k1 % 4 == 0 too (k, or a whole number of slices)
     const bool vecB = (n % 4 == 0) && aligned16(b);
-    const bool vecC = (n % 4 == 0) && aligned16(c);
 
     float ra[T::a_loads][4], rb[T::b_loads][4];
 
-    auto load = [&](int k0) {
+    auto load = [&](int ks) {
 #pragma unroll
         for (int l = 0; l < T::a_loads; ++l) {
             const int e = tid + l * THREADS;
-            const int r = row0 + e / (TBK / 4), kq = k0 + (e % (TBK / 4)) * 4;
+            const int r = row0 + e / (TBK / 4), kq = ks + (e % (TBK / 4)) * 4;
             const float* p = a + (size_t)r * k + kq;
-            if (vecA && r < m && kq < k) {  // k % 4 == 0 and kq % 4 == 0: kq < k implies kq + 3 < k
+            if (vecA && r < m && kq < k1) {  // k1 % 4 == 0 and kq % 4 == 0: kq < k1 implies kq + 3 < k1
                 const float4 v = __ldg(reinterpret_cast<const float4*>(p));
                 ra[l][0] = v.x; ra[l][1] = v.y; ra[l][2] = v.z; ra[l][3] = v.w;
             } else {
 #pragma unroll
-                for (int j = 0; j < 4; ++j) ra[l][j] = (r < m && kq + j < k) ? __ldg(p + j) : 0.0f;
+                for (int j = 0; j < 4; ++j) ra[l][j] = (r < m && kq + j < k1) ? __ldg(p + j) : 0.0f;
             }
         }
 #pragma unroll
         for (int l = 0; l < T::b_loads; ++l) {
             const int e = tid + l * THREADS;
-            const int kr = k0 + e / (TBN / 4), cq = col0 + (e % (TBN / 4)) * 4;
+            const int kr = ks + e / (TBN / 4), cq = col0 + (e % (TBN / 4)) * 4;
             const float* p = b + (size_t)kr * n + cq;
-            if (vecB && kr < k && cq < n) {
+            if (vecB && kr < k1 && cq < n) {
                 const float4 v = __ldg(reinterpret_cast<const float4*>(p));
                 rb[l][0] = v.x; rb[l][1] = v.y; rb[l][2] = v.z; rb[l][3] = v.w;
             } else {
 #pragma unroll
-                for (int j = 0; j < 4; ++j) rb[l][j] = (kr < k && cq + j < n) ? __ldg(p + j) : 0.0f;
+                for (int j = 0; j < 4; ++j) rb[l][j] = (kr < k1 && cq + j < n) ? __ldg(p + j) : 0.0f;
             }
         }
     };
@@ -198,16 +237,11 @@ __device__ __forceinline__ void staged_gemm(const float* __restrict__ a, const f
         }
     };
 
-    float acc[TTM][TTN];
-#pragma unroll
-    for (int i = 0; i < TTM; ++i)
-#pragma unroll
-        for (int j = 0; j < TTN; ++j) acc[i][j] = 0.0f;
-
-    const int slices = (k + TBK - 1) / TBK;
-    load(0);
+    const int slices = k1 > k0 ? (k1 - k0 + TBK - 1) / TBK : 0;
+    if (slices == 0) return;  // every thread of the barrier has the same run
+    load(k0);
     store(0);
-    __syncthreads();
+    group_barrier(bar, THREADS);
     // Fragments of k-step kk of buffer bb; each k-step's are read while the previous one's FMAs
     // run, and the first k-step's of a slice right after the barrier, so the last k-step's FMAs
     // (which need only registers) cover the barrier.
@@ -222,7 +256,7 @@ __device__ __forceinline__ void staged_gemm(const float* __restrict__ a, const f
     fragments(av, bv, 0, 0);
     for (int t = 0; t < slices; ++t) {
         const bool more = t + 1 < slices;
-        if (more) load((t + 1) * TBK);  // global loads in flight during the FMAs below
+        if (more) load(k0 + (t + 1) * TBK);  // global loads in flight during the FMAs below
 #pragma unroll
         for (int kk = 0; kk < TBK; ++kk) {
             float an[TTM], bn[TTN];
@@ -239,18 +273,36 @@ __device__ __forceinline__ void staged_gemm(const float* __restrict__ a, const f
             }
         }
         if (more) store(buf ^ 1);  // the other buffer was last read before the previous barrier
-        __syncthreads();
+        group_barrier(bar, THREADS);
         buf ^= 1;
         if (more) fragments(av, bv, buf, 0);
     }
+}
+
+template <class T>
+__device__ __forceinline__ void staged_gemm(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
+                                     int m, int n, int k, float* smem)
+{
+    constexpr int TTM = T::tm, TTN = T::tn, VN = T::vn;
+    const int tx = T::tx_of(threadIdx.x);
+    const int ty = T::ty_of(threadIdx.x);
+    const int row0 = blockIdx.y * T::bm;
+    const int col0 = blockIdx.x * T::bn;
+    const bool vecC = (n % 4 == 0) && aligned16(c);
+    float acc[TTM][TTN];
+#pragma unroll
+    for (int i = 0; i < TTM; ++i)
+#pragma unroll
+        for (int j = 0; j < TTN; ++j) acc[i][j] = 0.0f;
+    staged_mainloop<T>(a, b, m, n, k, 0, k, smem, acc, threadIdx.x, 0);
 
 #pragma unroll
     for (int i = 0; i < TTM; ++i) {
-        const int r = row0 + (i / VM) * ROW_STRIDE + ty * VM + i % VM;
+        const int r = row0 + T::row(ty, i);
         if (r >= m) continue;
         float* row = c + (size_t)r * n;
 #pragma unroll
-        for (int h = 0; h < TTN / VN; ++h) store_outputs<VN>(row, col0 + h * COL_STRIDE + tx * VN, n, &acc[i][h * VN], vecC);
+        for (int h = 0; h < TTN / VN; ++h) store_outputs<VN>(row, col0 + T::col(tx, h * VN), n, &acc[i][h * VN], vecC);
     }
 }
 
@@ -302,26 +354,19 @@ struct AsyncTier {
     static constexpr int a_floats = TBM * a_row;
     static constexpr int stage_floats = a_floats + TBK * TBN;
     static constexpr int smem_floats = STAGES * stage_floats;
+    static constexpr bool staged = false;
+    static __device__ __forceinline__ int tx_of(int tid) { return tid % (TBN / TTN); }
+    static __device__ __forceinline__ int ty_of(int tid) { return tid / (TBN / TTN); }
     static constexpr int a_loads = TBM * TBK / 4 / threads;
     static constexpr int b_loads = TBK * TBN / 4 / threads;
+    // Where output (i, j) of thread (ty, tx) sits in the tile (rows every TBM / TTM, groups of vn columns).
+    static __device__ __forceinline__ int row(int ty, int i) { return ty + i * (TBM / TTM); }
+    static __device__ __forceinline__ int col(int tx, int j) { return (j / vn) * (vn * TBN / TTN) + tx * vn + j % vn; }
     static_assert(STAGES >= 2 && TBK % 4 == 0 && a_loads * threads * 4 == TBM * TBK && b_loads * threads * 4 == TBK * TBN,
                   "each thread copies whole float4s of both tiles");
 };
 
-// The products of rows row0.. of A and columns col0.. of B over k0 <= kk < k1 (k1 - k0 a multiple
-// of T::bk, or k1 == k), summed into acc: this thread's TTM x TTN outputs (rows ty + i * (TBM /
-// TTM), columns h * COL_STRIDE + tx * VN + j).
-// The threads taking part are tid = 0 .. T::threads - 1 of barrier `bar`: 0 is the whole block
-// (__syncthreads), 1.. a named barrier of T::threads threads, one per group of a block that splits
-// k among several groups (splitk_gemm).
-__device__ __forceinline__ void group_barrier(int bar, int threads)
-{
-    if (bar == 0)
-        __syncthreads();
-    else
-        asm volatile("bar.sync %0, %1;\n" ::"r"(bar), "r"(threads) : "memory");
-}
-
+// As staged_mainloop, from a ring of shared buffers filled by cp.async.
 template <class T, bool VEC>
 __device__ __forceinline__ void async_mainloop(const float* __restrict__ a, const float* __restrict__ b, int m, int n,
                                                int k, int k0, int k1, float* smem, float (&acc)[T::tm][T::tn],
@@ -329,8 +374,8 @@ __device__ __forceinline__ void async_mainloop(const float* __restrict__ a, cons
 {
     constexpr int TBM = T::bm, TBN = T::bn, TBK = T::bk, TTM = T::tm, TTN = T::tn, STAGES = T::stages;
     constexpr int THREADS = T::threads, VN = T::vn, ROWS = TBM / TTM, COL_STRIDE = VN * TBN / TTN;
-    const int tx = tid % (TBN / TTN);
-    const int ty = tid / (TBN / TTN);
+    const int tx = T::tx_of(tid);
+    const int ty = T::ty_of(tid);
     const int row0 = blockIdx.y * TBM;
     const int col0 = blockIdx.x * TBN;
 
@@ -391,12 +436,11 @@ template <class T, bool VEC>
 __device__ __forceinline__ void async_gemm_v(const float* __restrict__ a, const float* __restrict__ b,
                                              float* __restrict__ c, int m, int n, int k, float* smem)
 {
-    constexpr int TBM = T::bm, TBN = T::bn, TTM = T::tm, TTN = T::tn;
-    constexpr int VN = T::vn, ROWS = TBM / TTM, COL_STRIDE = VN * TBN / TTN;
-    const int tx = threadIdx.x % (TBN / TTN);
-    const int ty = threadIdx.x / (TBN / TTN);
-    const int row0 = blockIdx.y * TBM;
-    const int col0 = blockIdx.x * TBN;
+    constexpr int TTM = T::tm, TTN = T::tn, VN = T::vn;
+    const int tx = T::tx_of(threadIdx.x);
+    const int ty = T::ty_of(threadIdx.x);
+    const int row0 = blockIdx.y * T::bm;
+    const int col0 = blockIdx.x * T::bn;
     float acc[TTM][TTN];
 #pragma unroll
     for (int i = 0; i < TTM; ++i)
@@ -407,11 +451,11 @@ __device__ __forceinline__ void async_gemm_v(const float* __restrict__ a, const 
     const bool vecC = (n % 4 == 0) && aligned16(c);
 #pragma unroll
     for (int i = 0; i < TTM; ++i) {
-        const int r = row0 + ty + i * ROWS;
+        const int r = row0 + T::row(ty, i);
         if (r >= m) continue;
         float* row = c + (size_t)r * n;
 #pragma unroll
-        for (int h = 0; h < TTN / VN; ++h) store_outputs<VN>(row, col0 + h * COL_STRIDE + tx * VN, n, &acc[i][h * VN], vecC);
+        for (int h = 0; h < TTN / VN; ++h) store_outputs<VN>(row, col0 + T::col(tx, h * VN), n, &acc[i][h * VN], vecC);
     }
 }
 
@@ -458,18 +502,24 @@ __device__ __forceinline__ float4 cluster_load4(const float* p, unsigned rank)
     return v;
 }
 
+// The shared memory splitk_gemm<T, S, G> needs, in floats: G rings, which then hold the partial tiles.
+template <class T, int G>
+__host__ __device__ constexpr int splitk_floats()
+{
+    const int partials = T::bm * T::bn * (G > 1 ? G / 2 : 1);
+    return G * T::smem_floats > partials ? G * T::smem_floats : partials;
+}
+
 template <class T, int S, int G = 1>
 __device__ __forceinline__ void splitk_gemm(const float* __restrict__ a, const float* __restrict__ b,
                                             float* __restrict__ c, int m, int n, int k, float* smem)
 {
     constexpr int TBM = T::bm, TBN = T::bn, TBK = T::bk, TTM = T::tm, TTN = T::tn;
-    constexpr int GROUP = T::threads, THREADS = G * GROUP, VN = T::vn, ROWS = TBM / TTM, COL_STRIDE = VN * TBN / TTN;
-    constexpr int TILE = TBM * TBN;
+    constexpr int GROUP = T::threads, THREADS = G * GROUP, TILE = TBM * TBN;
     static_assert(TBM % S == 0 && TBN % 4 == 0 && (G & (G - 1)) == 0, "whole rows per block, whole groups");
-    static_assert(TILE * (G > 1 ? G / 2 : 1) <= G * T::smem_floats, "the partial tiles fit the rings");
     const int group = threadIdx.x / GROUP, tid = threadIdx.x % GROUP;
-    const int tx = tid % (TBN / TTN);
-    const int ty = tid / (TBN / TTN);
+    const int tx = T::tx_of(tid);
+    const int ty = T::ty_of(tid);
     const unsigned rank = cluster_rank();
     const int run = ((k + S * G - 1) / (S * G) + TBK - 1) / TBK * TBK;  // k per group, whole slices
     const int k0 = min(k, ((int)rank * G + group) * run), k1 = min(k, k0 + run);
@@ -481,11 +531,15 @@ __device__ __forceinline__ void splitk_gemm(const float* __restrict__ a, const f
         for (int j = 0; j < TTN; ++j) acc[i][j] = 0.0f;
     float* ring = smem + group * T::smem_floats;
     const int bar = G == 1 ? 0 : 1 + group;
-    if (k % 4 == 0 && n % 4 == 0 && aligned16(a) && aligned16(b))
-        async_mainloop<T, true>(a, b, m, n, k, k0, k1, ring, acc, tid, bar);
-    else
-        async_mainloop<T, false>(a, b, m, n, k, k0, k1, ring, acc, tid, bar);
-    wait_copies<0>();
+    if constexpr (T::staged) {
+        staged_mainloop<T>(a, b, m, n, k, k0, k1, ring, acc, tid, bar);
+    } else {
+        if (k % 4 == 0 && n % 4 == 0 && aligned16(a) && aligned16(b))
+            async_mainloop<T, true>(a, b, m, n, k, k0, k1, ring, acc, tid, bar);
+        else
+            async_mainloop<T, false>(a, b, m, n, k, k0, k1, ring, acc, tid, bar);
+        wait_copies<0>();
+    }
     __syncthreads();  // the rings are free: they hold partial tiles from here on
 
     // This thread's outputs in a partial tile at p: stored there, or (add) added from there.
@@ -493,15 +547,12 @@ __device__ __forceinline__ void splitk_gemm(const float* __restrict__ a, const f
 #pragma unroll
         for (int i = 0; i < TTM; ++i)
 #pragma unroll
-            for (int h = 0; h < TTN / VN; ++h) {
-                float* q = p + (ty + i * ROWS) * TBN + h * COL_STRIDE + tx * VN;
-#pragma unroll
-                for (int j = 0; j < VN; ++j) {
-                    if (add)
-                        acc[i][h * VN + j] += q[j];
-                    else
-                        q[j] = acc[i][h * VN + j];
-                }
+            for (int j = 0; j < TTN; ++j) {
+                float* q = p + T::row(ty, i) * TBN + T::col(tx, j);
+                if (add)
+                    acc[i][j] += *q;
+                else
+                    *q = acc[i][j];
             }
     };
 #pragma unroll
@@ -568,7 +619,13 @@ __device__ __forceinline__ void direct_gemm(const float* __restrict__ a, const f
         c[(size_t)row * n + col] = acc;
 }
 
-using Large = StagedTier<BM, BN, BK, TM, TN>;
+// Warps of 8 x 4 threads (H200, benchmarks/sgemm_kernel_matrix.py, one call): 4096^3 2922 us,
+// 8192^3 23.27 ms, against 2957 and 23.55 for the tier as it was and 3142 and 25.03 for this main
+// loop with row-major warps of 2 x 16 (the form of the split-K kernels, where they measured no
+// worse); 128 x 128 tiles with 8 x 8 per thread (BN 128, TN 8) gain as much (3038 -> 2907).
+// Row-major warps where the thread grid is too small for warps of 8 x 4 (a space with other tiles).
+constexpr int LARGE_WROWS = (BM / TM) % 8 == 0 && (BN / TN) % 4 == 0 ? 8 : 0;
+using Large = StagedTier<BM, BN, BK, TM, TN, LARGE_WROWS>;
 using Medium = AsyncTier<64, 64, 16, 8, 4, 4>;
 using Small = AsyncTier<32, 32, 32, 4, 4, 3>;
 // As many stages as fit in 48 KiB of static shared memory (3, or 2 for ST = 32 with SK = 64).
@@ -636,7 +693,7 @@ matmul_f32_splitk2(const float* a, const float* b, float* c, int m, int n, int k
 extern "C" __global__ void __launch_bounds__(128)
 matmul_f32_splitk2(const float* a, const float* b, float* c, int m, int n, int k)
 {
-    __shared__ __align__(16) float smem[Split::smem_floats];
+    __shared__ __align__(16) float smem[splitk_floats<Split, 1>()];
     splitk_gemm<Split, 2>(a, b, c, m, n, k, smem);
 }
 
@@ -646,7 +703,7 @@ matmul_f32_splitk4(const float* a, const float* b, float* c, int m, int n, int k
 extern "C" __global__ void __launch_bounds__(128)
 matmul_f32_splitk4(const float* a, const float* b, float* c, int m, int n, int k)
 {
-    __shared__ __align__(16) float smem[Split::smem_floats];
+    __shared__ __align__(16) float smem[splitk_floats<Split, 1>()];
     splitk_gemm<Split, 4>(a, b, c, m, n, k, smem);
 }
 
@@ -656,7 +713,7 @@ matmul_f32_splitk8(const float* a, const float* b, float* c, int m, int n, int k
 extern "C" __global__ void __launch_bounds__(128)
 matmul_f32_splitk8(const float* a, const float* b, float* c, int m, int n, int k)
 {
-    __shared__ __align__(16) float smem[Split::smem_floats];
+    __shared__ __align__(16) float smem[splitk_floats<Split, 1>()];
     splitk_gemm<Split, 8>(a, b, c, m, n, k, smem);
 }
 
@@ -666,7 +723,7 @@ matmul_f32_splitk8s(const float* a, const float* b, float* c, int m, int n, int 
 extern "C" __global__ void __launch_bounds__(64)
 matmul_f32_splitk8s(const float* a, const float* b, float* c, int m, int n, int k)
 {
-    __shared__ __align__(16) float smem[Small::smem_floats];
+    __shared__ __align__(16) float smem[splitk_floats<Small, 1>()];
     splitk_gemm<Small, 8>(a, b, c, m, n, k, smem);
 }
 
@@ -683,7 +740,8 @@ matmul_f32_splitk8sg(const float* a, const float* b, float* c, int m, int n, int
 }
 
 using SplitWide = AsyncTier<64, 64, 8, 8, 8, 3>;  // 8 x 8 outputs per thread: 64 threads per group
-static_assert(2 * Small::smem_floats * 4 == 52224 && 4 * SplitWide::smem_floats * 4 <= 48 * 1024,
+using SplitStaged = StagedTier<128, 128, 8, 8, 16>;  // the large tier's loop, 8 x 16 per thread: 128 threads per group
+static_assert(splitk_floats<Small, 2>() * 4 == 52224 && splitk_floats<SplitWide, 4>() * 4 <= 48 * 1024,
               "splitk8sg's launch asks for 52224 bytes; splitk2g's four rings fit statically");
 
 extern "C" __global__ void __launch_bounds__(256)
@@ -692,6 +750,21 @@ matmul_f32_splitk2g(const float* a, const float* b, float* c, int m, int n, int 
 extern "C" __global__ void __launch_bounds__(256)
 matmul_f32_splitk2g(const float* a, const float* b, float* c, int m, int n, int k)
 {
-    __shared__ __align__(16) float smem[4 * SplitWide::smem_floats];
+    __shared__ __align__(16) float smem[splitk_floats<SplitWide, 4>()];
     splitk_gemm<SplitWide, 2, 4>(a, b, c, m, n, k, smem);
 }
+
+// Two blocks per 128 x 128 tile, two groups of 128 threads in each, 8 x 16 outputs per thread in
+// the large tier's main loop: one block of 8 warps per SM, as the large tier runs, where 128 x 128
+// tiles number 0.4-0.5 per SM (8192 x 128 x 4096 and 128 x 8192 x 4096: 0.77 -> 0.81-0.83x
+// cuBLAS beside splitk2). 65536 bytes of dynamic shared memory: the partial tile of group 1.
+extern "C" __global__ void __launch_bounds__(256)
+matmul_f32_splitk2r(const float* a, const float* b, float* c, int m, int n, int k) __cluster_dims__(1, 1, 2);
+
+extern "C" __global__ void __launch_bounds__(256)
+matmul_f32_splitk2r(const float* a, const float* b, float* c, int m, int n, int k)
+{
+    extern __shared__ __align__(16) float smem[];
+    splitk_gemm<SplitStaged, 2, 2>(a, b, c, m, n, k, smem);
+}
+static_assert(splitk_floats<SplitStaged, 2>() * 4 == 65536, "splitk2r's launch asks for 65536 bytes");

@@ -1,7 +1,7 @@
 """The example SGEMM's split-K tier on the GPU: on deep-k shapes whose 64 x 64 output tiles cannot
 fill it twice, the launch sends the case to a split-K kernel (a cluster of 2, 4 or 8 blocks per
-64 x 64 tile, or 8 per 32 x 32 tile; grid z = the cluster size; in splitk8sg and splitk2g each
-block's k split again among groups of threads) and every output passes the reference's check, on
+64 x 64 tile, 8 per 32 x 32 tile or 2 per 128 x 128 tile; grid z = the cluster size; in splitk8sg,
+splitk2g and splitk2r each block's k split again among groups of threads) and every output passes the reference's check, on
 vectorised and element-wise paths, whole and partial tiles, and runs of k that end early; a shape with tiles enough stays on its tier. Each shape is made from the example's
 template case the way `verify --shapes` makes them (the same tolerances)."""
 
@@ -30,11 +30,13 @@ SHAPES = {  # (m, n, k): the kernel the launch must pick on an H200 (132 SMs)
     (64, 4096, 2048): "matmul_f32_splitk2g",   # skinny: the same
     (450, 500, 2051): "matmul_f32_splitk2g",   # k % 4 != 0: element-wise loads; partial tiles
     (777, 333, 555): "matmul_f32_splitk4",     # 78 tiles, k too shallow for 8 runs of 128
-    (128, 8192, 4096): "matmul_f32_splitk2",   # 256 tiles: two per SM
+    (128, 8192, 4096): "matmul_f32_splitk2r",  # 64 tiles of 128 x 128: 2 blocks of 2 groups each
+    (1000, 1000, 1003): "matmul_f32_splitk2r",  # k % 4 != 0; partial tiles; runs of 256: group 3 short (235)
+    (1024, 768, 1024): "matmul_f32_splitk2",   # 48 tiles of 128 x 128, 192 of 64 x 64: 2 blocks each
     (1024, 1536, 512): "matmul_f32_medium",    # 384 tiles: enough without splitting k
 }
 SPLIT = {"matmul_f32_splitk2": 2, "matmul_f32_splitk4": 4, "matmul_f32_splitk8": 8, "matmul_f32_splitk8s": 8,
-         "matmul_f32_splitk8sg": 8, "matmul_f32_splitk2g": 2}
+         "matmul_f32_splitk8sg": 8, "matmul_f32_splitk2g": 2, "matmul_f32_splitk2r": 2}
 
 
 @pytest.fixture
@@ -60,7 +62,8 @@ def test_split_k_is_picked_and_passes_on_deep_and_skinny_shapes(supervisor, sgem
         case = result.case(f"m={m},n={n},k={k}")
         assert case.launch.entry == entry, (m, n, k, case.launch)
         z = SPLIT.get(entry, 1)
-        tile = 32 if entry in ("matmul_f32_small", "matmul_f32_splitk8s", "matmul_f32_splitk8sg") else 64
+        tile = 32 if entry in ("matmul_f32_small", "matmul_f32_splitk8s", "matmul_f32_splitk8sg") else \
+            128 if entry == "matmul_f32_splitk2r" else 64
         assert case.launch.grid == (-(-n // tile), -(-m // tile), z), (m, n, k, case.launch)
         assert case.timing is not None
     print(config, {c.name: round(c.timing.median_us, 1) for c in result.cases})

@@ -16,6 +16,7 @@ import argparse
 import collections
 import csv
 import sys
+import tempfile
 from pathlib import Path
 
 METRICS = [
@@ -44,24 +45,25 @@ def launch(names: list[str], shapes: list[str]) -> None:
     source = exp.tuning.source + "\n" + "\n".join(f.source() for f in forms)
     cubin, _ = build(KernelSpec(source=source, entry="matmul_f32", defines=exp.tuning.space.configurations()[-1]),
                      "sm_90", "cubin")
-    path = Path("/tmp/sgemm_ncu.cubin")
-    path.write_bytes(cubin)
-    module = cp.RawModule(path=str(path))
-    for shape in shapes:
-        m, n, k = map(int, shape.split("x"))
-        a, b = cp.random.rand(m, k, dtype=cp.float32), cp.random.rand(k, n, dtype=cp.float32)
-        want = a @ b  # cuBLAS
-        for form in forms:
-            kernel = module.get_function(form.entry or f"matmul_f32_{form.name}")
-            shared = form.smem_bytes if form.dynamic else 0
-            if shared:
-                kernel.max_dynamic_shared_size_bytes = shared
-            c = cp.zeros((m, n), cp.float32)
-            bm, bn = form.tile[:2]
-            kernel((-(-n // bn), -(-m // bm), form.split), (form.threads,), (a, b, c, np.int32(m), np.int32(n), np.int32(k)),
-                   shared_mem=shared)
-            error = float(cp.abs(c - want).max() / cp.abs(want).max())
-            print(f"{shape} {form.name}: largest difference from cuBLAS {error:.1e} (relative to its largest output)")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "sgemm.cubin"
+        path.write_bytes(cubin)
+        module = cp.RawModule(path=str(path))
+        for shape in shapes:
+            m, n, k = map(int, shape.split("x"))
+            a, b = cp.random.rand(m, k, dtype=cp.float32), cp.random.rand(k, n, dtype=cp.float32)
+            want = a @ b  # cuBLAS
+            for form in forms:
+                kernel = module.get_function(form.entry or f"matmul_f32_{form.name}")
+                shared = form.smem_bytes if form.dynamic else 0
+                if shared:
+                    kernel.max_dynamic_shared_size_bytes = shared
+                c = cp.zeros((m, n), cp.float32)
+                bm, bn = form.tile[:2]
+                kernel((-(-n // bn), -(-m // bm), form.split), (form.threads,), (a, b, c, np.int32(m), np.int32(n), np.int32(k)),
+                       shared_mem=shared)
+                error = float(cp.abs(c - want).max() / cp.abs(want).max())
+                print(f"{shape} {form.name}: largest difference from cuBLAS {error:.1e} (relative to its largest output)")
 
 
 def table(path: Path) -> None:

@@ -4,9 +4,11 @@ The tier table picks one kernel per shape; this measures them all, so that a rul
 off a table instead of guessed. Each form (a tile, its thread tile, its ring, and for split-K its
 cluster width and the groups of threads that split each block's k again) is added to the example's ``tunable.cu`` as one more entry and launched alone on
 every shape; cuBLAS is timed interleaved in the first repeat, and the forms alternate over two
-repeats. ``--ref REF`` adds the large tier as it was at git revision REF (its whole tunable.cu,
-form ``ref``), to time a change to that tier beside its predecessor in one call. Run: ``python
-benchmarks/sgemm_kernel_matrix.py --out DIR [--forms a,b,..] [--shapes MxNxK,..] [--ref REF]``.
+repeats. ``--ref REF`` adds, for each chosen form that is one of the example's kernels (an
+``entry``: the large tier, medium, the split-K tiers), that kernel as it was at git revision REF
+(its whole tunable.cu compiled instead of today's; form ``NAME@ref``), to time a change beside its
+predecessor in one call. Run: ``python benchmarks/sgemm_kernel_matrix.py --out DIR [--forms
+a,b,..] [--shapes MxNxK,..] [--ref REF]``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import json
 import math
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cudaopt.experiment import load_experiment
@@ -222,7 +224,7 @@ def main() -> None:
     parser.add_argument("--forms", default="", help="comma-separated form names (default: all)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--shapes", default="", help="comma-separated MxNxK (default: the smaller tiers' shapes)")
-    parser.add_argument("--ref", default="", help="a git revision: add its large tier as form 'ref'")
+    parser.add_argument("--ref", default="", help="a git revision: add its build of each chosen kernel as NAME@ref")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     forms = [f for f in FORMS if not args.forms or f.name in args.forms.split(",")]
@@ -235,9 +237,9 @@ def main() -> None:
                                text=True)
         if shown.returncode != 0:
             raise SystemExit(f"--ref {args.ref}: {shown.stderr.strip()}")
-        forms.append(Form("ref", (config["BM"], config["BN"], config["BK"], config["TM"], config["TN"], 0),
-                          entry="matmul_f32"))
-        sources["ref"] = shown.stdout
+        for form in [f for f in forms if f.entry and f"{f.entry}(" in shown.stdout]:
+            forms.append(replace(form, name=f"{form.name}@ref"))
+            sources[f"{form.name}@ref"] = shown.stdout
     shapes_file = args.out / "matrix-shapes.json"
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")] if args.shapes else SHAPES
     shapes_file.write_text(json.dumps({"template": "square-4096", "shapes": [dict(m=m, n=n, k=k) for m, n, k in shapes]}))

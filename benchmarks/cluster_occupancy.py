@@ -33,8 +33,9 @@ def _check(result) -> None:
 def main() -> None:
     kernel = cp.RawModule(code=SOURCE).get_function("occupy")
     function = driver.CUfunction(getattr(kernel, "kernel", kernel).ptr)
-    _check(driver.cuFuncSetAttribute(function, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1))
-    _check(driver.cuFuncSetAttribute(function, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+    attribute = driver.CUfunction_attribute
+    _check(driver.cuFuncSetAttribute(function, attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1))
+    _check(driver.cuFuncSetAttribute(function, attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                      max(PER_SM.values())))
     sms = cp.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
     print(f"{cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}: {sms} SMs, 256 threads per block")

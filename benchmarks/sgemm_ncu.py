@@ -60,10 +60,11 @@ def launch(names: list[str], shapes: list[str]) -> None:
                     kernel.max_dynamic_shared_size_bytes = shared
                 c = cp.zeros((m, n), cp.float32)
                 bm, bn = form.tile[:2]
-                kernel((-(-n // bn), -(-m // bm), form.split), (form.threads,), (a, b, c, np.int32(m), np.int32(n), np.int32(k)),
-                       shared_mem=shared)
+                grid = (-(-n // bn), -(-m // bm), form.split)
+                kernel(grid, (form.threads,), (a, b, c, np.int32(m), np.int32(n), np.int32(k)), shared_mem=shared)
                 error = float(cp.abs(c - want).max() / cp.abs(want).max())
-                print(f"{shape} {form.name}: largest difference from cuBLAS {error:.1e} (relative to its largest output)")
+                print(f"{shape} {form.name}: largest difference from cuBLAS {error:.1e} "
+                      "(relative to its largest output)")
 
 
 def table(path: Path) -> None:

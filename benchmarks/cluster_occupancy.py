@@ -37,8 +37,9 @@ def main() -> None:
     _check(driver.cuFuncSetAttribute(function, attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1))
     _check(driver.cuFuncSetAttribute(function, attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                      max(PER_SM.values())))
-    sms = cp.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
-    print(f"{cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}: {sms} SMs, 256 threads per block")
+    properties = cp.cuda.runtime.getDeviceProperties(0)
+    sms = properties["multiProcessorCount"]
+    print(f"{properties['name'].decode()}: {sms} SMs, 256 threads per block")
     for per_sm, smem in PER_SM.items():
         for size in CLUSTERS:
             config = driver.CUlaunchConfig()

@@ -55,8 +55,7 @@ class Form:
 
     @property
     def tier(self) -> str:
-        return f"StagedTier<{', '.join(map(str, self.tile))}>" if self.staged else \
-            f"AsyncTier<{', '.join(map(str, self.tile))}>"
+        return f"{'Staged' if self.staged else 'Async'}Tier<{', '.join(map(str, self.tile))}>"
 
     @property
     def smem_bytes(self) -> int:

@@ -4,7 +4,8 @@ The examples' launches were written once as nested conditionals; the tier tables
 them must take the same decisions on every case, configuration and GPU, so the old form is
 kept here (tests/fixtures/*_nested_launch.json) and compared against. The SGEMM one was written
 again, over its table's lets, when the table's split-K rules changed; the softmax one's warp limit
-went from 1024 to 512 columns with its table's."""
+went from 1024 to 512 columns with its table's, and its warp tier's rows per warp from a tunable to
+one round of registers by columns."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def test_the_tier_table_takes_the_nested_conditionals_decisions(example):
         shapes = _sgemm_shapes()
     else:
         cases = json.loads((ROOT / "examples/softmax/input_cases.json").read_text())["cases"]
-        edges = [1024, 4096, 57344]
+        edges = [32, 1024, 4096, 57344, 131072]
         cols = sorted({c for e in edges for f in (1, 2, 4, 8, 16) for c in (e * f - 1, e * f, e * f + 1)} | {1, 33})
         shapes = [c["scalars"] for c in cases] + [{"rows": r, "cols": c} for r in (1, 7, 4096) for c in cols]
     configs = tuning.space.configurations()

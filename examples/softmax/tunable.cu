@@ -1,18 +1,18 @@
 // Row softmax, y[r][c] = exp(x[r][c] - max_r) / sum_c' exp(x[r][c'] - max_r), float32, row-major,
 // in four kernels of one signature; experiment.json's launch picks one per shape:
 //
-//   softmax_rows_warp     cols <= 1024 (launched up to 512: beyond, the block kernel measured
-//                         faster): a group of 8, 16 or 32 lanes per row, RPW rows per warp,
-//                         the row held in registers (one read, one write)
+//   softmax_rows_warp     cols <= 512: a group of 8, 16 or 32 lanes per row, the rows held in
+//                         registers, 4 float4 of them in flight per lane (one read, one write)
 //   softmax_rows_block    cols <= 4 * NB * 1024: one block per row, NB float4 per thread held in
 //                         registers (one read, one write)
 //   softmax_rows_cluster  cols <= CL * 57344: a cluster of CL blocks per row (Hopper thread block
 //                         clusters, co-scheduled by the hardware), each block copying its part of
-//                         the row into shared memory (cp.async, all of it in flight at once); the
-//                         blocks exchange their (max, sum) through distributed shared memory
-//                         (one read, one write)
+//                         the row into shared memory (cp.async, all of it in flight at once, its
+//                         (max, sum) taken in four phases as they land); the blocks exchange their
+//                         (max, sum) through distributed shared memory (one read, one write)
 //   softmax_rows          any cols: one block per row, one pass for the maximum and the sum
-//                         together (online softmax), one pass for the outputs (two reads, one write)
+//                         together (online softmax), one pass for the outputs (two reads, one write;
+//                         the second from L2 when the rows in flight fit there)
 //
 // Every kernel is correct for any rows, cols, grid (whole clusters for the cluster kernel) and
 // block size (a multiple of 32 within its launch bounds): rows are visited in grid-stride loops
@@ -29,9 +29,6 @@
 
 #ifndef WB
 #define WB 256  // threads per block of softmax_rows_warp
-#endif
-#ifndef RPW
-#define RPW 8  // rows per warp in softmax_rows_warp (4, 8 or 16)
 #endif
 #ifndef NB
 #define NB 4  // float4 per thread in softmax_rows_block
@@ -51,7 +48,6 @@
 #define LOG2E 1.4426950408889634f
 #define NEG_INF (-CUDART_INF_F)
 
-static_assert(RPW % 4 == 0 && RPW >= 4 && RPW <= 16, "RPW: a multiple of 4, at most 16 (rows held in registers)");
 static_assert(WB % 32 == 0 && WB <= 1024 && CT % 32 == 0 && CT <= 1024, "block sizes: warps, at most 1024");
 static_assert(CL >= 1 && CL <= 8, "CL: a portable cluster size");
 
@@ -243,29 +239,34 @@ extern "C" __global__ void __launch_bounds__(OT) softmax_rows(const float* x, fl
 
 // Rows first + step * k (k < count) by a group of G lanes (this one is `lane`), R rows at a time,
 // NV float4 (or 4 * NV scalars) per lane and row. Every lane of the warp runs the same trip count.
+// A round's rows are addressed from one 64-bit base by int offsets (step * R * cols < 2^31 for the
+// rows a warp holds), so no row keeps a pointer of its own in registers.
 template <int G, int NV, int R, bool VEC>
 __device__ __forceinline__ void group_rows(const float* x, float* y, int rows, int cols, long long first, int step,
                                            int count, int lane)
 {
     for (int k0 = 0; k0 < count; k0 += R) {
+        const long long base = first + (long long)step * k0;  // this round's first row
+        const long long left = (rows - base + step - 1) / step;  // rows of this group from base on
+        const int live = (int)min((long long)min(R, count - k0), left);  // rows this round holds (may be <= 0)
+        const float* xb = x + base * cols;
+        float* yb = y + base * cols;
         float4 v[R][NV];
         float mL[R], inv[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            const long long row = first + (long long)step * (k0 + r);
-            const bool live = k0 + r < count && row < rows;
-            const float* xr = x + (live ? row * cols : 0);
+            const int off = r * step * cols;
 #pragma unroll
             for (int i = 0; i < NV; ++i) {
                 if (VEC) {
                     const int c = 4 * (lane + G * i);
-                    v[r][i] = live && c < cols ? __ldg(reinterpret_cast<const float4*>(xr + c)) : neg_inf4();
+                    v[r][i] = r < live && c < cols ? __ldg(reinterpret_cast<const float4*>(xb + off + c)) : neg_inf4();
                 } else {
                     float e[4];
 #pragma unroll
                     for (int j = 0; j < 4; ++j) {
                         const int c = lane + G * (4 * i + j);
-                        e[j] = live && c < cols ? __ldg(xr + c) : NEG_INF;
+                        e[j] = r < live && c < cols ? __ldg(xb + off + c) : NEG_INF;
                     }
                     v[r][i] = make_float4(e[0], e[1], e[2], e[3]);
                 }
@@ -291,24 +292,23 @@ __device__ __forceinline__ void group_rows(const float* x, float* y, int rows, i
         }
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            const long long row = first + (long long)step * (k0 + r);
-            if (k0 + r >= count || row >= rows)
+            if (r >= live)
                 continue;
-            float* yr = y + row * cols;
+            const int off = r * step * cols;
 #pragma unroll
             for (int i = 0; i < NV; ++i) {
                 const float4 o = make_float4(v[r][i].x * inv[r], v[r][i].y * inv[r], v[r][i].z * inv[r], v[r][i].w * inv[r]);
                 if (VEC) {
                     const int c = 4 * (lane + G * i);
                     if (c < cols)
-                        *reinterpret_cast<float4*>(yr + c) = o;
+                        *reinterpret_cast<float4*>(yb + off + c) = o;
                 } else {
                     const float e[4] = {o.x, o.y, o.z, o.w};
 #pragma unroll
                     for (int j = 0; j < 4; ++j) {
                         const int c = lane + G * (4 * i + j);
                         if (c < cols)
-                            yr[c] = e[j];
+                            yb[off + c] = e[j];
                     }
                 }
             }
@@ -336,30 +336,28 @@ __device__ __forceinline__ int side_by_side(int cols) { return cols <= 32 ? 4 : 
 template <bool VEC>
 __device__ __forceinline__ void warp_rows(const float* x, float* y, int rows, int cols, long long first, long long per)
 {
-    // At most 4 float4 of rows in flight per lane (8 for rows of 513 to 1024, held whole).
+    // 4 float4 of rows in flight per lane: 4 rows of a group at a time up to 128 columns, then 2, 1.
     const int lane = threadIdx.x % 32;
-    constexpr int R8 = RPW / 4 < 4 ? RPW / 4 : 4, R16 = RPW / 2 < 4 ? RPW / 2 : 4;
     if (cols <= 32)  // 8 lanes a row, 4 rows side by side in the warp
-        group_rows<8, 1, R8, VEC>(x, y, rows, cols, first + lane / 8, 4, (int)(per / 4), lane % 8);
+        group_rows<8, 1, 4, VEC>(x, y, rows, cols, first + lane / 8, 4, (int)(per / 4), lane % 8);
     else if (cols <= 64)  // 16 lanes a row, 2 side by side
-        group_rows<16, 1, R16, VEC>(x, y, rows, cols, first + lane / 16, 2, (int)(per / 2), lane % 16);
+        group_rows<16, 1, 4, VEC>(x, y, rows, cols, first + lane / 16, 2, (int)(per / 2), lane % 16);
     else if (cols <= 128)
         group_rows<32, 1, 4, VEC>(x, y, rows, cols, first, 1, (int)per, lane);
     else if (cols <= 256)
         group_rows<32, 2, 2, VEC>(x, y, rows, cols, first, 1, (int)per, lane);
     else if (cols <= 512)
         group_rows<32, 4, 1, VEC>(x, y, rows, cols, first, 1, (int)per, lane);
-    else if (cols <= 1024)
-        group_rows<32, 8, 1, VEC>(x, y, rows, cols, first, 1, (int)per, lane);
     else  // longer rows than registers hold: the warp streams them
         for (long long k = 0; k < per && first + k < rows; ++k)
             warp_online_row(x + (first + k) * cols, y + (first + k) * cols, cols, lane);
 }
 
 // Each warp takes an even share of the rows over the whole grid, rounded up to the rows it takes
-// side by side: RPW rows under experiment.json's grid (rows / (RPW per warp)); any other grid
-// covers every row once too. One share per warp and no grid-stride loop: 63-66 registers, where
-// the loop took 80.
+// side by side. experiment.json's grid gives each warp the rows of one round of registers (16 of
+// at most 32 columns, 8, 4, 2, 1 up to 512): on the H200 one round beat two or more at every
+// short-row shape measured. Any other grid covers every row once too. One share per warp and no
+// grid-stride loop: 56 registers (ptxas, sm_90), where the loop took 80.
 extern "C" __global__ void __launch_bounds__(WB, 768 / WB) softmax_rows_warp(const float* x, float* y, int rows, int cols)
 {
     const bool vec = vector_ok(x, y, cols);
@@ -488,47 +486,70 @@ __device__ __forceinline__ void copy4(float* to, const float* from)
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(from) : "memory");
 }
 
+#define PHASES 4  // commit groups a block's part is copied in (softmax_rows_cluster)
+
+__device__ __forceinline__ void commit_phase() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int PENDING>  // wait until at most PENDING of this thread's latest phases are in flight
+__device__ __forceinline__ void wait_phases() { asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory"); }
+
+// This thread's pair over its items (float4 or floats) t + T * k, k in [k0, k1), from shared memory.
+template <bool VEC>
+__device__ __forceinline__ Stat kept_stat(const float4* keep, int items, int k0, int k1)
+{
+    const int t = threadIdx.x, T = blockDim.x;
+    const float* one = reinterpret_cast<const float*>(keep);
+    float m = NEG_INF;
+    for (int k = k0, i = t + k0 * T; k < k1 && i < items; ++k, i += T)
+        m = fmaxf(m, VEC ? fmaxf(fmaxf(keep[i].x, keep[i].y), fmaxf(keep[i].z, keep[i].w)) : one[i]);
+    if (m == NEG_INF)
+        return {NEG_INF, 0.0f};  // nothing (or only -inf): the empty pair
+    const float mL = m * LOG2E;
+    float s = 0.0f;
+    for (int k = k0, i = t + k0 * T; k < k1 && i < items; ++k, i += T) {
+        if (VEC) {
+            const float4 e = softmax4(keep[i], mL, 1.0f);
+            s += (e.x + e.y) + (e.z + e.w);
+        } else {
+            s += exp2f(fmaf(one[i], LOG2E, -mL));
+        }
+    }
+    return {mL, s};
+}
+
 // Pass 1 over this block's part [0, n) of a row, and its pair. Kept in shared memory (`keep`):
 // every load of the part is put in flight at once (cp.async, global to shared memory without
-// registers), then the maximum and the sum are read from there; each thread reads back only what
-// it copied, so its own wait suffices. Without `keep`, streamed through registers.
+// registers) in PHASES commit groups, and each phase's pair is computed from there as soon as it
+// has landed, while the later phases are still in flight; each thread reads back only what it
+// copied, so its own wait suffices. Without `keep`, streamed through registers.
 template <bool VEC>
 __device__ __forceinline__ Stat load_part(const float* xp, int n, float4* keep)
 {
     const int t = threadIdx.x, T = blockDim.x;
     if (keep == nullptr)
         return scan<VEC>(xp, n, t, T);
-    const float* k1 = reinterpret_cast<const float*>(keep);
-    if (VEC) {
-        for (int i = t; i < n / 4; i += T)
-            copy16(keep + i, reinterpret_cast<const float4*>(xp) + i);
-    } else {
-        for (int i = t; i < n; i += T)
-            copy4(reinterpret_cast<float*>(keep) + i, xp + i);
-    }
-    asm volatile("cp.async.wait_all;" ::: "memory");
-    float m = NEG_INF;
-    if (VEC) {
-        for (int i = t; i < n / 4; i += T)
-            m = fmaxf(m, fmaxf(fmaxf(keep[i].x, keep[i].y), fmaxf(keep[i].z, keep[i].w)));
-    } else {
-        for (int i = t; i < n; i += T)
-            m = fmaxf(m, k1[i]);
-    }
-    const float mL = m * LOG2E;
-    float s = 0.0f;
-    if (m != NEG_INF) {  // a thread with nothing (or only -inf) keeps the empty pair
-        if (VEC) {
-            for (int i = t; i < n / 4; i += T) {
-                const float4 e = softmax4(keep[i], mL, 1.0f);
-                s += (e.x + e.y) + (e.z + e.w);
-            }
-        } else {
-            for (int i = t; i < n; i += T)
-                s += exp2f(fmaf(k1[i], LOG2E, -mL));
+    const int items = VEC ? n / 4 : n;
+    const int per = (items + T - 1) / T;  // items of a thread, at most
+    const int span = (per + PHASES - 1) / PHASES;  // of them per phase
+#pragma unroll
+    for (int p = 0; p < PHASES; ++p) {
+        for (int k = p * span, i = t + k * T; k < min(per, (p + 1) * span) && i < items; ++k, i += T) {
+            if (VEC)
+                copy16(keep + i, reinterpret_cast<const float4*>(xp) + i);
+            else
+                copy4(reinterpret_cast<float*>(keep) + i, xp + i);
         }
+        commit_phase();
     }
-    return {mL, s};
+    static_assert(PHASES == 4, "one wait per phase below");
+    wait_phases<3>();
+    Stat st = kept_stat<VEC>(keep, items, 0, span);
+    wait_phases<2>();
+    st = merge(st, kept_stat<VEC>(keep, items, span, 2 * span));
+    wait_phases<1>();
+    st = merge(st, kept_stat<VEC>(keep, items, 2 * span, 3 * span));
+    wait_phases<0>();
+    return merge(st, kept_stat<VEC>(keep, items, 3 * span, per));
 }
 
 // Pass 2: the outputs of this block's part, from shared memory (or read again).

@@ -9,7 +9,7 @@ the vendors' medians from the baseline's request (timed interleaved with it). Th
 are timed one request after another, so compare them with each other here and with the vendors
 through ``softmax_winner.py``, which times its winner interleaved with them.
 
-Run: ``python benchmarks/softmax_space.py --out DIR --space '{"WOCC": [768, 1280]}' [--cases NAME ...]``
+Run: ``python benchmarks/softmax_space.py --out DIR --space '{"CT": [512, 1024]}' [--cases NAME ...]``
 """
 
 from __future__ import annotations
@@ -67,15 +67,14 @@ def report(run: Path, cases: list[str]) -> dict:
         if a["kind"] == "baseline":
             continue
         medians = {c["name"]: _median(c) for c in a["cases"] if c["name"] in cases}
-        rows.append({"defines": a["defines"], "status": a["status"], "registers": a["compile"].get("registers"),
-                     "medians": medians})
+        rows.append({"defines": a["defines"], "status": a["status"], "medians": medians})
     width = max(len(json.dumps(r["defines"])) for r in rows) if rows else 10
-    print(f"{'configuration':{width}}  {'regs':>4}  " + "  ".join(f"{n[:14]:>14}" for n in cases))
+    print(f"{'configuration':{width}}  " + "  ".join(f"{n[:14]:>14}" for n in cases))
     for label, theirs in vendors.items():
-        print(f"{label:{width}}  {'':>4}  " + "  ".join(f"{theirs.get(n, float('nan')):14.2f}" for n in cases))
+        print(f"{label:{width}}  " + "  ".join(f"{theirs.get(n, float('nan')):14.2f}" for n in cases))
     for r in rows:
         cells = "  ".join(f"{r['medians'].get(n) or float('nan'):14.2f}" for n in cases)
-        print(f"{json.dumps(r['defines']):{width}}  {r['registers'] or '-':>4}  {cells}  {r['status']}")
+        print(f"{json.dumps(r['defines']):{width}}  {cells}  {r['status']}")
     best = {}
     for n in cases:
         timed = [r for r in rows if r["medians"].get(n)]
@@ -91,7 +90,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("out"))
     parser.add_argument("--space", default="{}", help="JSON: tunable -> values (the example's for the rest)")
-    parser.add_argument("--cases", nargs="+", default=SHORT_ROWS, help="performance cases to keep")
+    parser.add_argument("--cases", nargs="+", default=SHORT_ROWS, help="performance or holdout cases to time")
     args = parser.parse_args()
     try:
         space = json.loads(args.space)

@@ -18,6 +18,7 @@ from tests.conftest import ROOT
 SOFTMAX = ROOT / "examples" / "softmax"
 KERNELS = ("softmax_rows", "softmax_rows_warp", "softmax_rows_block", "softmax_rows_cluster")
 SHARED_OPTIN = 232448  # bytes of shared memory a block may have on sm_90 (static and dynamic)
+SMS = 132  # an H200's SMs: the launch's num_sms here
 
 
 @functools.cache
@@ -41,7 +42,7 @@ def _bounds(config: dict) -> dict[str, int]:
     return {name: evaluate_int(bound.strip(), {**defines, **config}) for bound, name in found}
 
 
-def _launch(rows: int, cols: int, config: dict, sms: int = 132):
+def _launch(rows: int, cols: int, config: dict, sms: int = SMS):
     from cudaopt.wire.launch import candidate_names, resolve_launch
 
     return resolve_launch(_experiment().tuning.launch, candidate_names({"rows": rows, "cols": cols}, config,
@@ -110,7 +111,7 @@ def test_every_kernel_of_every_configuration_compiles_without_spills():
     from cudaopt.wire.protocol import KernelSpec
 
     for config in _experiment().tuning.space.configurations():
-        spec = KernelSpec(source=_source(), entry="softmax_rows", defines={**config, "CUDAOPT_NUM_SMS": 132})
+        spec = KernelSpec(source=_source(), entry="softmax_rows", defines={**config, "CUDAOPT_NUM_SMS": SMS})
         usage = parse_ptxas(compile_kernel(spec).info.log)
         for name in KERNELS:
             used = usage[name]
@@ -156,11 +157,11 @@ def test_each_shape_gets_a_kernel_whose_fast_path_holds_it():
                 assert 512 < cols <= 4 * config["NB"] * threads and grid == rows
             elif entry == "softmax_rows_cluster":
                 part = 4 * -(-cols // (4 * config["CL"]))
-                assert cols > 65536 or rows < 132  # the mid tier's rows go to the online kernel
+                assert cols > 65536 or rows < SMS  # the mid tier's rows go to the online kernel
                 assert grid == rows * config["CL"] and 4 * part <= launch.shared_bytes
                 assert launch.shared_bytes + static_shared <= SHARED_OPTIN
             else:
-                assert cols <= 65536 and rows >= 132 or cols > evaluate_int("57344 * CL", config)
+                assert cols <= 65536 and rows >= SMS or cols > evaluate_int("57344 * CL", config)
                 assert grid == rows and launch.shared_bytes == 0
     assert seen == set(KERNELS)
 

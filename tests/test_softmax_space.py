@@ -44,11 +44,11 @@ def _case(name, median, vendors=()):
 
 def test_the_table_reads_the_history(tmp_path, capsys):
     history = {"attempts": [
-        {"kind": "baseline", "defines": {}, "status": "ok", "compile": {},
+        {"kind": "baseline", "defines": {}, "status": "ok",
          "cases": [_case("a", 50.0, [("torch.compile", 10.0)]), _case("b", 80.0, [("torch.compile", 20.0)])]},
-        {"kind": "tune", "defines": {"WB": 128}, "status": "ok", "compile": {"registers": 40},
+        {"kind": "tune", "defines": {"WB": 128}, "status": "ok",
          "cases": [_case("a", 9.0), _case("b", 22.0)]},
-        {"kind": "tune", "defines": {"WB": 256}, "status": "ok", "compile": {"registers": 48},
+        {"kind": "tune", "defines": {"WB": 256}, "status": "ok",
          "cases": [_case("a", 11.0), _case("b", 19.0)]},
     ]}
     (tmp_path / "history.json").write_text(json.dumps(history))

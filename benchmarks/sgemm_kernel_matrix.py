@@ -47,6 +47,7 @@ class Form:
     min_blocks: int = 1  # __launch_bounds__'s second value: blocks that must fit on an SM
     staged: bool = False
     pad: int = 0  # shared memory to ask for at least, in bytes: 120000 leaves room for one block per SM
+    ways: str = ""  # clusters per tile (an expression of the shape; a SPREAD entry): grid z = split * ways
 
     @property
     def threads(self) -> int:
@@ -91,7 +92,7 @@ class Form:
     def launch(self) -> LaunchSpec:
         bm, bn = self.tile[:2]
         entry = self.entry or f"matmul_f32_{self.name}"
-        grid = [f"cdiv(n, {bn})", f"cdiv(m, {bm})", self.split]
+        grid = [f"cdiv(n, {bn})", f"cdiv(m, {bm})", f"{self.split} * ({self.ways})" if self.ways else self.split]
         return LaunchSpec.model_validate({"entry": entry, "block": [self.threads], "grid": grid,
                                           "shared_bytes": self.smem_bytes if self.dynamic else 0})
 
@@ -214,6 +215,12 @@ FORMS = [
     Form("L88w8", (128, 128, 8, 8, 8, 8), staged=True, min_blocks=2),
     Form("L88w0", (128, 128, 8, 8, 8, 0), staged=True, min_blocks=2),
     Form("L256x128", (256, 128, 8, 16, 8, 0), staged=True),
+    # splitk2r with W clusters per tile through the workspace (the example's spread tier): W fills the
+    # SMs at one block each (f), or is held to k / 2048 (h) or k / 4096 (q); or 2 whatever the tiles (w2)
+    *[Form(f"y2s2{tag}", (128, 128, 8, 8, 16, 0), split=2, groups=2, staged=True, entry="matmul_f32_splitk2r",
+           ways=f"max(1, min(num_sms // (2 * cdiv(m, 128) * cdiv(n, 128)), {cap}))")
+      for tag, cap in (("f", "64"), ("h", "k // 2048"), ("q", "k // 4096"))],
+    Form("y2s2w2", (128, 128, 8, 8, 16, 0), split=2, groups=2, staged=True, entry="matmul_f32_splitk2r", ways="2"),
 ]
 
 

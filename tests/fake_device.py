@@ -147,6 +147,8 @@ class FakeDevice:
         self._next = 1 << 32
         self.locked: set[int] = set()
         self.kernels: dict[str, FakeKernel] = {}
+        self.globals_: dict[str, int] = {}  # the __device__ arrays a test's kernels keep, in bytes
+        self.global_buffers: dict[str, FakeBuffer] = {}
         self.clock_ms = 0.0
         self.lost = False
         self.flushes = 0
@@ -236,6 +238,13 @@ class FakeDevice:
 
     def load_module(self, cubin) -> FakeModule:
         return FakeModule(self.kernels)
+
+    def global_range(self, module: FakeModule, name: str) -> tuple[int, int]:
+        """A ``__device__`` array the test sized in ``globals_`` (by name), allocated once per device."""
+        if name not in self.global_buffers:
+            self.global_buffers[name] = self.alloc(self.globals_[name])
+        buffer = self.global_buffers[name]
+        return int(buffer.handle), buffer.size
 
     def launch(self, kernel: FakeKernel, grid, block, shared_bytes: int, args) -> None:
         self.check_alive()

@@ -102,35 +102,50 @@ def test_every_configuration_of_the_example_space_compiles_without_spills():
         assert info.static_shared_bytes <= 48 * 1024, config
 
 
-def test_the_example_split_k_kernels_compile_stateless_for_several_configurations():
-    """The split-K tier's reduction must hold under the trust rules: the cubin keeps no mutable
-    device-global memory (no semaphore, no workspace) and the PTX has no atomics; the partial
-    tiles travel through the cluster's shared memory between two cluster barriers, in a cluster
-    of S blocks along z (the launch's grid z, checked in test_tune). Each entry compiles without
-    spills within static shared memory (splitk8sg's two rings are dynamic: its launch asks for
-    them), whatever the tunables of the other tiers."""
+def test_the_example_split_k_kernels_keep_nothing_but_the_spread_workspace():
+    """The split-K tiers' reduction must hold under the trust rules. Within a tile's cluster the
+    partial tiles travel through shared memory between two cluster barriers, in a cluster of S
+    blocks along z (the launch's grid z, checked in test_tune): those kernels keep no device-global
+    memory and use no atomics. splitk2r may also spread a tile over several clusters: it alone
+    touches the module's workspace (spread_bands) and its arrival counters, with one wrapping
+    atomicInc, a fence before it, and a trap for a launch the workspace cannot hold.
+    The experiment names both as its workspace (the harness zeroes them before every launch); the
+    module's other device-global memory is within the default limit. Each entry compiles
+    without spills within static shared memory (splitk8sg's and splitk2r's rings are dynamic: their
+    launches ask for them), whatever the tunables of the other tiers."""
     import re
 
     from cudaopt.experiment import load_experiment
     from cudaopt.harness.compiler import compile_ptx
+    from cudaopt.harness.cubin import inspect_cubin
 
-    configs = load_experiment(SGEMM / "experiment.json").tuning.space.configurations()
+    exp = load_experiment(SGEMM / "experiment.json")
+    configs = exp.tuning.space.configurations()
     source = (SGEMM / "tunable.cu").read_text()
+    cluster_only, spread = ("2", "4", "8", "8s", "8sg", "2g"), ("2r",)
     for config in (configs[0], configs[len(configs) // 2], configs[-1]):
         defines = {**config, "CUDAOPT_NUM_SMS": 132}
-        info = compile_kernel(KernelSpec(source=source, entry="matmul_f32_splitk4", defines=defines)).info
-        assert info.ok and info.global_bytes <= 1024 and not info.device_malloc, config  # the tiers' constants
+        compiled = compile_kernel(KernelSpec(source=source, entry="matmul_f32_splitk4", defines=defines))
+        info, symbols = compiled.info, inspect_cubin(bytes(compiled.cubin.code)).symbols
+        assert info.ok and not info.device_malloc, config
+        workspace = sum(symbols[name] for name in exp.limits.workspace)  # every name is in the module
+        assert workspace == (8 << 20) + 4096 and info.global_bytes - workspace <= exp.limits.global_bytes, config
         usage = parse_ptxas(info.log)
-        for s in ("2", "4", "8", "8s", "8sg", "2g"):
+        for s in cluster_only + spread:
             entry = usage[f"matmul_f32_splitk{s}"]
             assert entry["spill_stores"] == 0 and entry["spill_loads"] == 0, (s, config)
             assert entry["static_shared_bytes"] <= 48 * 1024, (s, config)
     ptx = compile_ptx(KernelSpec(source=source, entry="matmul_f32_splitk4", defines={"CUDAOPT_NUM_SMS": 132}))
-    assert not re.search(r"\s(?:atom|red)\.", ptx)  # no atomics anywhere in the module
-    globals_ = re.findall(r"^\.(?:visible \.)?global .* (\w+)(?:\[\d*\])? = ", ptx, re.MULTILINE)
-    for s in ("2", "4", "8", "8s", "8sg", "2g"):
+    mutable = re.findall(r"^\.(?:visible \.)?global \.align \d+ \.b8 (\w+)\[\d+\];", ptx, re.MULTILINE)
+    assert sorted(mutable) == ["spread_arrivals", "spread_bands"]
+    for s in cluster_only + spread:
         body = ptx[ptx.index(f".entry matmul_f32_splitk{s}("):]
         body = body[:body.index("\n}")]
-        assert not [name for name in globals_ if name in body], s  # no device-global variable at all
-        assert re.search(rf"\.reqnctapercluster 1, 1, {s.rstrip('sg')}\b", body), s
+        atomics = re.findall(r"\s((?:atom|red)\.[\w.]+)", body)
+        if s in spread:
+            assert atomics == ["atom.global.inc.u32"] and "spread_arrivals" in body and "spread_bands" in body, s
+            assert "membar.gl" in body[:body.index("atom.global.inc")] and "trap;" in body, s
+        else:
+            assert not atomics and not any(name in body for name in mutable), s
+        assert re.search(rf"\.reqnctapercluster 1, 1, {s.rstrip('sgr')}\b", body), s
         assert body.count("barrier.cluster.arrive") == 2 and "ld.shared::cluster" in body, s

@@ -272,3 +272,56 @@ def test_a_case_that_fits_beside_the_caches_keeps_them():
     for _ in range(2):
         assert runner.evaluate(request(case("a", n=100_000), case("b", n=100_000))).status == "ok"
     assert len(runner._devices.kept) == 2 and len(runner._answers.items) == 2
+
+
+WORKSPACE_SOURCE = ("__device__ float ws[16384];\n__device__ unsigned launches[2];\n" + SIGNATURE +
+                    " {\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                    "    if (i < n) { ws[i % 16384] += 1.0f; y[i] = fmaxf(x[i], 0.0f) + ws[i % 16384] - 1.0f; }\n}\n")
+
+
+def test_a_declared_workspace_is_zeroed_before_every_launch_and_not_counted_as_kept_state(device):
+    """64 KiB of __device__ memory is over the default limit, unless the experiment names it a
+    workspace: then the harness zeroes it before every launch of the candidate (checks, warm-ups,
+    timed launches), so whatever a launch leaves there, the next one starts from zeros."""
+    from cudaopt.wire.protocol import Limits
+
+    req = request(source=WORKSPACE_SOURCE)
+    refused = run(device, req)
+    assert refused.status == "global_state" and "65544 bytes" in refused.reason
+    device.globals_ = {"ws": 65536}
+    seen = []
+
+    def carries(dev, launch, x, y, n):  # what a launch finds in the workspace, then leaves there
+        ws = dev.view(device.global_range(None, "ws")[0], np.float32, 16384)
+        seen.append(float(ws.max()))
+        ws[:] += 1.0
+        relu(dev, launch, x, y, n)
+
+    req = request(source=WORKSPACE_SOURCE)
+    req.limits = Limits(workspace=["ws", "not_in_the_module"])
+    result = run(device, req, body=carries)
+    assert result.status == "ok", result.reason
+    assert result.compile.workspace_bytes == 65536 and result.compile.global_bytes == 65544
+    assert len(seen) == 3 + 12 and set(seen) == {0.0}  # every launch of the candidate found zeros
+
+
+def test_state_kept_besides_the_workspace_is_still_refused(device):
+    from cudaopt.wire.protocol import Limits
+
+    source = WORKSPACE_SOURCE.replace("launches[2]", "launches[512]")
+    req = request(source=source)
+    req.limits = Limits(workspace=["ws"])
+    device.globals_ = {"ws": 65536}
+    result = run(device, req)
+    assert result.status == "global_state"
+    assert "2048 bytes of mutable __device__ memory between launches, besides the workspace it zeroes (ws)" \
+        in result.reason
+
+
+def test_a_workspace_name_must_be_an_identifier():
+    from pydantic import ValidationError
+
+    from cudaopt.wire.protocol import Limits
+
+    with pytest.raises(ValidationError, match="not a C identifier"):
+        Limits(workspace=["ws[0]"])

@@ -82,9 +82,12 @@ def test_the_example_space():
     (2048, 2048, 64, 132, "large"),  # 128 tiles of 128 x 256: at least 7/8 of the SMs busy
     (515, 261, 1000, 132, "splitk8"),  # 45 tiles of 64 x 64: fewer than half the SMs, 8 blocks each
     (515, 261, 400, 132, "small"),  # the same tiles, k too shallow to split
-    (256, 256, 16384, 132, "splitk8sg"),  # 16 tiles, k deep: 8 blocks per 32 x 32 tile, 2 groups each
+    (256, 256, 16384, 132, "spread"),  # 4 tiles of 128 x 128, k deep: 16 clusters of 2 per tile
+    (256, 256, 32768, 132, "spread"),
+    (200, 200, 20000, 132, "splitk8sg"),  # 128 x 128 tiles would be 39% padding: 8 blocks per 32 x 32 tile, 2 groups
     (256, 256, 2048, 132, "splitk8s"),  # 16 tiles: fewer than a quarter of the SMs, 8 blocks per 32 x 32
-    (256, 256, 16384, 16, "splitk4"),  # ... one per SM of a GPU of 16 SMs: 4 blocks each
+    (256, 256, 16384, 16, "spread"),  # ... on a GPU of 16 SMs: 2 clusters of 2 per tile
+    (256, 256, 1024, 16, "splitk4"),  # ... k too shallow for 2 clusters: 4 blocks per 64 x 64 tile
     (384, 256, 320, 132, "tiny"),  # 96 tiles of 32 x 32: too few
     (1024, 1024, 1024, 16, "large"),  # a GPU with 16 SMs: the large tiles already fill it
     (32768, 8, 4096, 132, "tiny"),  # enough tiles of every size, but 8 columns fill no half of one
@@ -96,10 +99,12 @@ def test_the_example_space():
     (1, 1, 65537, 132, "tiny"),  # deep, but a 64 x 64 tile would be almost all padding
     (96, 96, 9000, 132, "splitk8sg"),
     (300, 300, 4096, 132, "splitk8s"),  # 25 tiles: more than an eighth of the SMs
-    (512, 512, 8192, 132, "splitk2g"),  # 64 tiles of 64 x 64: 2 blocks each, 4 groups per block
+    (512, 512, 8192, 132, "spread"),  # 16 tiles of 128 x 128: 4 clusters of 2 each
+    (512, 512, 2048, 132, "splitk2g"),  # k too shallow for 4: 64 tiles of 64 x 64, 2 blocks of 4 groups each
     (4096, 64, 2048, 132, "splitk2g"),
     (4096, 64, 1024, 132, "splitk8"),  # the same tiles, k under 2048
-    (384, 384, 8192, 132, "splitk8"),  # 36 tiles of 64 x 64: 2 blocks each would leave half the SMs idle
+    (384, 384, 8192, 132, "spread"),  # 9 tiles of 128 x 128: 7 clusters of 2 each
+    (384, 384, 4096, 132, "splitk8"),  # k too shallow for 7: 36 tiles of 64 x 64, 8 blocks each
     (96, 3072, 1536, 132, "splitk8s"),  # 64-row tiles would be a third padding
     (512, 512, 256, 132, "small"),  # k too shallow to split
     (401, 333, 1501, 132, "splitk8"),  # 42 tiles of 64 x 64
@@ -112,10 +117,13 @@ def test_the_example_dispatches_by_waves_of_the_gpus_sms(m, n, k, sms, tier):
     rows, cols, threads = {"large": (128, 256, 256), "medium": (64, 64, 128), "small": (32, 32, 64),
                            "tiny": (16, 16, 64), "direct": (16, 16, 256), "splitk2": (64, 64, 128),
                            "splitk4": (64, 64, 128), "splitk8": (64, 64, 128), "splitk8s": (32, 32, 64),
-                           "splitk8sg": (32, 32, 128), "splitk2g": (64, 64, 256), "splitk2r": (128, 128, 256)}[tier]
-    assert launch.entry == {"large": "matmul_f32"}.get(tier, f"matmul_f32_{tier}")
+                           "splitk8sg": (32, 32, 128), "splitk2g": (64, 64, 256), "splitk2r": (128, 128, 256),
+                           "spread": (128, 128, 256)}[tier]
+    assert launch.entry == {"large": "matmul_f32", "spread": "matmul_f32_splitk2r"}.get(tier, f"matmul_f32_{tier}")
     split = {"splitk2": 2, "splitk4": 4, "splitk8": 8, "splitk8s": 8, "splitk8sg": 8, "splitk2g": 2,
              "splitk2r": 2}.get(tier, 1)  # blocks per tile along z, one cluster
+    if tier == "spread":  # 2 blocks per cluster, as many clusters per tile as fill the SMs at one block each
+        split = 2 * (sms // (2 * -(-m // 128) * -(-n // 128)))
     assert launch.grid == (-(-n // cols), -(-m // rows), split) and launch.block == (threads, 1, 1)
 
 
@@ -148,10 +156,14 @@ def test_each_kernel_the_example_launches_gets_the_grid_and_block_of_its_tier():
     tiers = {name: (kind, re.findall(r"[^,<>]+", args)) for name, kind, args in
              re.findall(r"using (\w+) = (\w+)Tier<([^;]*)>;", source)}
     tiers["Split"] = tiers[re.search(r"using Split = (\w+);", source).group(1)]
-    kernels = {name: (bound, tier, int(groups or 1)) for bound, name, tier, groups in re.findall(
+    kernels = {name: (bound, tier, int(groups or 1)) for bound, name, tier, groups, spreads in re.findall(
         r'extern "C" __global__ void __launch_bounds__\((\d+)[^)]*\)\s*(\w+)\([^)]*\)\s*\{'
-        r'.*?(?:staged|async|direct|splitk)_gemm<(\w+)(?:, \d+(?:, (\d+))?)?>',
+        r'.*?(?:staged|async|direct|splitk)_gemm<(\w+)(?:, \d+(?:, (\d+)(, true)?)?)?>',
         source, re.DOTALL)}  # groups: of the tier's threads, each summing its own share of k
+    spreading = set(re.findall(r'(\w+)\([^)]*\)\s*\{[^{}]*splitk_gemm<[^>]*, true>', source))
+    workspace = int(re.search(r"constexpr int SPREAD_FLOATS = 1 << (\d+);", source).group(1))
+    workspace, counters = 1 << workspace, int(re.search(r"constexpr int SPREAD_COUNTERS = (\d+);", source).group(1))
+    assert spreading == {"matmul_f32_splitk2r"}
     clusters = {name: int(z) for name, z in re.findall(r'(\w+)\([^)]*\) __cluster_dims__\(1, 1, (\d+)\);', source)}
     assert sorted(kernels) == ["matmul_f32", "matmul_f32_direct", "matmul_f32_medium", "matmul_f32_small",
                                "matmul_f32_splitk2", "matmul_f32_splitk2g", "matmul_f32_splitk2r", "matmul_f32_splitk4",
@@ -181,7 +193,12 @@ def test_each_kernel_the_example_launches_gets_the_grid_and_block_of_its_tier():
                 rows, cols, threads = tile(tier, config)
                 threads *= groups
                 assert launch.grid[:2] == (-(-n // cols), -(-m // rows)), (m, n, sms, config)
-                assert launch.grid[2] == clusters.get(launch.entry, 1), (m, n, k, sms, config)  # a cluster per tile
+                cluster, ways = clusters.get(launch.entry, 1), launch.grid[2] // clusters.get(launch.entry, 1)
+                assert launch.grid[2] == cluster * ways and ways >= 1, (m, n, k, sms, config)  # whole clusters
+                if ways > 1:  # a tile spread over several clusters: within the workspace
+                    tiles = launch.grid[0] * launch.grid[1]
+                    assert launch.entry in spreading, (m, n, k, sms, config)
+                    assert ways * tiles * rows * cols <= workspace and tiles * cluster <= counters, (m, n, k, sms)
                 assert launch.block == (threads, 1, 1) and threads <= int(bound), (m, n, sms, config)
                 seen.add(launch.entry)
     assert seen == set(kernels)

@@ -28,8 +28,11 @@
 //   partial tiles are added through the cluster's shared memory (splitk_gemm). Before these, three
 //   forms split each block's run again among groups of threads: matmul_f32_splitk2r (2 blocks of 2
 //   groups per 128 x 128 tile, 8 x 16 outputs per thread in L's main loop) on 0.4-0.5 such tiles
-//   per SM (8192 x 128 x 4096: 236 -> 220 us, 1024^3 65.3 -> 61.3), matmul_f32_splitk8sg (8 blocks of
-//   2 groups per S tile) for k >= 4096 on at most SMs/8 M tiles, and matmul_f32_splitk2g (2 blocks
+//   per SM (8192 x 128 x 4096: 236 -> 220 us, 1024^3 65.3 -> 61.3), and with W > 1 clusters per tile
+//   through a workspace (SPREAD, below) when its tiles are fewer than a quarter of the SMs, nearly
+//   whole, and k deep (256 x 256 x 32768: 0.58 -> 0.76x cuBLAS, 512 x 512 x 16384 0.71 -> 0.82x),
+//   matmul_f32_splitk8sg (8 blocks of 2 groups per S tile) for k >= 4096 on at most SMs/8 M
+//   tiles, and matmul_f32_splitk2g (2 blocks
 //   of 4 groups, 8 x 8 outputs per thread, per M tile) for k >= 2048 on 0.4-0.5 M tiles per SM
 //   (256 x 256 x 32768: 190 -> 165 us; 512 x 512 x 16384: 290 -> 265 us). Measured on the
 //   H200, every form on every shape (benchmarks/sgemm_kernel_matrix.py): 515 x 261 x 1031 split 8
@@ -510,7 +513,22 @@ __host__ __device__ constexpr int splitk_floats()
     return G * T::smem_floats > partials ? G * T::smem_floats : partials;
 }
 
-template <class T, int S, int G = 1>
+// Split-K across clusters (SPREAD): the launch may give a tile W > 1 clusters (grid z = S * W), so
+// that a few tiles still fill the GPU (256 x 256 x 32768 has 4 tiles of 128 x 128: 16 clusters of
+// 2 each). Cluster w leaves its summed partial tile in a global workspace, band by band, the band
+// of cluster block `rank` at slot w; each block then counts its arrival for (tile, rank), and the
+// last of the W to arrive adds the W bands in slot order 0 .. W - 1 and stores them to C. The
+// counter is an atomicInc that wraps at W - 1, so the last arrival leaves it at 0: nothing
+// survives the launch but zeros, every slot read was written earlier in the same launch, and the
+// sum's order never depends on which cluster came last (every launch gives the same bits). Nothing
+// spins: the blocks that arrive early leave. The workspace is the module's, so launches of one
+// module on concurrent streams must not overlap (the harness runs one launch at a time).
+constexpr int SPREAD_FLOATS = 1 << 21;  // 8 MiB: W * tiles <= num_sms / 2 tiles of 128 x 128 up to 256 SMs
+constexpr int SPREAD_COUNTERS = 1024;
+__device__ float4 spread_bands[SPREAD_FLOATS / 4];
+__device__ unsigned spread_arrivals[SPREAD_COUNTERS];
+
+template <class T, int S, int G = 1, bool SPREAD = false>
 __device__ __forceinline__ void splitk_gemm(const float* __restrict__ a, const float* __restrict__ b,
                                             float* __restrict__ c, int m, int n, int k, float* smem)
 {
@@ -521,8 +539,10 @@ __device__ __forceinline__ void splitk_gemm(const float* __restrict__ a, const f
     const int tx = T::tx_of(tid);
     const int ty = T::ty_of(tid);
     const unsigned rank = cluster_rank();
-    const int run = ((k + S * G - 1) / (S * G) + TBK - 1) / TBK * TBK;  // k per group, whole slices
-    const int k0 = min(k, ((int)rank * G + group) * run), k1 = min(k, k0 + run);
+    const int ways = SPREAD ? (int)gridDim.z / S : 1, way = SPREAD ? (int)blockIdx.z / S : 0;
+    const int parts = S * G * ways;
+    const int run = ((k + parts - 1) / parts + TBK - 1) / TBK * TBK;  // k per group, whole slices
+    const int k0 = min(k, ((way * S + (int)rank) * G + group) * run), k1 = min(k, k0 + run);
 
     float acc[TTM][TTN];
 #pragma unroll
@@ -568,9 +588,18 @@ __device__ __forceinline__ void splitk_gemm(const float* __restrict__ a, const f
     const int row0 = blockIdx.y * TBM, col0 = blockIdx.x * TBN;
     const bool vecC = (n % 4 == 0) && aligned16(c);
     constexpr int QUADS = TBM / S * (TBN / 4);  // this block's share of the tile, in float4s
+    // With W > 1, this block's band in every slot: band (tile, rank) holds W slots of QUADS float4s.
+    const int band = (blockIdx.y * gridDim.x + blockIdx.x) * S + (int)rank;
+    float4* slots = spread_bands + (size_t)band * ways * QUADS;
+    if (SPREAD && ways > 1 && ((long long)(band + 1) * ways * QUADS > SPREAD_FLOATS / 4 || band >= SPREAD_COUNTERS))
+        __trap();  // the launch gave more clusters than the workspace holds: fail loudly, never overwrite
+    auto store_quad = [&](int r, int cq, float4 v) {
+        const float out[4] = {v.x, v.y, v.z, v.w};
+        store_outputs<4>(c + (size_t)(row0 + r) * n, col0 + cq, n, out, vecC);
+    };
+    // Quad e of this block's band: row r, columns cq .. cq + 3 of the tile (skipped outside C).
     for (int e = threadIdx.x; e < QUADS; e += THREADS) {
-        const int q = (int)rank * QUADS + e;
-        const int r = q / (TBN / 4), cq = (q % (TBN / 4)) * 4;
+        const int r = ((int)rank * QUADS + e) / (TBN / 4), cq = (e % (TBN / 4)) * 4;
         if (row0 + r >= m || col0 + cq >= n) continue;
         const float* p = smem + r * TBN + cq;
         float4 sum = cluster_load4(p, 0);
@@ -579,10 +608,33 @@ __device__ __forceinline__ void splitk_gemm(const float* __restrict__ a, const f
             const float4 v = cluster_load4(p, z);
             sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
         }
-        const float out[4] = {sum.x, sum.y, sum.z, sum.w};
-        store_outputs<4>(c + (size_t)(row0 + r) * n, col0 + cq, n, out, vecC);
+        if (SPREAD && ways > 1)
+            __stcg(slots + way * QUADS + e, sum);
+        else
+            store_quad(r, cq, sum);
     }
     cluster_barrier();  // no block leaves while another may still read its shared memory
+    if constexpr (SPREAD) {
+        if (ways == 1) return;
+        unsigned* last = reinterpret_cast<unsigned*>(smem);  // no block reads this one's shared memory any more
+        __threadfence();  // this block's slot is visible GPU-wide before its arrival counts
+        __syncthreads();
+        if (threadIdx.x == 0) *last = atomicInc(&spread_arrivals[band], ways - 1) == (unsigned)(ways - 1);
+        __syncthreads();
+        if (!*last) return;
+        __threadfence();
+        for (int e = threadIdx.x; e < QUADS; e += THREADS) {
+            const int r = ((int)rank * QUADS + e) / (TBN / 4), cq = (e % (TBN / 4)) * 4;
+            if (row0 + r >= m || col0 + cq >= n) continue;
+            float4 sum = __ldcg(slots + e);
+#pragma unroll 8
+            for (int w = 1; w < ways; ++w) {  // independent loads: 8 in flight per thread
+                const float4 v = __ldcg(slots + w * QUADS + e);
+                sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
+            }
+            store_quad(r, cq, sum);
+        }
+    }
 }
 
 // The smallest problems: TBM x TBN tiles, one output per thread, TBM x TBN threads, slices as deep
@@ -765,6 +817,6 @@ extern "C" __global__ void __launch_bounds__(256)
 matmul_f32_splitk2r(const float* a, const float* b, float* c, int m, int n, int k)
 {
     extern __shared__ __align__(16) float smem[];
-    splitk_gemm<SplitStaged, 2, 2>(a, b, c, m, n, k, smem);
+    splitk_gemm<SplitStaged, 2, 2, true>(a, b, c, m, n, k, smem);
 }
 static_assert(splitk_floats<SplitStaged, 2>() * 4 == 65536, "splitk2r's launch asks for 65536 bytes");

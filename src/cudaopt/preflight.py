@@ -34,9 +34,10 @@ from .errors import ExperimentError
 from .experiment import Experiment
 from .harness.case_data import memory_text
 from .harness.compiler import DEFAULT_ARCH, CompileError, compile_kernel
+from .harness.cubin import inspect_cubin
 from .harness.inputs import shape_of
 from .wire.launch import NOMINAL_DEVICE, device_defines
-from .wire.protocol import CaseSpec, KernelSpec, LaunchSpec, ReferenceSpec, WireModel
+from .wire.protocol import CaseSpec, KernelSpec, LaunchSpec, Limits, ReferenceSpec, WireModel
 
 REFERENCE_TIMEOUT_S = 120.0
 DEFAULT_GPU_MEMORY = 80 * 2**30  # the memory assumed when no GPU says how much it has
@@ -94,7 +95,7 @@ def preflight(experiment: Experiment, *, kernel: Path | None = None, entry: str 
                                          "outputs of the right shapes"))
     done += [Checked("controls", line) for line in cpu_controls(experiment).lines()]
     for path, name in sources:
-        info = _compile(path, path.read_text(), name or experiment.signature.name, {}, arch)
+        info = _compile(path, path.read_text(), name or experiment.signature.name, {}, arch, experiment.limits)
         if info.registers is None:
             raise ExperimentError(path, "entry", f"{name or experiment.signature.name} is not in the compiled code: "
                                                  'declare it extern "C" __global__ (C++ names are mangled)')
@@ -103,8 +104,10 @@ def preflight(experiment: Experiment, *, kernel: Path | None = None, entry: str 
     if tune and experiment.tuning is not None:
         tuning = experiment.tuning
         first = tuning.space.first()
-        _compile(tuning.path, tuning.source, experiment.signature.name, first, arch)
-        done.append(Checked("tune", f"{tuning.path.name}: {tuning.space.count()} configurations; the first compiles"))
+        info = _compile(tuning.path, tuning.source, experiment.signature.name, first, arch, experiment.limits)
+        zeroed = f"; a workspace of {info.workspace_bytes} bytes, zeroed before every launch" if info.workspace_bytes else ""
+        done.append(Checked("tune", f"{tuning.path.name}: {tuning.space.count()} configurations; the first compiles"
+                                    f"{zeroed}"))
     return done
 
 
@@ -180,14 +183,28 @@ def gpu_memory() -> tuple[int, str]:
         return DEFAULT_GPU_MEMORY, "assumed (no GPU here: an 80 GiB H100)"
 
 
-def _compile(path: Path, source: str, entry: str, defines: dict, arch: str):
+def _compile(path: Path, source: str, entry: str, defines: dict, arch: str, limits: Limits | None = None):
+    """Compile as the worker does, and (a candidate, held to ``limits``) refuse here what the worker
+    would refuse as ``global_state``."""
     try:
         spec = device_defines(KernelSpec(source=source, entry=entry, defines=dict(defines)), NOMINAL_DEVICE)
-        return compile_kernel(spec, arch).info
+        compiled = compile_kernel(spec, arch)
     except CompileError as exc:
         first = next((line for line in exc.log.splitlines() if "error" in line), exc.log.splitlines()[0])
         where = f" with {defines}" if defines else ""
         raise ExperimentError(path, "compile", f"does not compile for {arch}{where}: {first.strip()}") from None
+    info, symbols = compiled.info, inspect_cubin(bytes(compiled.cubin.code)).symbols
+    if limits is None:  # the trusted reference
+        return info
+    if info.device_malloc:
+        raise ExperimentError(path, "compile", "calls device-side malloc: memory that outlives a launch is not allowed")
+    info.workspace_bytes = sum(symbols[name] for name in limits.workspace if name in symbols)
+    kept = (info.global_bytes or 0) - info.workspace_bytes
+    if kept > limits.global_bytes:
+        raise ExperimentError(path, "limits.global_bytes", f"the kernel keeps {kept} bytes of mutable __device__ "
+                                                           f"memory between launches; the limit is {limits.global_bytes} "
+                                                           "(name scratch arrays in limits.workspace)")
+    return info
 
 
 def smallest_case(experiment: Experiment) -> CaseSpec:

@@ -86,6 +86,21 @@ def test_result_cached_in_a_device_global_is_caught(supervisor, small_request):
     assert supervisor.evaluate(request).status == "mismatch"  # and with room for it, it replays stale answers
 
 
+def test_a_declared_workspace_is_zeroed_before_every_launch(supervisor, small_request):
+    """counts_launches.cu skips the work from its fifth launch on, counting launches in a
+    __device__ global. Named as the experiment's workspace, the counter is zeroed before every
+    launch (checks, warm-ups, timed launches), so the kernel computes on every one; left as kept
+    state, its skipped launches are caught."""
+    source = kernel_source("counts_launches.cu") + "// a module of its own: not the cached one another test counts on\n"
+    request = small_request(source, cases={"rect-384x256x320"})
+    request.limits = Limits(workspace=["launches"])
+    result = supervisor.evaluate(request)
+    assert result.status == "ok", result.reason
+    assert result.compile.workspace_bytes == 4 and result.cases[0].timing.n == 10
+    request.limits = Limits()  # under the limit as kept state: its skipped launches fail the checks
+    assert supervisor.evaluate(request).status == "mismatch"
+
+
 def test_cache_keyed_on_leading_elements_is_caught_by_the_near_duplicate_set(supervisor, small_request):
     request = small_request(kernel_source("cache_keyed.cu"))
     request.limits = Limits(global_bytes=128 << 20)

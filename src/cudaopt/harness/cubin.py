@@ -3,7 +3,8 @@
 A ``__device__`` array survives from one launch to the next, which is what a memo table or a
 launch counter needs; so does memory from device-side ``malloc``. Both are visible in the cubin
 (an ELF file): writable ``.nv.global*`` sections, and an undefined ``malloc`` symbol. The harness
-reports them and refuses more global memory than the experiment allows.
+reports them and refuses more global memory than the experiment allows, not counting the arrays
+the experiment names as a workspace, which it zeroes before every launch (``Limits.workspace``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 _SHF_WRITE = 0x1
 _SHT_SYMTAB = 2
+_STT_OBJECT = 1
 _STT_FUNC = 2
 _ALLOCATORS = {"malloc", "__nv_aligned_device_malloc", "realloc", "calloc"}
 
@@ -21,10 +23,12 @@ _ALLOCATORS = {"malloc", "__nv_aligned_device_malloc", "realloc", "calloc"}
 class DeviceState:
     global_bytes: int  # writable __device__ / __managed__ memory, initialised or not
     device_malloc: bool  # calls device-side malloc
+    symbols: dict[str, int]  # the writable device-global variables by name, in bytes
 
 
 def inspect_cubin(data: bytes) -> DeviceState:
-    """Sum the writable global sections and look for a device allocator among the undefined symbols."""
+    """Sum the writable global sections, size each variable in them, and look for a device
+    allocator among the undefined symbols."""
     if data[:4] != b"\x7fELF" or data[4] != 2:
         raise ValueError("not a 64-bit ELF cubin")
     (shoff,) = struct.unpack_from("<Q", data, 0x28)
@@ -36,17 +40,18 @@ def inspect_cubin(data: bytes) -> DeviceState:
         return data[start:data.index(b"\0", start)].decode(errors="replace")
 
     names = sections[shstrndx]
-    global_bytes = sum(
-        sec[5] for sec in sections
-        if sec[2] & _SHF_WRITE and name(names, sec[0]).startswith((".nv.global", ".nv.managed"))
-    )
-    malloc = False
+    writable = {i for i, sec in enumerate(sections)
+                if sec[2] & _SHF_WRITE and name(names, sec[0]).startswith((".nv.global", ".nv.managed"))}
+    global_bytes = sum(sections[i][5] for i in writable)
+    malloc, symbols = False, {}
     for sec in sections:
         if sec[1] != _SHT_SYMTAB:
             continue
         strings = sections[sec[6]]
         for i in range(sec[5] // 24):
-            st_name, st_info, _other, st_shndx, _value, _size = struct.unpack_from("<IBBHQQ", data, sec[4] + i * 24)
+            st_name, st_info, _other, st_shndx, _value, size = struct.unpack_from("<IBBHQQ", data, sec[4] + i * 24)
             if st_shndx == 0 and st_info & 0xF == _STT_FUNC and name(strings, st_name) in _ALLOCATORS:
                 malloc = True
-    return DeviceState(global_bytes=int(global_bytes), device_malloc=malloc)
+            elif st_shndx in writable and st_info & 0xF == _STT_OBJECT and size:
+                symbols[name(strings, st_name)] = int(size)
+    return DeviceState(global_bytes=int(global_bytes), device_malloc=malloc, symbols=symbols)

@@ -153,6 +153,16 @@ class Gpu:
         """A compiled module (cuda-core ObjectCode): its kernels are loaded on first use."""
         return cubin
 
+    def global_range(self, module, name: str) -> tuple[int, int]:
+        """The device address and size of the module's ``__device__`` variable ``name`` (the module is
+        loaded: its entry was fetched first)."""
+        from cuda.bindings import driver
+
+        handle = module.handle
+        library = isinstance(handle, driver.CUlibrary)
+        address, nbytes = call("cuLibraryGetGlobal" if library else "cuModuleGetGlobal", handle, name.encode())
+        return int(address), int(nbytes)
+
     def launch(self, kernel, grid, block, shared_bytes: int, args) -> None:
         from cuda.core import LaunchConfig, launch
 

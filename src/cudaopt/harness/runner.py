@@ -29,6 +29,7 @@ from .case_data import DeviceCases, HostSets, Room, cache_key, case_bytes, make_
 from .compare import describe
 from .compiler import CompileCache, CompileError, compile_kernel
 from .controls import judge
+from .cubin import inspect_cubin
 from .device import Device
 from .entries import Entries
 from .inputs import InputError
@@ -124,13 +125,7 @@ class Runner:
         entries, info = self._compile(req.kernel, signature)
         result.compile = info
         self.on_event(Compiled(compile=info))
-        if info.device_malloc:
-            raise CaseFailure("global_state", "the kernel calls device-side malloc: memory that outlives a launch "
-                                              "is not allowed (use the outputs, shared memory or registers)")
-        if info.global_bytes and info.global_bytes > req.limits.global_bytes:
-            raise CaseFailure("global_state", f"the kernel keeps {info.global_bytes} bytes of mutable __device__ "
-                                              f"memory between launches; the limit is {req.limits.global_bytes} "
-                                              f"(the experiment's limits.global_bytes)")
+        entries.check_kept_state(req.limits, self.gpu)
         return entries
 
     def _compile(self, spec: KernelSpec, signature: Signature):
@@ -146,7 +141,9 @@ class Runner:
             self._compiled.put(key, compiled)
         # a copy: the kernels other than the entry that this request's cases launch are its own
         info: CompileInfo = compiled.info.model_copy(update={"entries": {}})
-        return Entries(self.gpu.load_module(compiled.cubin), spec.source, spec.entry, signature, info), info
+        entries = Entries(self.gpu.load_module(compiled.cubin), spec.source, spec.entry, signature, info,
+                          inspect_cubin(bytes(compiled.cubin.code)).symbols)
+        return entries, info
 
     # --- one case ------------------------------------------------------------------------
 
@@ -175,6 +172,7 @@ class Runner:
                 self.on_event(PhaseStarted(phase="launch", case=case.name, reference_s=measure))
                 for s in check_order(n_sets):
                     self.leftovers.poison()
+                    entries.clear_workspace(self.gpu)
                     buffers.stage(s)
                     self.launcher.launch(kernel, launch, args)
                     self.launcher.sync()
@@ -184,7 +182,7 @@ class Runner:
                 self.on_event(PhaseStarted(phase="timing", case=case.name))
                 vendors = [self._vendor(out, spec, signature, case, buffers, answers)
                            for spec in req.vendors] if req.check else []
-                self._time(out, req, signature, kernel, launch, args, buffers, case, vendors, seed, clock)
+                self._time(out, req, signature, entries, kernel, launch, args, buffers, case, vendors, seed, clock)
                 if kernel is not None:
                     judge_plausibility(out, case, signature, req.limits, req.protocol.flush_l2, self.gpu.peaks,
                                        self.gpu.measured)
@@ -358,15 +356,16 @@ class Runner:
 
     # --- timing --------------------------------------------------------------------------
 
-    def _time(self, out: CaseResult, req: EvalRequest, signature: Signature, kernel, launch, args,
-              buffers: CaseBuffers, case: CaseSpec, vendors: list[BoundVendor | None], seed: int,
+    def _time(self, out: CaseResult, req: EvalRequest, signature: Signature, entries: Entries | None, kernel,
+              launch, args, buffers: CaseBuffers, case: CaseSpec, vendors: list[BoundVendor | None], seed: int,
               clock: Stopwatch) -> None:
         """Warm up and time on fresh inputs with the per-launch audit, then check the hidden few.
         Without a kernel, only the vendors are timed."""
         proto = req.protocol
         plan = draw_plan(seed, case.name, proto)
         timed = [v for v in vendors if v is not None]
-        run = TimedRun(self.gpu, self.launcher, self.leftovers, buffers, proto, seed, plan)
+        run = TimedRun(self.gpu, self.launcher, self.leftovers, buffers, proto, seed, plan,
+                       clear=(lambda: entries.clear_workspace(self.gpu)) if entries is not None else None)
         try:
             out.clocks["before"] = self.gpu.clocks()
             candidate = (lambda: self.launcher.launch(kernel, launch, args)) if kernel is not None else None

@@ -1,8 +1,10 @@
 """Field types of the files a user writes whose checks are about the machine, not the problem:
-a file name the operating system can take, a case name that fits one line of an error or a table."""
+a file name the operating system can take, a case name that fits one line of an error or a table,
+the name of a variable in a kernel."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from pydantic import AfterValidator, Field
@@ -27,3 +29,12 @@ def _one_line(value: str) -> str:
 
 FileName = Annotated[str, AfterValidator(_file_name)]
 CaseName = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_one_line)]
+
+
+def _identifier(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_]\w{0,127}", value):
+        raise ValueError(f"{value[:40]!r}: not a C identifier (the name of a __device__ array)")
+    return value
+
+
+CIdentifier = Annotated[str, AfterValidator(_identifier)]

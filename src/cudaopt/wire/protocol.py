@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from . import expr
-from .fields import CaseName, FileName
+from .fields import CaseName, CIdentifier, FileName
 
 HARNESS_VERSION = "2"
 MAX_SEED = 2**63 - 1  # seeds are non-negative and fit 64 bits (numpy's generators take them)
@@ -346,6 +346,7 @@ class Limits(WireModel):
     """What a candidate may use beyond its buffers, and which arithmetic the floor assumes."""
 
     global_bytes: int = Field(1024, ge=0)  # mutable __device__ memory the cubin may hold (device malloc is refused)
+    workspace: list[CIdentifier] = Field(default_factory=list, max_length=16)  # zeroed before every launch: not kept
     allow_tf32: bool = False  # float32 work may use tensor cores: the floor uses their rate
 
 

@@ -78,7 +78,7 @@ def test_a_kernel_that_does_not_compile_is_named(tmp_path):
 
 def test_kept_device_state_over_the_limit_is_refused_before_the_gpu(tmp_path):
     """What the worker would refuse as global_state, check refuses first, naming the limit; the
-    example's tunable kernel keeps its 8 MiB split-K workspace, which the experiment names."""
+    example's tunable kernel has an 8 MiB split-K workspace, which the experiment names."""
     memo = tmp_path / "memo.cu"
     memo.write_text("__device__ float memo[65536];\n" + (SGEMM / "initial.cu").read_text())
     result = runner.invoke(app, ["check", "--config", str(SGEMM / "experiment.json"), "--kernel", str(memo)])
@@ -86,7 +86,7 @@ def test_kept_device_state_over_the_limit_is_refused_before_the_gpu(tmp_path):
     line = one_line(result)
     assert "memo.cu: limits.global_bytes: the kernel keeps 262144 bytes" in line and "limits.workspace" in line
     done = runner.invoke(app, ["check", "--config", str(SGEMM / "experiment.json")])
-    assert "a workspace of 8392704 bytes, zeroed before every launch" in done.output
+    assert "a workspace of 8388608 bytes, poisoned before every launch" in done.output
 
 
 def test_a_bad_arch_is_refused():

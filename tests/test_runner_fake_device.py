@@ -279,22 +279,21 @@ WORKSPACE_SOURCE = ("__device__ float ws[16384];\n__device__ unsigned launches[2
                     "    if (i < n) { ws[i % 16384] += 1.0f; y[i] = fmaxf(x[i], 0.0f) + ws[i % 16384] - 1.0f; }\n}\n")
 
 
-def test_a_declared_workspace_is_zeroed_before_every_launch_and_not_counted_as_kept_state(device):
+def test_a_declared_workspace_is_poisoned_before_every_launch_and_not_counted_as_kept_state(device):
     """64 KiB of __device__ memory is over the default limit, unless the experiment names it a
-    workspace: then the harness zeroes it before every launch of the candidate (checks, warm-ups,
-    timed launches), so whatever a launch leaves there, the next one starts from zeros."""
+    workspace: then the harness fills it with NaN before every launch of the candidate (checks,
+    warm-ups, timed launches), so whatever a launch leaves there, the next one finds only poison."""
     from cudaopt.wire.protocol import Limits
 
-    req = request(source=WORKSPACE_SOURCE)
-    refused = run(device, req)
+    refused = run(device, request(source=WORKSPACE_SOURCE))
     assert refused.status == "global_state" and "65544 bytes" in refused.reason
     device.globals_ = {"ws": 65536}
     seen = []
 
     def carries(dev, launch, x, y, n):  # what a launch finds in the workspace, then leaves there
         ws = dev.view(device.global_range(None, "ws")[0], np.float32, 16384)
-        seen.append(float(ws.max()))
-        ws[:] += 1.0
+        seen.append(bool(np.isnan(ws).all()))
+        ws[:] = 1.0
         relu(dev, launch, x, y, n)
 
     req = request(source=WORKSPACE_SOURCE)
@@ -302,7 +301,35 @@ def test_a_declared_workspace_is_zeroed_before_every_launch_and_not_counted_as_k
     result = run(device, req, body=carries)
     assert result.status == "ok", result.reason
     assert result.compile.workspace_bytes == 65536 and result.compile.global_bytes == 65544
-    assert len(seen) == 3 + 12 and set(seen) == {0.0}  # every launch of the candidate found zeros
+    assert len(seen) == 3 + 12 and all(seen)  # every launch of the candidate found the poison
+
+
+def test_a_kernel_that_counts_on_a_cleared_workspace_fails(monkeypatch):
+    """A kernel that adds into its workspace as if it started at zero (the harness's clearing
+    would be work it gets untimed, and an export would sum launch upon launch) passes if the
+    workspace is cleared, and fails because it is poisoned."""
+    import cudaopt.harness.entries as entries
+    from cudaopt.wire.protocol import Limits
+
+    def adds_into(dev, launch, x, y, n):
+        ws = dev.view(dev.global_range(None, "ws")[0], np.float32, 16384)
+        relu(dev, launch, x, y, n)
+        ys = dev.view(y, np.float32, int(n))
+        ws[:int(n)] += ys
+        ys[:] = ws[:int(n)]
+
+    def evaluate(fill):
+        monkeypatch.setattr(entries, "WORKSPACE_POISON", fill)
+        dev = FakeDevice()
+        dev.globals_ = {"ws": 65536}
+        dev.kernel("relu", adds_into, SIZES, 0.02)
+        req = request(source=WORKSPACE_SOURCE)
+        req.limits = Limits(workspace=["ws"])
+        return Runner(dev).evaluate(req)
+
+    poison = entries.WORKSPACE_POISON
+    assert evaluate(b"\0\0\0\0").status == "ok"  # without the rule: cleared for it, it passes
+    assert evaluate(poison).status == "mismatch"
 
 
 def test_state_kept_besides_the_workspace_is_still_refused(device):
@@ -314,7 +341,7 @@ def test_state_kept_besides_the_workspace_is_still_refused(device):
     device.globals_ = {"ws": 65536}
     result = run(device, req)
     assert result.status == "global_state"
-    assert "2048 bytes of mutable __device__ memory between launches, besides the workspace it zeroes (ws)" \
+    assert "2048 bytes of mutable __device__ memory between launches, besides the workspace it poisons (ws)" \
         in result.reason
 
 

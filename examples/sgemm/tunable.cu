@@ -521,10 +521,13 @@ __host__ __device__ constexpr int splitk_floats()
 // counter is an atomicInc that wraps at W - 1, so the last arrival leaves it at 0: nothing
 // survives the launch but zeros, every slot read was written earlier in the same launch, and the
 // sum's order never depends on which cluster came last (every launch gives the same bits). Nothing
-// spins: the blocks that arrive early leave. The workspace is the module's, so launches of one
-// module on concurrent streams must not overlap (the harness runs one launch at a time).
+// spins: the blocks that arrive early leave. The experiment names spread_bands its workspace: the
+// harness poisons it (NaN) before every launch, so a slot read before this launch wrote it fails
+// the checks; the counters are the kernel's own kept state (within limits.global_bytes), reset by
+// the kernel alone. Both are the module's, so launches of one module on concurrent streams must
+// not overlap (the harness runs one launch at a time).
 constexpr int SPREAD_FLOATS = 1 << 21;  // 8 MiB: W * tiles <= num_sms / 2 tiles of 128 x 128 up to 256 SMs
-constexpr int SPREAD_COUNTERS = 1024;
+constexpr int SPREAD_COUNTERS = 128;    // tiles * S <= num_sms / 2 up to 256 SMs: 512 bytes of kept state
 __device__ float4 spread_bands[SPREAD_FLOATS / 4];
 __device__ unsigned spread_arrivals[SPREAD_COUNTERS];
 

@@ -34,7 +34,7 @@ from .errors import ExperimentError
 from .experiment import Experiment
 from .harness.case_data import memory_text
 from .harness.compiler import DEFAULT_ARCH, CompileError, compile_kernel
-from .harness.cubin import inspect_cubin
+from .harness.cubin import inspect_cubin, kept_state
 from .harness.inputs import shape_of
 from .wire.launch import NOMINAL_DEVICE, device_defines
 from .wire.protocol import CaseSpec, KernelSpec, LaunchSpec, Limits, ReferenceSpec, WireModel
@@ -105,9 +105,10 @@ def preflight(experiment: Experiment, *, kernel: Path | None = None, entry: str 
         tuning = experiment.tuning
         first = tuning.space.first()
         info = _compile(tuning.path, tuning.source, experiment.signature.name, first, arch, experiment.limits)
-        zeroed = f"; a workspace of {info.workspace_bytes} bytes, zeroed before every launch" if info.workspace_bytes else ""
+        poisoned = f"; a workspace of {info.workspace_bytes} bytes, poisoned before every launch" \
+            if info.workspace_bytes else ""
         done.append(Checked("tune", f"{tuning.path.name}: {tuning.space.count()} configurations; the first compiles"
-                                    f"{zeroed}"))
+                                    f"{poisoned}"))
     return done
 
 
@@ -193,18 +194,12 @@ def _compile(path: Path, source: str, entry: str, defines: dict, arch: str, limi
         first = next((line for line in exc.log.splitlines() if "error" in line), exc.log.splitlines()[0])
         where = f" with {defines}" if defines else ""
         raise ExperimentError(path, "compile", f"does not compile for {arch}{where}: {first.strip()}") from None
-    info, symbols = compiled.info, inspect_cubin(bytes(compiled.cubin.code)).symbols
     if limits is None:  # the trusted reference
-        return info
-    if info.device_malloc:
-        raise ExperimentError(path, "compile", "calls device-side malloc: memory that outlives a launch is not allowed")
-    info.workspace_bytes = sum(symbols[name] for name in limits.workspace if name in symbols)
-    kept = (info.global_bytes or 0) - info.workspace_bytes
-    if kept > limits.global_bytes:
-        raise ExperimentError(path, "limits.global_bytes", f"the kernel keeps {kept} bytes of mutable __device__ "
-                                                           f"memory between launches; the limit is {limits.global_bytes} "
-                                                           "(name scratch arrays in limits.workspace)")
-    return info
+        return compiled.info
+    compiled.info.workspace_bytes, problem = kept_state(inspect_cubin(bytes(compiled.cubin.code)), limits)
+    if problem:
+        raise ExperimentError(path, "limits.global_bytes", f"the kernel {problem}")
+    return compiled.info
 
 
 def smallest_case(experiment: Experiment) -> CaseSpec:

@@ -86,19 +86,16 @@ def test_result_cached_in_a_device_global_is_caught(supervisor, small_request):
     assert supervisor.evaluate(request).status == "mismatch"  # and with room for it, it replays stale answers
 
 
-def test_a_declared_workspace_is_zeroed_before_every_launch(supervisor, small_request):
-    """counts_launches.cu skips the work from its fifth launch on, counting launches in a
-    __device__ global. Named as the experiment's workspace, the counter is zeroed before every
-    launch (checks, warm-ups, timed launches), so the kernel computes on every one; left as kept
-    state, its skipped launches are caught."""
-    source = kernel_source("counts_launches.cu") + "// a module of its own: not the cached one another test counts on\n"
-    request = small_request(source, cases={"rect-384x256x320"})
-    request.limits = Limits(workspace=["launches"])
+def test_a_workspace_is_poisoned_before_every_launch(supervisor, small_request):
+    """workspace_assumed_zero.cu adds its sums into a __device__ array as if it started at zero.
+    Over the kept-state limit it is refused; named as the experiment's workspace it is let run,
+    and the poison (NaN) that fills the workspace before every launch fails its checks."""
+    request = small_request(kernel_source("workspace_assumed_zero.cu"), cases={"rect-384x256x320"})
+    request.limits = Limits()
+    assert supervisor.evaluate(request).status == "global_state"
+    request.limits = Limits(workspace=["sums"])
     result = supervisor.evaluate(request)
-    assert result.status == "ok", result.reason
-    assert result.compile.workspace_bytes == 4 and result.cases[0].timing.n == 10
-    request.limits = Limits()  # under the limit as kept state: its skipped launches fail the checks
-    assert supervisor.evaluate(request).status == "mismatch"
+    assert result.status == "mismatch" and result.compile.workspace_bytes == 512 * 512 * 4, result.reason
 
 
 def test_cache_keyed_on_leading_elements_is_caught_by_the_near_duplicate_set(supervisor, small_request):

@@ -4,13 +4,15 @@ A ``__device__`` array survives from one launch to the next, which is what a mem
 launch counter needs; so does memory from device-side ``malloc``. Both are visible in the cubin
 (an ELF file): writable ``.nv.global*`` sections, and an undefined ``malloc`` symbol. The harness
 reports them and refuses more global memory than the experiment allows, not counting the arrays
-the experiment names as a workspace, which it zeroes before every launch (``Limits.workspace``).
+the experiment names as a workspace, which it poisons before every launch (``Limits.workspace``).
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+
+from ..wire.protocol import Limits
 
 _SHF_WRITE = 0x1
 _SHT_SYMTAB = 2
@@ -55,3 +57,20 @@ def inspect_cubin(data: bytes) -> DeviceState:
             elif st_shndx in writable and st_info & 0xF == _STT_OBJECT and size:
                 symbols[name(strings, st_name)] = int(size)
     return DeviceState(global_bytes=int(global_bytes), device_malloc=malloc, symbols=symbols)
+
+
+def kept_state(state: DeviceState, limits: Limits) -> tuple[int, str | None]:
+    """The bytes of the module's workspace (the variables ``limits.workspace`` names, poisoned
+    before every launch), and why the worker refuses what else it keeps (``global_state``), or None."""
+    workspace = [name for name in limits.workspace if name in state.symbols]
+    poisoned = sum(state.symbols[name] for name in workspace)
+    if state.device_malloc:
+        return poisoned, ("calls device-side malloc: memory that outlives a launch is not allowed (use the "
+                          "outputs, shared memory or registers)")
+    kept = state.global_bytes - poisoned
+    if kept > limits.global_bytes:
+        besides = f", besides the workspace it poisons ({', '.join(workspace)})" if workspace else ""
+        return poisoned, (f"keeps {kept} bytes of mutable __device__ memory between launches{besides}; the limit "
+                          f"is {limits.global_bytes} (limits.global_bytes; scratch that each launch writes before "
+                          "reading may be named in limits.workspace)")
+    return poisoned, None

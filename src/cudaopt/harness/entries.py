@@ -15,38 +15,36 @@ from ..wire.protocol import Limits
 from ..wire.results import CompileInfo, EntryInfo
 from ..wire.signature import DTYPES, Signature, SignatureError, entry_names, find_entry, other_entry_problem
 from .compiler import parse_ptxas
+from .cubin import DeviceState, kept_state
 from .launcher import CaseFailure
+from .leftovers import SHARED_POISON
+
+WORKSPACE_POISON = SHARED_POISON.to_bytes(4, "little")  # a float32 NaN
 
 
 class Entries:
     def __init__(self, module, source: str, entry: str, signature: Signature, info: CompileInfo,
-                 symbols: dict[str, int] | None = None):
+                 state: DeviceState | None = None):
         self.module, self.source, self.entry, self.signature, self.info = module, source, entry, signature, info
         self._kernels: dict[str, object] = {}
-        self.symbols = symbols or {}  # the module's mutable __device__ variables, in bytes
-        self.workspace: list[tuple[int, int]] = []  # (address, bytes) of those the harness zeroes
+        self.state = state or DeviceState(global_bytes=0, device_malloc=False, symbols={})  # read from the cubin
+        self.workspace: list[tuple[int, int]] = []  # (address, bytes) of the variables poisoned before each launch
         self.get(None)  # the request's own entry must be there, whatever the cases launch
 
     def check_kept_state(self, limits: Limits, gpu) -> None:
-        """Refuse device malloc and more kept __device__ memory than the limit allows; the module's
-        variables named in ``limits.workspace`` are not kept: they are zeroed before every launch."""
-        if self.info.device_malloc:
-            raise CaseFailure("global_state", "the kernel calls device-side malloc: memory that outlives a launch "
-                                              "is not allowed (use the outputs, shared memory or registers)")
-        found = [name for name in limits.workspace if name in self.symbols]
-        self.info.workspace_bytes = sum(self.symbols[name] for name in found)
-        self.workspace = [gpu.global_range(self.module, name) for name in found]
-        kept = (self.info.global_bytes or 0) - self.info.workspace_bytes
-        if kept > limits.global_bytes:
-            cleared = f", besides the workspace it zeroes ({', '.join(found)})" if found else ""
-            raise CaseFailure("global_state", f"the kernel keeps {kept} bytes of mutable __device__ memory between "
-                                              f"launches{cleared}; the limit is {limits.global_bytes} "
-                                              f"(the experiment's limits.global_bytes)")
+        """Refuse what the module keeps beyond the limit (cubin.kept_state); take the variables
+        ``limits.workspace`` names as its workspace."""
+        self.info.workspace_bytes, problem = kept_state(self.state, limits)
+        if problem:
+            raise CaseFailure("global_state", f"the kernel {problem}")
+        self.workspace = [gpu.global_range(self.module, name) for name in limits.workspace
+                          if name in self.state.symbols]
 
-    def clear_workspace(self, gpu) -> None:
-        """Zero the workspace (stream-ordered), before a launch: nothing in it survives one."""
+    def poison_workspace(self, gpu) -> None:
+        """Fill the workspace with the shared-memory poison (stream-ordered), before a launch:
+        nothing in it survives one, and a read of a slot this launch did not write is NaN."""
         for address, nbytes in self.workspace:
-            gpu.fill_async(address, nbytes, b"\0")
+            gpu.fill_async(address, nbytes, WORKSPACE_POISON)
 
     def get(self, name: str | None):
         """The kernel called ``name`` (the request's entry when None), checked once."""

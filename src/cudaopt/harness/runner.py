@@ -142,7 +142,7 @@ class Runner:
         # a copy: the kernels other than the entry that this request's cases launch are its own
         info: CompileInfo = compiled.info.model_copy(update={"entries": {}})
         entries = Entries(self.gpu.load_module(compiled.cubin), spec.source, spec.entry, signature, info,
-                          inspect_cubin(bytes(compiled.cubin.code)).symbols)
+                          inspect_cubin(bytes(compiled.cubin.code)))
         return entries, info
 
     # --- one case ------------------------------------------------------------------------
@@ -172,7 +172,7 @@ class Runner:
                 self.on_event(PhaseStarted(phase="launch", case=case.name, reference_s=measure))
                 for s in check_order(n_sets):
                     self.leftovers.poison()
-                    entries.clear_workspace(self.gpu)
+                    entries.poison_workspace(self.gpu)
                     buffers.stage(s)
                     self.launcher.launch(kernel, launch, args)
                     self.launcher.sync()
@@ -365,7 +365,7 @@ class Runner:
         plan = draw_plan(seed, case.name, proto)
         timed = [v for v in vendors if v is not None]
         run = TimedRun(self.gpu, self.launcher, self.leftovers, buffers, proto, seed, plan,
-                       clear=(lambda: entries.clear_workspace(self.gpu)) if entries is not None else None)
+                       poison=(lambda: entries.poison_workspace(self.gpu)) if entries is not None else None)
         try:
             out.clocks["before"] = self.gpu.clocks()
             candidate = (lambda: self.launcher.launch(kernel, launch, args)) if kernel is not None else None

@@ -88,10 +88,10 @@ class TimedRun:
     """Warm up and time one case's candidate (and vendor), with the per-launch audit."""
 
     def __init__(self, gpu: Device, launcher: Launcher, leftovers: Wipes, buffers: CaseBuffers,
-                 proto: TimingProtocol, seed: int, plan: LaunchPlan, clear: Callable[[], None] | None = None):
+                 proto: TimingProtocol, seed: int, plan: LaunchPlan, poison: Callable[[], None] | None = None):
         self.gpu, self.launcher, self.leftovers, self.buffers = gpu, launcher, leftovers, buffers
         self.proto, self.seed, self.plan = proto, seed, plan
-        self.clear = clear  # zeroes the candidate's workspace (Limits.workspace) before each of its launches
+        self.poison = poison  # of the candidate's workspace (Limits.workspace), before each of its launches
         total = plan.warmup + plan.iterations
         self.audit_bytes = 8 * _AUDIT_WORDS * total
         self.audit = gpu.alloc(self.audit_bytes)
@@ -149,8 +149,8 @@ class TimedRun:
         else:
             stream = VENDOR_LAUNCHES + (int(name.split()[1]) << 32) + launch
         self.leftovers.poison()  # first: the kernels between it and the launch use no shared memory
-        if name == "candidate" and self.clear is not None:
-            self.clear()  # before the flush: the workspace's zeroes are not left in L2
+        if name == "candidate" and self.poison is not None:
+            self.poison()  # before the flush: the workspace's poison is not left in L2
         self.buffers.stage_fresh(self.seed, stream)
         if timed is None:
             run()

@@ -83,7 +83,7 @@ class CompileInfo(WireModel):
     local_bytes: int | None = None
     max_threads_per_block: int | None = None
     global_bytes: int | None = None  # mutable device-global memory in the cubin
-    workspace_bytes: int = 0  # of which the arrays the harness zeroes before every launch (Limits.workspace)
+    workspace_bytes: int = 0  # of which the arrays the harness poisons before every launch (Limits.workspace)
     device_malloc: bool = False
     cached: bool = False  # this worker compiled the same kernel before: its cubin, loaded afresh
     entries: dict[str, EntryInfo] = Field(default_factory=dict)  # other kernels the cases launched

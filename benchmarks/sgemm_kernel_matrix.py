@@ -6,7 +6,8 @@ cluster width and the groups of threads that split each block's k again) is adde
 every shape; cuBLAS is timed interleaved in the first repeat, and the forms alternate over two
 repeats. ``--ref REF`` adds, for each chosen form that is one of the example's kernels (an
 ``entry``: the large tier, medium, the split-K tiers), that kernel as it was at git revision REF
-(its whole tunable.cu compiled instead of today's; form ``NAME@ref``), to time a change beside its
+(its whole tunable.cu compiled instead of today's; form ``NAME@ref``; REF may also be a copy of
+tunable.cu, for a machine without the repository's history), to time a change beside its
 predecessor in one call. Run: ``python benchmarks/sgemm_kernel_matrix.py --out DIR [--forms
 a,b,..] [--shapes MxNxK,..] [--ref REF]``.
 """
@@ -82,7 +83,8 @@ class Form:
                f"matmul_f32_{self.name}(const float* a, " \
                "const float* b, float* c, int m, int n, int k)"
         split = self.split > 1 or self.groups > 1
-        body = f"splitk_gemm<{t}, {self.split}, {self.groups}>" if split else \
+        spread = ", true" if self.ways else ""
+        body = f"splitk_gemm<{t}, {self.split}, {self.groups}{spread}>" if split else \
             f"{'staged' if self.staged else 'async'}_gemm<{t}>"
         cluster = f"{head} __cluster_dims__(1, 1, {self.split});\n" if self.split > 1 else ""
         smem = ("    extern __shared__ __align__(16) float smem[];\n" if self.dynamic
@@ -221,7 +223,24 @@ FORMS = [
            ways=f"max(1, min(num_sms // (2 * cdiv(m, 128) * cdiv(n, 128)), {cap}))")
       for tag, cap in (("f", "64"), ("h", "k // 2048"), ("q", "k // 4096"))],
     Form("y2s2w2", (128, 128, 8, 8, 16, 0), split=2, groups=2, staged=True, entry="matmul_f32_splitk2r", ways="2"),
+    # the large tier's winning thread tile (8 x 8, warps of 8 x 4) in splitk2r's place: 2 groups of 256
+    # threads, 16 warps per SM; and 16-deep slices for splitk2r
+    Form("z2s2", (128, 128, 8, 8, 8, 8), split=2, groups=2, staged=True),
+    Form("z2s2f", (128, 128, 8, 8, 8, 8), split=2, groups=2, staged=True,
+         ways="max(1, min(num_sms // (2 * cdiv(m, 128) * cdiv(n, 128)), 64))"),
+    Form("y2s2k16", (128, 128, 16, 8, 16, 0), split=2, groups=2, staged=True),
 ]
+
+
+def _ref_source(ref: str) -> str:
+    """The example's tunable.cu at git revision ``ref``, or the file ``ref`` (a machine without the
+    repository's history)."""
+    if Path(ref).is_file():
+        return Path(ref).read_text()
+    shown = subprocess.run(["git", "show", f"{ref}:examples/sgemm/tunable.cu"], cwd=ROOT, capture_output=True, text=True)
+    if shown.returncode != 0:
+        raise SystemExit(f"--ref {ref}: {shown.stderr.strip()}")
+    return shown.stdout
 
 
 def main() -> None:
@@ -230,7 +249,8 @@ def main() -> None:
     parser.add_argument("--forms", default="", help="comma-separated form names (default: all)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--shapes", default="", help="comma-separated MxNxK (default: the smaller tiers' shapes)")
-    parser.add_argument("--ref", default="", help="a git revision: add its build of each chosen kernel as NAME@ref")
+    parser.add_argument("--ref", default="",
+                        help="a git revision or a tunable.cu file: add its build of each chosen kernel as NAME@ref")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     forms = [f for f in FORMS if not args.forms or f.name in args.forms.split(",")]
@@ -239,13 +259,10 @@ def main() -> None:
     source = exp.tuning.source + "\n" + "\n".join(f.source() for f in forms)
     sources = {f.name: source for f in forms}
     if args.ref:
-        shown = subprocess.run(["git", "show", f"{args.ref}:examples/sgemm/tunable.cu"], cwd=ROOT, capture_output=True,
-                               text=True)
-        if shown.returncode != 0:
-            raise SystemExit(f"--ref {args.ref}: {shown.stderr.strip()}")
-        for form in [f for f in forms if f.entry and f"{f.entry}(" in shown.stdout]:
+        ref_source = _ref_source(args.ref)
+        for form in [f for f in forms if f.entry and f"{f.entry}(" in ref_source]:
             forms.append(replace(form, name=f"{form.name}@ref"))
-            sources[f"{form.name}@ref"] = shown.stdout
+            sources[f"{form.name}@ref"] = ref_source
     shapes_file = args.out / "matrix-shapes.json"
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")] if args.shapes else SHAPES
     shapes_file.write_text(json.dumps({"template": "square-4096", "shapes": [dict(m=m, n=n, k=k) for m, n, k in shapes]}))

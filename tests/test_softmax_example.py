@@ -154,7 +154,7 @@ def test_each_shape_gets_a_kernel_whose_fast_path_holds_it():
             if entry == "softmax_rows_warp":
                 assert cols <= 512 and grid == -(-rows // (threads // 32 * _one_round(cols)))
             elif entry == "softmax_rows_block":
-                assert 512 < cols <= 4 * config["NB"] * threads and grid == rows
+                assert 512 < cols <= (4 if cols % 4 == 0 else 2) * config["NB"] * threads and grid == rows
             elif entry == "softmax_rows_cluster":
                 part = 4 * -(-cols // (4 * config["CL"]))
                 assert cols > 65536 or rows < SMS  # the mid tier's rows go to the online kernel
@@ -218,6 +218,12 @@ def _cover(rows: int, cols: int, config: dict, vec: bool) -> tuple[np.ndarray, s
         assert (columns >= 0).all()
         np.add.at(writes, row * cols + columns, 1)
 
+    def online_rows():  # softmax_rows, and the block kernel's row that does not fit its registers
+        for row in range(rows):
+            for t in range(threads):
+                row_elements(row, (4 * np.arange(t, cols // 4, threads)[:, None] + np.arange(4)).ravel() if vec
+                             else np.arange(t, cols, threads))
+
     if launch.entry == "softmax_rows_warp":
         lanes, slots, side = _warp_plan(cols)
         warps = grid * (threads // 32)
@@ -230,9 +236,13 @@ def _cover(rows: int, cols: int, config: dict, vec: bool) -> tuple[np.ndarray, s
                     if row < rows:
                         row_elements(row, _slot_columns(lane % lanes, lanes, slots, vec))
     elif launch.entry == "softmax_rows_block":
-        for row in range(rows):  # grid == rows: block b takes row b
-            for t in range(threads):
-                row_elements(row, _slot_columns(t, threads, config["NB"], vec))
+        slots = config["NB"] if vec else config["NB"] // 2  # float4s, or half as many scalars
+        if cols > 4 * slots * threads:
+            online_rows()
+        else:
+            for row in range(rows):  # grid == rows: block b takes row b
+                for t in range(threads):
+                    row_elements(row, _slot_columns(t, threads, slots, vec))
     elif launch.entry == "softmax_rows_cluster":
         part = 4 * -(-cols // (4 * config["CL"]))
         for row in range(rows):
@@ -248,10 +258,7 @@ def _cover(rows: int, cols: int, config: dict, vec: bool) -> tuple[np.ndarray, s
                         offsets = np.arange(t, n, threads)
                     row_elements(row, begin + offsets)
     else:
-        for row in range(rows):
-            for t in range(threads):
-                row_elements(row, (4 * np.arange(t, cols // 4, threads)[:, None] + np.arange(4)).ravel() if vec
-                             else np.arange(t, cols, threads))
+        online_rows()
     return writes, launch.entry
 
 

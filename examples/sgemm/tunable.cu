@@ -565,17 +565,32 @@ __device__ __forceinline__ void splitk_gemm(const float* __restrict__ a, const f
     }
     __syncthreads();  // the rings are free: they hold partial tiles from here on
 
-    // This thread's outputs in a partial tile at p: stored there, or (add) added from there.
+    // This thread's outputs in a partial tile at p: stored there, or (add) added from there, a
+    // fragment of VN columns at a time; in the staged tiers one float4 when VN == 4 (a quarter
+    // warp's are 128 contiguous bytes, no bank conflicts; see BATCH below for the others).
     auto each_output = [&](float* p, bool add) {
 #pragma unroll
         for (int i = 0; i < TTM; ++i)
 #pragma unroll
-            for (int j = 0; j < TTN; ++j) {
+            for (int j = 0; j < TTN; j += T::vn) {
                 float* q = p + T::row(ty, i) * TBN + T::col(tx, j);
-                if (add)
-                    acc[i][j] += *q;
-                else
-                    *q = acc[i][j];
+                if constexpr (T::vn == 4 && T::staged) {
+                    float4* q4 = reinterpret_cast<float4*>(q);
+                    if (add) {
+                        const float4 v = *q4;
+                        acc[i][j] += v.x; acc[i][j + 1] += v.y; acc[i][j + 2] += v.z; acc[i][j + 3] += v.w;
+                    } else {
+                        *q4 = make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]);
+                    }
+                } else {
+#pragma unroll
+                    for (int jj = 0; jj < T::vn; ++jj) {
+                        if (add)
+                            acc[i][j + jj] += q[jj];
+                        else
+                            q[jj] = acc[i][j + jj];
+                    }
+                }
             }
     };
 #pragma unroll
@@ -601,20 +616,60 @@ __device__ __forceinline__ void splitk_gemm(const float* __restrict__ a, const f
         store_outputs<4>(c + (size_t)(row0 + r) * n, col0 + cq, n, out, vecC);
     };
     // Quad e of this block's band: row r, columns cq .. cq + 3 of the tile (skipped outside C).
-    for (int e = threadIdx.x; e < QUADS; e += THREADS) {
-        const int r = ((int)rank * QUADS + e) / (TBN / 4), cq = (e % (TBN / 4)) * 4;
-        if (row0 + r >= m || col0 + cq >= n) continue;
-        const float* p = smem + r * TBN + cq;
-        float4 sum = cluster_load4(p, 0);
+    auto quad_of = [&](int e, int& r, int& cq) {
+        r = ((int)rank * QUADS + e) / (TBN / 4);
+        cq = (e % (TBN / 4)) * 4;
+        return e < QUADS && row0 + r < m && col0 + cq < n;
+    };
+    // The staged tiers (splitk2r) take BATCH quads per thread at a time, all their loads issued
+    // before the first is used, so that the round trips overlap (one quad's loads alone would wait
+    // on each other's adds), and move partial tiles as float4 (each_output); the cp.async tiers
+    // keep one quad at a time: with both, their registers fell (splitk2g 159 -> 125) and they ran
+    // 2-7% slower on the H200 (benchmarks.md, fourteenth session).
+    constexpr int PER = (QUADS + THREADS - 1) / THREADS;
+    constexpr int BATCH = !T::staged ? 1 : PER < 16 / S ? PER : 16 / S;  // S <= 8
+    for (int e0 = threadIdx.x; e0 < QUADS; e0 += BATCH * THREADS) {
+        if constexpr (BATCH == 1) {
+            int r, cq;
+            if (!quad_of(e0, r, cq))
+                continue;
+            const float* p = smem + r * TBN + cq;
+            float4 sum = cluster_load4(p, 0);
 #pragma unroll
-        for (int z = 1; z < S; ++z) {
-            const float4 v = cluster_load4(p, z);
-            sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
+            for (int z = 1; z < S; ++z) {
+                const float4 v = cluster_load4(p, z);
+                sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
+            }
+            if (SPREAD && ways > 1)
+                __stcg(slots + way * QUADS + e0, sum);
+            else
+                store_quad(r, cq, sum);
+        } else {
+            float4 v[BATCH][S];
+#pragma unroll
+            for (int u = 0; u < BATCH; ++u) {
+                int r, cq;
+                if (quad_of(e0 + u * THREADS, r, cq))
+#pragma unroll
+                    for (int z = 0; z < S; ++z)
+                        v[u][z] = cluster_load4(smem + r * TBN + cq, z);
+            }
+#pragma unroll
+            for (int u = 0; u < BATCH; ++u) {
+                int r, cq;
+                if (!quad_of(e0 + u * THREADS, r, cq))
+                    continue;
+                float4 sum = v[u][0];  // rank order 0, 1, .., S - 1
+#pragma unroll
+                for (int z = 1; z < S; ++z) {
+                    sum.x += v[u][z].x; sum.y += v[u][z].y; sum.z += v[u][z].z; sum.w += v[u][z].w;
+                }
+                if (SPREAD && ways > 1)
+                    __stcg(slots + way * QUADS + e0 + u * THREADS, sum);
+                else
+                    store_quad(r, cq, sum);
+            }
         }
-        if (SPREAD && ways > 1)
-            __stcg(slots + way * QUADS + e, sum);
-        else
-            store_quad(r, cq, sum);
     }
     cluster_barrier();  // no block leaves while another may still read its shared memory
     if constexpr (SPREAD) {
@@ -626,16 +681,32 @@ __device__ __forceinline__ void splitk_gemm(const float* __restrict__ a, const f
         __syncthreads();
         if (!*last) return;
         __threadfence();
-        for (int e = threadIdx.x; e < QUADS; e += THREADS) {
-            const int r = ((int)rank * QUADS + e) / (TBN / 4), cq = (e % (TBN / 4)) * 4;
-            if (row0 + r >= m || col0 + cq >= n) continue;
-            float4 sum = __ldcg(slots + e);
-#pragma unroll 8
-            for (int w = 1; w < ways; ++w) {  // independent loads: 8 in flight per thread
-                const float4 v = __ldcg(slots + w * QUADS + e);
-                sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
+        // The W slots of BATCH quads per thread, each quad's summed in slot order 0 .. W - 1; the
+        // loads of several slots and quads are in flight at once (they are independent).
+        for (int e0 = threadIdx.x; e0 < QUADS; e0 += BATCH * THREADS) {
+            float4 sum[BATCH];
+#pragma unroll
+            for (int u = 0; u < BATCH; ++u) {
+                int r, cq;
+                sum[u] = quad_of(e0 + u * THREADS, r, cq) ? __ldcg(slots + e0 + u * THREADS) : make_float4(0, 0, 0, 0);
             }
-            store_quad(r, cq, sum);
+#pragma unroll 4
+            for (int w = 1; w < ways; ++w) {
+#pragma unroll
+                for (int u = 0; u < BATCH; ++u) {
+                    int r, cq;
+                    if (quad_of(e0 + u * THREADS, r, cq)) {
+                        const float4 v = __ldcg(slots + w * QUADS + e0 + u * THREADS);
+                        sum[u].x += v.x; sum[u].y += v.y; sum[u].z += v.z; sum[u].w += v.w;
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < BATCH; ++u) {
+                int r, cq;
+                if (quad_of(e0 + u * THREADS, r, cq))
+                    store_quad(r, cq, sum[u]);
+            }
         }
     }
 }

@@ -117,7 +117,6 @@ def test_the_example_split_k_kernels_keep_nothing_but_the_spread_workspace():
 
     from cudaopt.experiment import load_experiment
     from cudaopt.harness.compiler import compile_ptx
-    from cudaopt.harness.cubin import inspect_cubin
 
     exp = load_experiment(SGEMM / "experiment.json")
     configs = exp.tuning.space.configurations()
@@ -126,7 +125,7 @@ def test_the_example_split_k_kernels_keep_nothing_but_the_spread_workspace():
     for config in (configs[0], configs[len(configs) // 2], configs[-1]):
         defines = {**config, "CUDAOPT_NUM_SMS": 132}
         compiled = compile_kernel(KernelSpec(source=source, entry="matmul_f32_splitk4", defines=defines))
-        info, symbols = compiled.info, inspect_cubin(bytes(compiled.cubin.code)).symbols
+        info, symbols = compiled.info, compiled.info.global_symbols
         assert symbols["spread_arrivals"] == 512, config  # kept state, reset by the kernel itself
         assert info.ok and not info.device_malloc, config
         workspace = sum(symbols[name] for name in exp.limits.workspace)  # every name is in the module

@@ -34,7 +34,7 @@ from .errors import ExperimentError
 from .experiment import Experiment
 from .harness.case_data import memory_text
 from .harness.compiler import DEFAULT_ARCH, CompileError, compile_kernel
-from .harness.cubin import inspect_cubin, kept_state
+from .harness.cubin import kept_state
 from .harness.inputs import shape_of
 from .wire.launch import NOMINAL_DEVICE, device_defines
 from .wire.protocol import CaseSpec, KernelSpec, LaunchSpec, Limits, ReferenceSpec, WireModel
@@ -196,7 +196,7 @@ def _compile(path: Path, source: str, entry: str, defines: dict, arch: str, limi
         raise ExperimentError(path, "compile", f"does not compile for {arch}{where}: {first.strip()}") from None
     if limits is None:  # the trusted reference
         return compiled.info
-    compiled.info.workspace_bytes, problem = kept_state(inspect_cubin(bytes(compiled.cubin.code)), limits)
+    compiled.info.workspace_bytes, problem = kept_state(compiled.info, limits)
     if problem:
         raise ExperimentError(path, "limits.global_bytes", f"the kernel {problem}")
     return compiled.info

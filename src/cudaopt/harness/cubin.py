@@ -13,6 +13,7 @@ import struct
 from dataclasses import dataclass
 
 from ..wire.protocol import Limits
+from ..wire.results import CompileInfo
 
 _SHF_WRITE = 0x1
 _SHT_SYMTAB = 2
@@ -59,15 +60,21 @@ def inspect_cubin(data: bytes) -> DeviceState:
     return DeviceState(global_bytes=int(global_bytes), device_malloc=malloc, symbols=symbols)
 
 
-def kept_state(state: DeviceState, limits: Limits) -> tuple[int, str | None]:
+def workspace_names(info: CompileInfo, limits: Limits) -> list[str]:
+    """The variables ``limits.workspace`` names that the compiled module has."""
+    return [name for name in limits.workspace if name in info.global_symbols]
+
+
+def kept_state(info: CompileInfo, limits: Limits) -> tuple[int, str | None]:
     """The bytes of the module's workspace (the variables ``limits.workspace`` names, poisoned
-    before every launch), and why the worker refuses what else it keeps (``global_state``), or None."""
-    workspace = [name for name in limits.workspace if name in state.symbols]
-    poisoned = sum(state.symbols[name] for name in workspace)
-    if state.device_malloc:
+    before every launch), and why the worker refuses what else it keeps (``global_state``), or None;
+    from the compile report (its cubin read once, by inspect_cubin)."""
+    workspace = workspace_names(info, limits)
+    poisoned = sum(info.global_symbols[name] for name in workspace)
+    if info.device_malloc:
         return poisoned, ("calls device-side malloc: memory that outlives a launch is not allowed (use the "
                           "outputs, shared memory or registers)")
-    kept = state.global_bytes - poisoned
+    kept = (info.global_bytes or 0) - poisoned
     if kept > limits.global_bytes:
         besides = f", besides the workspace it poisons ({', '.join(workspace)})" if workspace else ""
         return poisoned, (f"keeps {kept} bytes of mutable __device__ memory between launches{besides}; the limit "

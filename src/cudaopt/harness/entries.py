@@ -15,7 +15,7 @@ from ..wire.protocol import Limits
 from ..wire.results import CompileInfo, EntryInfo
 from ..wire.signature import DTYPES, Signature, SignatureError, entry_names, find_entry, other_entry_problem
 from .compiler import parse_ptxas
-from .cubin import DeviceState, kept_state
+from .cubin import kept_state, workspace_names
 from .launcher import CaseFailure
 from .leftovers import SHARED_POISON
 
@@ -23,22 +23,19 @@ WORKSPACE_POISON = SHARED_POISON.to_bytes(4, "little")  # a float32 NaN
 
 
 class Entries:
-    def __init__(self, module, source: str, entry: str, signature: Signature, info: CompileInfo,
-                 state: DeviceState | None = None):
+    def __init__(self, module, source: str, entry: str, signature: Signature, info: CompileInfo):
         self.module, self.source, self.entry, self.signature, self.info = module, source, entry, signature, info
         self._kernels: dict[str, object] = {}
-        self.state = state or DeviceState(global_bytes=0, device_malloc=False, symbols={})  # read from the cubin
         self.workspace: list[tuple[int, int]] = []  # (address, bytes) of the variables poisoned before each launch
         self.get(None)  # the request's own entry must be there, whatever the cases launch
 
     def check_kept_state(self, limits: Limits, gpu) -> None:
         """Refuse what the module keeps beyond the limit (cubin.kept_state); take the variables
         ``limits.workspace`` names as its workspace."""
-        self.info.workspace_bytes, problem = kept_state(self.state, limits)
+        self.info.workspace_bytes, problem = kept_state(self.info, limits)
         if problem:
             raise CaseFailure("global_state", f"the kernel {problem}")
-        self.workspace = [gpu.global_range(self.module, name) for name in limits.workspace
-                          if name in self.state.symbols]
+        self.workspace = [gpu.global_range(self.module, name) for name in workspace_names(self.info, limits)]
 
     def poison_workspace(self, gpu) -> None:
         """Fill the workspace with the shared-memory poison (stream-ordered), before a launch:

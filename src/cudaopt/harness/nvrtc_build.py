@@ -102,7 +102,7 @@ def build(spec: KernelSpec, arch: str, target: str) -> tuple[bytes, CompileInfo 
     info = CompileInfo(ok=True, log=text, arch=arch, seconds=round(time.perf_counter() - start, 4))
     _apply_ptxas(info, text, spec.entry)
     state = inspect_cubin(code)
-    info.global_bytes, info.device_malloc = state.global_bytes, state.device_malloc
+    info.global_bytes, info.device_malloc, info.global_symbols = state.global_bytes, state.device_malloc, state.symbols
     return code, info
 
 

@@ -29,7 +29,6 @@ from .case_data import DeviceCases, HostSets, Room, cache_key, case_bytes, make_
 from .compare import describe
 from .compiler import CompileCache, CompileError, compile_kernel
 from .controls import judge
-from .cubin import inspect_cubin
 from .device import Device
 from .entries import Entries
 from .inputs import InputError
@@ -141,9 +140,7 @@ class Runner:
             self._compiled.put(key, compiled)
         # a copy: the kernels other than the entry that this request's cases launch are its own
         info: CompileInfo = compiled.info.model_copy(update={"entries": {}})
-        entries = Entries(self.gpu.load_module(compiled.cubin), spec.source, spec.entry, signature, info,
-                          inspect_cubin(bytes(compiled.cubin.code)))
-        return entries, info
+        return Entries(self.gpu.load_module(compiled.cubin), spec.source, spec.entry, signature, info), info
 
     # --- one case ------------------------------------------------------------------------
 

@@ -83,6 +83,7 @@ class CompileInfo(WireModel):
     local_bytes: int | None = None
     max_threads_per_block: int | None = None
     global_bytes: int | None = None  # mutable device-global memory in the cubin
+    global_symbols: dict[str, int] = Field(default_factory=dict)  # its variables by name, in bytes
     workspace_bytes: int = 0  # of which the arrays the harness poisons before every launch (Limits.workspace)
     device_malloc: bool = False
     cached: bool = False  # this worker compiled the same kernel before: its cubin, loaded afresh

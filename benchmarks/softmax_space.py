@@ -1,13 +1,14 @@
 """Every configuration of a softmax tune space on chosen cases, side by side in one run.
 
 Writes a copy of ``examples/softmax`` whose tune space is ``--space`` (JSON: each tunable's values,
-the example's own for those not named) and whose cases are the correctness cases and the named
-performance or holdout cases (``--cases``; default the short rows; a holdout is timed as a
-performance case in the copy), runs ``cudaopt optimize`` on it (the
-tuning strategy: each configuration once), and prints each configuration's median per case with
-the vendors' medians from the baseline's request (timed interleaved with it). The configurations
-are timed one request after another, so compare them with each other here and with the vendors
-through ``softmax_winner.py``, which times its winner interleaved with them.
+the example's own for those not named; a macro of the kernel, ``#ifndef NAME``, may be named too)
+and whose cases are the correctness cases and the named performance or holdout cases
+(``--cases``; default the short rows; a holdout is timed as a performance case in the copy), runs
+``cudaopt optimize`` on it (the tuning strategy: each configuration once), and prints each
+configuration's median per case with the vendors' medians from the baseline's request (timed
+interleaved with it). The configurations are timed one request after another, so compare them
+with each other here and with the vendors through ``softmax_winner.py``, which times its winner
+interleaved with them.
 
 Run: ``python benchmarks/softmax_space.py --out DIR --space '{"CT": [512, 1024]}' [--cases NAME ...]``
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -31,9 +33,11 @@ def write_copy(into: Path, space: dict[str, list], cases: list[str]) -> Path:
     """The example's copy under ``into`` with ``space`` and only the correctness cases and ``cases``."""
     shutil.copytree(EXAMPLE, into, dirs_exist_ok=True)
     experiment = json.loads((into / "experiment.json").read_text())
-    unknown = set(space) - set(experiment["tune"]["tunables"])
+    macros = set(re.findall(r"^#ifndef (\w+)$", (into / experiment["tune"]["kernel"]).read_text(), flags=re.M))
+    unknown = set(space) - set(experiment["tune"]["tunables"]) - macros
     if unknown:
-        raise SystemExit(f"--space: {sorted(unknown)} not tunables of {EXAMPLE / 'experiment.json'}")
+        raise SystemExit(f"--space: {sorted(unknown)} neither tunables of {EXAMPLE / 'experiment.json'} "
+                         "nor macros of its kernel")
     experiment["tune"]["tunables"].update(space)
     experiment.pop("roi", None)
     (into / "experiment.json").write_text(json.dumps(experiment, indent=2))

@@ -36,7 +36,7 @@ def _sgemm_shapes() -> list[dict]:
     cases = json.loads((ROOT / "examples/sgemm/input_cases.json").read_text())["cases"]
     shapes = [c["scalars"] for c in cases]
     assert {c["role"] for c in cases} >= {"correctness", "performance", "holdout"}
-    for name in ("sgemm_shapes.json", "sgemm_shapes_extra.json"):
+    for name in ("sgemm_shapes.json", "sgemm_shapes_extra.json", "sgemm_shapes_splitk.json"):
         shapes += json.loads((ROOT / "benchmarks" / name).read_text())["shapes"]
     from tests.gpu.test_splitk_gpu import SHAPES  # each split-K tier's shapes, edges included
 
@@ -89,6 +89,16 @@ def test_no_expression_in_the_examples_is_longer_than_a_line():
         for where, text in strings(data, ""):
             if where != ".description" and not where.startswith(".vendor"):
                 assert len(text) <= 100, f"{file.relative_to(ROOT)}{where}: {len(text)} characters"
+
+
+def test_the_tier_table_in_the_docs_is_the_examples():
+    """docs/experiments.md shows the SGEMM example's tune section; a rule changed in one and not the
+    other would teach a reader rules the example no longer has."""
+    text = (ROOT / "docs" / "experiments.md").read_text()
+    start = text.index('```json\n"tune": {') + len("```json\n")
+    shown = json.loads("{" + text[start:text.index("```", start)] + "}")["tune"]
+    tune = json.loads((ROOT / "examples" / "sgemm" / "experiment.json").read_text())["tune"]
+    assert shown == tune
 
 
 TABLE = {

@@ -29,12 +29,22 @@ def test_the_copy_has_the_space_and_only_the_chosen_cases(tmp_path):
 
 
 @pytest.mark.parametrize("space, cases, says", [
-    ({"XX": [1]}, ["rows32-65536x32"], "['XX'] not tunables"),
+    ({"XX": [1]}, ["rows32-65536x32"], "['XX'] neither tunables"),
     ({}, ["no-such-case"], "['no-such-case'] not cases"),
 ])
 def test_a_bad_space_or_case_is_refused_by_name(tmp_path, space, cases, says):
     with pytest.raises(SystemExit, match=re.escape(says)):
         softmax_space.write_copy(tmp_path / "copy", space, cases)
+
+
+def test_a_macro_of_the_kernel_may_join_the_space(tmp_path):
+    """UNROLL is no tunable of the example but a macro of its kernel (#ifndef UNROLL): a space may
+    try it without the example being edited."""
+    from cudaopt.experiment import load_experiment
+
+    config = softmax_space.write_copy(tmp_path / "copy", {"WB": [128], "CT": [512], "UNROLL": [2, 4]},
+                                      ["rows32-65536x32"])
+    assert [c["UNROLL"] for c in load_experiment(config).tuning.space.configurations()] == [2, 4]
 
 
 def _case(name, median, vendors=()):

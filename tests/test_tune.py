@@ -105,6 +105,16 @@ def test_the_example_space():
     (4096, 64, 1024, 132, "splitk8"),  # the same tiles, k under 2048
     (384, 384, 8192, 132, "spread"),  # 9 tiles of 128 x 128: 7 clusters of 2 each
     (384, 384, 4096, 132, "splitk8"),  # k too shallow for 7: 36 tiles of 64 x 64, 8 blocks each
+    (256, 768, 4096, 132, "spread"),  # 12 whole tiles of 128 x 128: 5 clusters of 2 each from k = 768 * 5
+    (640, 640, 8192, 132, "splitk8"),  # 25 tiles, 2 clusters each: 100 blocks leave a quarter of the SMs idle
+    (256, 1152, 2048, 132, "splitk8"),  # 72 tiles of 64 x 64, k >= 1536: 8 blocks each
+    (320, 1024, 1024, 132, "splitk4"),  # 80 tiles, k under 1536: 4 blocks each
+    (768, 768, 12288, 132, "splitk8"),  # 144 tiles: 2 blocks each would give some SMs 3, most 2
+    (896, 896, 4096, 132, "splitk2"),  # 196 tiles: 392 blocks, 3 on nearly every SM
+    (1280, 1280, 4096, 132, "splitk8"),  # 400 tiles: unsplit or 2 each, the SMs' shares uneven
+    (1152, 1152, 4096, 132, "splitk2"),  # 324 tiles: 648 blocks spread evenly
+    (1024, 1536, 4096, 132, "medium"),  # 384 tiles: 3 per SM less 12, even enough unsplit
+    (1280, 1280, 2048, 132, "medium"),  # the same tiles, k under 4096: no split
     (96, 3072, 1536, 132, "splitk8s"),  # 64-row tiles would be a third padding
     (512, 512, 256, 132, "small"),  # k too shallow to split
     (401, 333, 1501, 132, "splitk8"),  # 42 tiles of 64 x 64

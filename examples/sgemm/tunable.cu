@@ -22,7 +22,10 @@
 // - split-K, matmul_f32_splitk2/4/8 (M tiles) and matmul_f32_splitk8s (S tiles): after L, for k >=
 //   512 and m, n >= 32 (half a tile; below, a tile would be mostly padding), when the M tiles number
 //   at most twice the SMs: S blocks per tile, the fewest that bring the blocks past 2 per SM (2
-//   for up to two tiles per SM, 4 up to one and from a quarter, 8 below half), and 8 per S tile
+//   for up to two tiles per SM, 4 up to one and from a quarter, 8 below half, and 8 up to one
+//   tile per SM from k = 1536, where it measured faster than 4; and the fewest of 1, 2 and 8
+//   whose blocks spread evenly over the SMs from k = 1536 up to 2 tiles per SM, and from k = 4096
+//   for any number of tiles L does not take), and 8 per S tile
 //   when M tiles are fewer than a quarter of the SMs or would be a third more padding than S tiles
 //   (96 rows). Each block (grid z, one thread block cluster per tile) sums its run of k; the
 //   partial tiles are added through the cluster's shared memory (splitk_gemm). Before these, three
@@ -30,7 +33,8 @@
 //   groups per 128 x 128 tile, 8 x 16 outputs per thread in L's main loop) on 0.4-0.5 such tiles
 //   per SM (8192 x 128 x 4096: 236 -> 220 us, 1024^3 65.3 -> 61.3), and with W > 1 clusters per tile
 //   through a workspace (SPREAD, below) when its tiles are fewer than a quarter of the SMs, nearly
-//   whole, and k deep (256 x 256 x 32768: 0.58 -> 0.76x cuBLAS, 512 x 512 x 16384 0.71 -> 0.82x),
+//   whole, their blocks fill 0.8 of the SMs, and k deep (256 x 256 x 32768: 0.58 -> 0.76x cuBLAS,
+//   512 x 512 x 16384 0.71 -> 0.82x),
 //   matmul_f32_splitk8sg (8 blocks of 2 groups per S tile) for k >= 4096 on at most SMs/8 M
 //   tiles, and matmul_f32_splitk2g (2 blocks
 //   of 4 groups, 8 x 8 outputs per thread, per M tile) for k >= 2048 on 0.4-0.5 M tiles per SM

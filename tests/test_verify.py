@@ -241,7 +241,8 @@ def test_a_vendor_that_fails_on_a_shape_says_why_and_never_fails_the_winner(tmp_
     assert "<td>(error)</td>" in (run.path / "report.html").read_text()
 
 
-@pytest.mark.parametrize("name", ["sgemm_shapes.json", "sgemm_shapes_extra.json", "sgemm_shapes_splitk.json"])
+@pytest.mark.parametrize("name", ["sgemm_shapes.json", "sgemm_shapes_extra.json", "sgemm_shapes_splitk.json",
+                                  "sgemm_shapes_staged.json"])
 def test_the_benchmark_shape_sets_load_against_the_example(name):
     """benchmarks/bench_shapes.py and the documented `verify --shapes` runs read these files."""
     from pathlib import Path

@@ -176,10 +176,27 @@ __device__ __forceinline__ void group_barrier(int bar, int threads)
         asm volatile("bar.sync %0, %1;\n" ::"r"(bar), "r"(threads) : "memory");
 }
 
+// Whether staged_mainloop may load both operands as float4.
+__device__ __forceinline__ bool staged_vec(const float* a, const float* b, int n, int k)
+{
+    return k % 4 == 0 && n % 4 == 0 && aligned16(a) && aligned16(b);
+}
+
 // The products of rows row0.. of A and columns col0.. of B over k0 <= kk < k1 (k1 - k0 a multiple
 // of T::bk, or k1 == k), summed into acc: this thread's TTM x TTN outputs (T::row, T::col), the
 // threads taking part tid = 0 .. T::threads - 1 of barrier `bar` (see group_barrier).
-template <class T>
+//
+// A slice's loads are unguarded when every element of this thread's is in range, float4 when VEC
+// (k and n multiples of 4, a and b 16-byte aligned; then k1 % 4 == 0 too, as k1 is k or a whole
+// number of slices), behind one branch; else element by element, each guarded. The branch also
+// keeps the loads where they are issued: guarded one by one and branch-free, the compiler sank
+// them past the FMAs they should overlap (H200, splitk2r at 8192 x 128 x 4096: 228 -> 271 us).
+// Every address the loop needs is a register carried from slice to slice (global pointers
+// advanced, shared ones moved to the other buffer), not recomputed from the thread index: under
+// the loop's register pressure the compiler did recompute those, once a slice, and waited on the
+// special-register read. Together, on the H200: splitk2r 8192 x 128 x 4096 226 -> 215 us, 4096^3
+// level, 4097 x 4095 x 4099 3248 -> 3213 us (benchmarks.md, sixteenth session).
+template <class T, bool VEC>
 __device__ __forceinline__ void staged_mainloop(const float* __restrict__ a, const float* __restrict__ b, int m, int n,
                                                 int k, int k0, int k1, float* smem, float (&acc)[T::tm][T::tn],
                                                 int tid, int bar)
@@ -188,86 +205,115 @@ __device__ __forceinline__ void staged_mainloop(const float* __restrict__ a, con
     constexpr int THREADS = T::threads, VM = T::vm, VN = T::vn;
     constexpr int ROW_STRIDE = VM * TBM / TTM;  // distance between a thread's groups of VM rows
     constexpr int COL_STRIDE = VN * TBN / TTN;
-    float (*As)[TBK][TBM + APAD] = reinterpret_cast<float (*)[TBK][TBM + APAD]>(smem);
-    float (*Bs)[TBK][TBN] = reinterpret_cast<float (*)[TBK][TBN]>(smem + 2 * T::a_floats);
-
-    const int tx = T::tx_of(tid);
-    const int ty = T::ty_of(tid);
-    const int row0 = blockIdx.y * TBM;
-    const int col0 = blockIdx.x * TBN;
-    const bool vecA = (k % 4 == 0) && aligned16(a);  // then k1 % 4 == 0 too (k, or a whole number of slices)
-    const bool vecB = (n % 4 == 0) && aligned16(b);
-
-    float ra[T::a_loads][4], rb[T::b_loads][4];
-
-    auto load = [&](int ks) {
-#pragma unroll
-        for (int l = 0; l < T::a_loads; ++l) {
-            const int e = tid + l * THREADS;
-            const int r = row0 + e / (TBK / 4), kq = ks + (e % (TBK / 4)) * 4;
-            const float* p = a + (size_t)r * k + kq;
-            if (vecA && r < m && kq < k1) {  // k1 % 4 == 0 and kq % 4 == 0: kq < k1 implies kq + 3 < k1
-                const float4 v = __ldg(reinterpret_cast<const float4*>(p));
-                ra[l][0] = v.x; ra[l][1] = v.y; ra[l][2] = v.z; ra[l][3] = v.w;
-            } else {
-#pragma unroll
-                for (int j = 0; j < 4; ++j) ra[l][j] = (r < m && kq + j < k1) ? __ldg(p + j) : 0.0f;
-            }
-        }
-#pragma unroll
-        for (int l = 0; l < T::b_loads; ++l) {
-            const int e = tid + l * THREADS;
-            const int kr = ks + e / (TBN / 4), cq = col0 + (e % (TBN / 4)) * 4;
-            const float* p = b + (size_t)kr * n + cq;
-            if (vecB && kr < k1 && cq < n) {
-                const float4 v = __ldg(reinterpret_cast<const float4*>(p));
-                rb[l][0] = v.x; rb[l][1] = v.y; rb[l][2] = v.z; rb[l][3] = v.w;
-            } else {
-#pragma unroll
-                for (int j = 0; j < 4; ++j) rb[l][j] = (kr < k1 && cq + j < n) ? __ldg(p + j) : 0.0f;
-            }
-        }
-    };
-    auto store = [&](int buf) {
-#pragma unroll
-        for (int l = 0; l < T::a_loads; ++l) {
-            const int e = tid + l * THREADS;
-            const int r = e / (TBK / 4), kq = (e % (TBK / 4)) * 4;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) As[buf][kq + j][r] = ra[l][j];
-        }
-#pragma unroll
-        for (int l = 0; l < T::b_loads; ++l) {
-            const int e = tid + l * THREADS;
-            *reinterpret_cast<float4*>(&Bs[buf][e / (TBN / 4)][(e % (TBN / 4)) * 4]) =
-                make_float4(rb[l][0], rb[l][1], rb[l][2], rb[l][3]);
-        }
-    };
+    constexpr int AROW = TBM + APAD;            // a row of transposed A in shared memory
+    constexpr int A_QUADS = TBK / 4;            // float4s per row of A's slice
+    constexpr int A_STEP = THREADS / A_QUADS;   // rows between a thread's loads of A
+    constexpr int B_STEP = THREADS / (TBN / 4); // rows between a thread's loads of B
+    static_assert(THREADS % A_QUADS == 0 && THREADS % (TBN / 4) == 0, "each thread loads one column of quads");
+    // Two buffers, each a slice of A transposed ([TBK][AROW]) and then one of B ([TBK][TBN]).
+    constexpr int BUF = T::a_floats + T::b_floats;
 
     const int slices = k1 > k0 ? (k1 - k0 + TBK - 1) / TBK : 0;
     if (slices == 0) return;  // every thread of the barrier has the same run
-    load(k0);
-    store(0);
-    group_barrier(bar, THREADS);
-    // Fragments of k-step kk of buffer bb; each k-step's are read while the previous one's FMAs
-    // run, and the first k-step's of a slice right after the barrier, so the last k-step's FMAs
-    // (which need only registers) cover the barrier.
-    auto fragments = [&](float* av, float* bv, int bb, int kk) {
+    const int tx = T::tx_of(tid), ty = T::ty_of(tid);
+    const int ar = blockIdx.y * TBM + tid / A_QUADS;       // row of A of this thread's first load
+    const int aq = (tid % A_QUADS) * 4;                    // its k within a slice
+    const int br = tid / (TBN / 4);                        // row of B's slice of its first load
+    const int bc = blockIdx.x * TBN + (tid % (TBN / 4)) * 4;  // its column
+
+    // Carried from slice to slice: the global addresses of this thread's next loads and the k of
+    // its first load of A and of B; the shared addresses it stores the next slice to (a_st, b_st)
+    // and reads this one from (a_rd, b_rd), each moved to the other buffer after a slice (flip).
+    const float* ga = a + (size_t)min(ar, m - 1) * k + k0 + aq;
+    const float* gb = b + (size_t)(k0 + br) * n + min(bc, n - 4 + (VEC ? 0 : 3));  // an address in B even past n
+    int ka = k0 + aq, kb = k0 + br;
+    float* a_st = smem + aq * AROW + tid / A_QUADS;
+    float* b_st = smem + T::a_floats + tid * 4;
+    const float* a_rd = smem + ty * VM;
+    const float* b_rd = smem + T::a_floats + tx * VN;
+    int flip = BUF;
+
+    float ra[T::a_loads][4], rb[T::b_loads][4];
+    auto load = [&]() {
+        // Every element of this thread's loads in range (see above); when VEC, ka < k1 implies
+        // ka + 3 < k1, and bc < n that bc + 3 < n.
+        const bool all = VEC && ka < k1 && kb + (T::b_loads - 1) * B_STEP < k1 && bc < n &&
+                         ar + (T::a_loads - 1) * A_STEP < m;
+        const bool whole = !VEC && ka + 3 < k1 && kb + (T::b_loads - 1) * B_STEP < k1 && bc + 3 < n &&
+                           ar + (T::a_loads - 1) * A_STEP < m;
+        if (VEC && all) {
 #pragma unroll
-        for (int h = 0; h < TTM / VM; ++h) fragment<VM>(av + h * VM, &As[bb][kk][h * ROW_STRIDE + ty * VM]);
+            for (int l = 0; l < T::a_loads; ++l) {
+                const float4 v = __ldg(reinterpret_cast<const float4*>(ga + (size_t)l * A_STEP * k));
+                ra[l][0] = v.x; ra[l][1] = v.y; ra[l][2] = v.z; ra[l][3] = v.w;
+            }
 #pragma unroll
-        for (int h = 0; h < TTN / VN; ++h) fragment<VN>(bv + h * VN, &Bs[bb][kk][h * COL_STRIDE + tx * VN]);
+            for (int l = 0; l < T::b_loads; ++l) {
+                const float4 v = __ldg(reinterpret_cast<const float4*>(gb + (size_t)l * B_STEP * n));
+                rb[l][0] = v.x; rb[l][1] = v.y; rb[l][2] = v.z; rb[l][3] = v.w;
+            }
+        } else if (!VEC && whole) {
+#pragma unroll
+            for (int l = 0; l < T::a_loads; ++l)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) ra[l][j] = __ldg(ga + (size_t)l * A_STEP * k + j);
+#pragma unroll
+            for (int l = 0; l < T::b_loads; ++l)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) rb[l][j] = __ldg(gb + (size_t)l * B_STEP * n + j);
+        } else {
+#pragma unroll
+            for (int l = 0; l < T::a_loads; ++l) {
+                const bool row_ok = ar + l * A_STEP < m;
+                const float* p = ga + (size_t)l * A_STEP * k;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) ra[l][j] = row_ok && ka + j < k1 ? __ldg(p + j) : 0.0f;
+            }
+#pragma unroll
+            for (int l = 0; l < T::b_loads; ++l) {
+                const bool row_ok = kb + l * B_STEP < k1;
+                const float* p = gb + (size_t)l * B_STEP * n;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) rb[l][j] = row_ok && bc + j < n ? __ldg(p + j) : 0.0f;
+            }
+        }
+        ga += TBK;
+        gb += (size_t)TBK * n;
+        ka += TBK;
+        kb += TBK;
     };
-    int buf = 0;
+    auto store = [&]() {  // into the buffer at a_st, b_st
+#pragma unroll
+        for (int l = 0; l < T::a_loads; ++l)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) a_st[j * AROW + l * A_STEP] = ra[l][j];
+#pragma unroll
+        for (int l = 0; l < T::b_loads; ++l)
+            *reinterpret_cast<float4*>(b_st + l * B_STEP * TBN) = make_float4(rb[l][0], rb[l][1], rb[l][2], rb[l][3]);
+    };
+
+    load();
+    store();
+    a_st += BUF;
+    b_st += BUF;
+    group_barrier(bar, THREADS);
+    // Fragments of k-step kk of the buffer at a_rd, b_rd; each k-step's are read while the
+    // previous one's FMAs run, and the first k-step's of a slice right after the barrier.
+    auto fragments = [&](float* av, float* bv, int kk) {
+#pragma unroll
+        for (int h = 0; h < TTM / VM; ++h) fragment<VM>(av + h * VM, a_rd + kk * AROW + h * ROW_STRIDE);
+#pragma unroll
+        for (int h = 0; h < TTN / VN; ++h) fragment<VN>(bv + h * VN, b_rd + kk * TBN + h * COL_STRIDE);
+    };
     float av[TTM], bv[TTN];
-    fragments(av, bv, 0, 0);
+    fragments(av, bv, 0);
     for (int t = 0; t < slices; ++t) {
         const bool more = t + 1 < slices;
-        if (more) load(k0 + (t + 1) * TBK);  // global loads in flight during the FMAs below
+        if (more) load();  // global loads in flight during the FMAs below
 #pragma unroll
         for (int kk = 0; kk < TBK; ++kk) {
             float an[TTM], bn[TTN];
-            if (kk + 1 < TBK) fragments(an, bn, buf, kk + 1);
+            if (kk + 1 < TBK) fragments(an, bn, kk + 1);
 #pragma unroll
             for (int i = 0; i < TTM; ++i)
 #pragma unroll
@@ -279,10 +325,14 @@ __device__ __forceinline__ void staged_mainloop(const float* __restrict__ a, con
                 for (int j = 0; j < TTN; ++j) bv[j] = bn[j];
             }
         }
-        if (more) store(buf ^ 1);  // the other buffer was last read before the previous barrier
+        if (more) store();  // the other buffer was last read before the previous barrier
+        a_st -= flip;
+        b_st -= flip;
+        a_rd += flip;
+        b_rd += flip;
+        flip = -flip;
         group_barrier(bar, THREADS);
-        buf ^= 1;
-        if (more) fragments(av, bv, buf, 0);
+        if (more) fragments(av, bv, 0);
     }
 }
 
@@ -301,7 +351,10 @@ __device__ __forceinline__ void staged_gemm(const float* __restrict__ a, const f
     for (int i = 0; i < TTM; ++i)
 #pragma unroll
         for (int j = 0; j < TTN; ++j) acc[i][j] = 0.0f;
-    staged_mainloop<T>(a, b, m, n, k, 0, k, smem, acc, threadIdx.x, 0);
+    if (staged_vec(a, b, n, k))
+        staged_mainloop<T, true>(a, b, m, n, k, 0, k, smem, acc, threadIdx.x, 0);
+    else
+        staged_mainloop<T, false>(a, b, m, n, k, 0, k, smem, acc, threadIdx.x, 0);
 
 #pragma unroll
     for (int i = 0; i < TTM; ++i) {
@@ -559,7 +612,10 @@ __device__ __forceinline__ void splitk_gemm(const float* __restrict__ a, const f
     float* ring = smem + group * T::smem_floats;
     const int bar = G == 1 ? 0 : 1 + group;
     if constexpr (T::staged) {
-        staged_mainloop<T>(a, b, m, n, k, k0, k1, ring, acc, tid, bar);
+        if (staged_vec(a, b, n, k))
+            staged_mainloop<T, true>(a, b, m, n, k, k0, k1, ring, acc, tid, bar);
+        else
+            staged_mainloop<T, false>(a, b, m, n, k, k0, k1, ring, acc, tid, bar);
     } else {
         if (k % 4 == 0 && n % 4 == 0 && aligned16(a) && aligned16(b))
             async_mainloop<T, true>(a, b, m, n, k, k0, k1, ring, acc, tid, bar);

@@ -241,7 +241,7 @@ __device__ __forceinline__ void staged_mainloop(const float* __restrict__ a, con
                          ar + (T::a_loads - 1) * A_STEP < m;
         const bool whole = !VEC && ka + 3 < k1 && kb + (T::b_loads - 1) * B_STEP < k1 && bc + 3 < n &&
                            ar + (T::a_loads - 1) * A_STEP < m;
-        if (VEC && all) {
+        if (all) {
 #pragma unroll
             for (int l = 0; l < T::a_loads; ++l) {
                 const float4 v = __ldg(reinterpret_cast<const float4*>(ga + (size_t)l * A_STEP * k));
@@ -252,7 +252,7 @@ __device__ __forceinline__ void staged_mainloop(const float* __restrict__ a, con
                 const float4 v = __ldg(reinterpret_cast<const float4*>(gb + (size_t)l * B_STEP * n));
                 rb[l][0] = v.x; rb[l][1] = v.y; rb[l][2] = v.z; rb[l][3] = v.w;
             }
-        } else if (!VEC && whole) {
+        } else if (whole) {
 #pragma unroll
             for (int l = 0; l < T::a_loads; ++l)
 #pragma unroll

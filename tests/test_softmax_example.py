@@ -16,7 +16,8 @@ import pytest
 from tests.conftest import ROOT
 
 SOFTMAX = ROOT / "examples" / "softmax"
-KERNELS = ("softmax_rows", "softmax_rows_warp", "softmax_rows_block", "softmax_rows_cluster")
+KERNELS = ("softmax_rows", "softmax_rows_warp", "softmax_rows_warp4", "softmax_rows_block", "softmax_rows_cluster")
+WARP_KERNELS = ("softmax_rows_warp", "softmax_rows_warp4")
 SHARED_OPTIN = 232448  # bytes of shared memory a block may have on sm_90 (static and dynamic)
 SMS = 132  # an H200's SMs: the launch's num_sms here
 
@@ -151,8 +152,9 @@ def test_each_shape_gets_a_kernel_whose_fast_path_holds_it():
             seen.add(entry)
             assert threads % 32 == 0 and 32 <= threads <= _bounds(config)[entry], (rows, cols, config, launch)
             assert 1 <= grid < 2**31
-            if entry == "softmax_rows_warp":
+            if entry in WARP_KERNELS:
                 assert cols <= 512 and grid == -(-rows // (threads // 32 * _one_round(cols)))
+                assert (entry == "softmax_rows_warp4") == (cols <= 128 and cols % 4 == 0)  # its float4 paths
             elif entry == "softmax_rows_block":
                 assert 512 < cols <= (4 if cols % 4 == 0 else 2) * config["NB"] * threads and grid == rows
             elif entry == "softmax_rows_cluster":
@@ -224,7 +226,14 @@ def _cover(rows: int, cols: int, config: dict, vec: bool) -> tuple[np.ndarray, s
                 row_elements(row, (4 * np.arange(t, cols // 4, threads)[:, None] + np.arange(4)).ravel() if vec
                              else np.arange(t, cols, threads))
 
-    if launch.entry == "softmax_rows_warp":
+    if launch.entry == "softmax_rows_warp4" and not vec:  # unaligned pointers: each row streamed by its warp
+        warps = grid * (threads // 32)
+        per = -(-(-(-rows // warps)) // _warp_plan(cols)[2]) * _warp_plan(cols)[2]
+        for warp in range(warps):
+            for row in range(warp * per, min(rows, warp * per + per)):
+                for lane in range(32):
+                    row_elements(row, np.arange(lane, cols, 32))
+    elif launch.entry in WARP_KERNELS:
         lanes, slots, side = _warp_plan(cols)
         warps = grid * (threads // 32)
         per = -(-(-(-rows // warps)) // side) * side  # each warp's even share, whole rows side by side
@@ -262,7 +271,8 @@ def _cover(rows: int, cols: int, config: dict, vec: bool) -> tuple[np.ndarray, s
     return writes, launch.entry
 
 
-@pytest.mark.parametrize("rows, cols", [(7, 33), (1, 1), (37, 64), (9, 130), (70, 32), (13, 500), (5, 1024), (3, 700),
+@pytest.mark.parametrize("rows, cols", [(7, 33), (1, 1), (37, 64), (45, 28), (19, 100), (9, 130), (70, 32), (13, 500),
+                                        (5, 1024), (3, 700),
                                         (4, 1536), (3, 2052), (2, 1025), (2, 20000), (3, 100003), (1, 600001)])
 def test_the_model_of_the_kernels_writes_every_output_once(rows, cols):
     configs = _experiment().tuning.space.configurations()

@@ -1,8 +1,10 @@
 // Row softmax, y[r][c] = exp(x[r][c] - max_r) / sum_c' exp(x[r][c'] - max_r), float32, row-major,
-// in four kernels of one signature; experiment.json's launch picks one per shape:
+// in five kernels of one signature; experiment.json's launch picks one per shape:
 //
 //   softmax_rows_warp     cols <= 512: a group of 8, 16 or 32 lanes per row, the rows held in
 //                         registers, 4 float4 of them in flight per lane (one read, one write)
+//   softmax_rows_warp4    cols <= 128 and cols % 4 == 0: softmax_rows_warp's float4 paths alone,
+//                         in 40 registers instead of 64, so half as many warps again hold rows
 //   softmax_rows_block    cols <= 4 * NB * 1024: one block per row, NB float4 per thread held in
 //                         registers, or half as many scalars when cols % 4 != 0 (one read, one
 //                         write); NB 8: a 1024-column row is one warp of 63 registers, 32 rows per SM
@@ -17,7 +19,7 @@
 //
 // Every kernel is correct for any rows, cols, grid (whole clusters for the cluster kernel) and
 // block size (a multiple of 32 within its launch bounds): rows are visited in grid-stride loops
-// (by the warp kernel, in even shares of the grid),
+// (by the warp kernels, in even shares of the grid),
 // and a kernel given a row that does not fit where it keeps rows (registers, shared memory) falls
 // back to a two-pass online path. The launch only decides how fast. float4 loads and stores when
 // cols % 4 == 0 and both pointers are 16-byte aligned, scalar ones otherwise.
@@ -317,8 +319,9 @@ __device__ __forceinline__ void group_rows(const float* x, float* y, int rows, i
     }
 }
 
-// Rows longer than registers hold (never launched so by experiment.json): kept plain, one element
-// at a time, so that its registers do not crowd the register-held paths.
+// Rows longer than registers hold, or softmax_rows_warp4's rows without float4s (never launched so
+// by experiment.json): kept plain, one element at a time, so that its registers do not crowd the
+// register-held paths.
 __device__ __forceinline__ void warp_online_row(const float* xr, float* yr, int cols, int lane)
 {
     Stat st = {NEG_INF, 0.0f};
@@ -330,11 +333,19 @@ __device__ __forceinline__ void warp_online_row(const float* xr, float* yr, int 
         yr[c] = exp2f(fmaf(__ldg(xr + c), LOG2E, -st.mL)) * inv;
 }
 
+// The warp's `per` rows from `first`, streamed one at a time.
+__device__ __forceinline__ void warp_streams(const float* x, float* y, int rows, int cols, long long first, long long per)
+{
+    for (long long k = 0; k < per && first + k < rows; ++k)
+        warp_online_row(x + (first + k) * cols, y + (first + k) * cols, cols, threadIdx.x % 32);
+}
+
 // Rows side by side in a warp: 4 rows of at most 32 columns (8 lanes each), 2 of at most 64.
 __device__ __forceinline__ int side_by_side(int cols) { return cols <= 32 ? 4 : cols <= 64 ? 2 : 1; }
 
-// The warp's `per` rows from `first` (per: a multiple of side_by_side(cols)).
-template <bool VEC>
+// The warp's `per` rows from `first` (per: a multiple of side_by_side(cols)). WIDE: the paths for
+// 129 to 512 columns compiled in too (without them, such rows are streamed).
+template <bool VEC, bool WIDE>
 __device__ __forceinline__ void warp_rows(const float* x, float* y, int rows, int cols, long long first, long long per)
 {
     // 4 float4 of rows in flight per lane: 4 rows of a group at a time up to 128 columns, then 2, 1.
@@ -345,33 +356,55 @@ __device__ __forceinline__ void warp_rows(const float* x, float* y, int rows, in
         group_rows<16, 1, 4, VEC>(x, y, rows, cols, first + lane / 16, 2, (int)(per / 2), lane % 16);
     else if (cols <= 128)
         group_rows<32, 1, 4, VEC>(x, y, rows, cols, first, 1, (int)per, lane);
-    else if (cols <= 256)
+    else if (WIDE && cols <= 256)
         group_rows<32, 2, 2, VEC>(x, y, rows, cols, first, 1, (int)per, lane);
-    else if (cols <= 512)
+    else if (WIDE && cols <= 512)
         group_rows<32, 4, 1, VEC>(x, y, rows, cols, first, 1, (int)per, lane);
-    else  // longer rows than registers hold: the warp streams them
-        for (long long k = 0; k < per && first + k < rows; ++k)
-            warp_online_row(x + (first + k) * cols, y + (first + k) * cols, cols, lane);
+    else  // longer rows than registers hold
+        warp_streams(x, y, rows, cols, first, per);
 }
 
 // Each warp takes an even share of the rows over the whole grid, rounded up to the rows it takes
-// side by side. experiment.json's grid gives each warp the rows of one round of registers (16 of
-// at most 32 columns, 8, 4, 2, 1 up to 512): on the H200 one round beat two or more at every
-// short-row shape measured. Any other grid covers every row once too. One share per warp and no
-// grid-stride loop: 56 registers (ptxas, sm_90), where the loop took 80.
-extern "C" __global__ void __launch_bounds__(WB, 768 / WB) softmax_rows_warp(const float* x, float* y, int rows, int cols)
+// side by side: sets `first` and `per`, false for a warp whose share starts past the last row.
+// experiment.json's grid gives each warp the rows of one round of registers (16 of at most 32
+// columns, 8, 4, 2, 1 up to 512): on the H200 one round beat two or more at every short-row shape
+// measured. Any other grid covers every row once too. One share per warp and no grid-stride loop:
+// fewer registers than the loop takes.
+__device__ __forceinline__ bool warp_share(int rows, int cols, long long& first, long long& per)
 {
-    const bool vec = vector_ok(x, y, cols);
     const long long warps = (long long)gridDim.x * (blockDim.x / 32);
     const int side = side_by_side(cols);
-    const long long per = ((rows + warps - 1) / warps + side - 1) / side * side;  // an int once divided by side
-    const long long first = ((long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * per;
-    if (first >= rows)
+    // a 32-bit division (warps < rows there): the 64-bit one's registers made softmax_rows_warp4 spill
+    const unsigned share = warps >= rows ? 1u : ((unsigned)rows + (unsigned)warps - 1) / (unsigned)warps;
+    per = (share + side - 1) / side * side;
+    first = ((long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * per;
+    return first < rows;
+}
+
+extern "C" __global__ void __launch_bounds__(WB, 768 / WB) softmax_rows_warp(const float* x, float* y, int rows, int cols)
+{
+    long long first, per;
+    if (!warp_share(rows, cols, first, per))
         return;  // the whole warp: the shares before it cover the rows
-    if (vec)
-        warp_rows<true>(x, y, rows, cols, first, per);
+    if (vector_ok(x, y, cols))
+        warp_rows<true, true>(x, y, rows, cols, first, per);
     else
-        warp_rows<false>(x, y, rows, cols, first, per);
+        warp_rows<false, true>(x, y, rows, cols, first, per);
+}
+
+// softmax_rows_warp's float4 paths up to 128 columns alone, for rows of such lengths with cols % 4
+// == 0: 40 registers (ptxas, sm_90) where softmax_rows_warp needs 64 for all its paths, so 48 warps
+// per SM hold rows instead of 32 (on the H200, rows128 14.3 -> 13.5 us, rows32 9.6 -> 9.0). Other
+// rows (or unaligned pointers) are streamed: correct, slow, and not launched so by experiment.json.
+extern "C" __global__ void __launch_bounds__(WB, 1536 / WB) softmax_rows_warp4(const float* x, float* y, int rows, int cols)
+{
+    long long first, per;
+    if (!warp_share(rows, cols, first, per))
+        return;
+    if (vector_ok(x, y, cols))
+        warp_rows<true, false>(x, y, rows, cols, first, per);
+    else
+        warp_streams(x, y, rows, cols, first, per);
 }
 
 // ---- softmax_rows_block: one block per row, NB float4 per thread in registers -------------------

@@ -1,5 +1,5 @@
 """The softmax example on the GPU: the initial kernel and tuned configurations pass every case
-(holdouts included) with each of the four kernels where the launch sends it, the PyTorch vendors
+(holdouts included) with each of the five kernels where the launch sends it, the PyTorch vendors
 check against the reference, and the tune strategy runs end to end."""
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def test_the_initial_kernel_passes_every_case(supervisor, softmax):
 
 @pytest.mark.parametrize("which", [0, -1])
 def test_tuned_configurations_pass_every_case_with_each_kernel(supervisor, softmax, which):
-    """The first and last configuration of the space: every case ok, and the cases reach all four
-    kernels (warp for short rows, block, cluster for KernelBench's rows, online beyond)."""
+    """The first and last configuration of the space: every case ok, and the cases reach all five
+    kernels (the warp kernels for short rows, block, cluster for KernelBench's rows, online beyond)."""
     tuning = softmax.tuning
     config = tuning.space.configurations()[which]
     request = softmax.request(tuning.source, launch=tuning.launch, defines=config, roles=ALL_ROLES, protocol=FAST)
@@ -48,10 +48,11 @@ def test_tuned_configurations_pass_every_case_with_each_kernel(supervisor, softm
     assert result.status == "ok", (config, _failures(result))
     entries = {c.name: c.launch.entry for c in result.cases}
     assert entries["kernelbench-4096x393216"] == "softmax_rows_cluster"
-    assert entries["rows32-65536x32"] == entries["rows128-32768x128"] == "softmax_rows_warp"
+    assert entries["rows32-65536x32"] == entries["rows128-32768x128"] == "softmax_rows_warp4"
+    assert entries["rows-9x130"] == entries["odd-7x33"] == "softmax_rows_warp"
     assert entries["rows1024-16384x1024"] == entries["rows4096-8192x4096"] == "softmax_rows_block"
     assert entries["online-2x600001"] == "softmax_rows"
-    for name in ("softmax_rows_warp", "softmax_rows_block", "softmax_rows_cluster"):
+    for name in ("softmax_rows_warp", "softmax_rows_warp4", "softmax_rows_block", "softmax_rows_cluster"):
         info = result.compile.entries[name]
         assert info.spill_stores == 0 and info.local_bytes == 0, (name, info)
     big = next(c for c in result.cases if c.name == "kernelbench-4096x393216")

@@ -1,0 +1,133 @@
+"""The softmax example's kernels beside torch.compile, PyTorch eager and a device copy, in one process.
+
+Each kernel of ``examples/softmax/tunable.cu`` (or ``--source``, another build of it) that the
+launch would use for a shape is compiled with CuPy's NVRTC at the example's winning configuration,
+launched on a torch tensor's memory and checked against ``torch.softmax`` (a wrong one is reported
+and not timed). Then every contender is timed round-robin by CUDA events, the L2 cleared (a 512 MiB
+memset) before each launch, and each round started behind four more memsets, so that the GPU is
+still busy when torch.compile's launch, whose host-side cost is the largest, is queued (without
+them its median read 78-102 us on the H200 where the harness measures 9-36). The medians are
+printed with the ratio to torch.compile. Quicker than ``softmax_winner.py`` (seconds, not
+minutes) for telling kernel builds apart; the harness's figures stay the ones that count.
+
+``--ncu`` instead launches each contender twice between ``cudaProfilerStart``/``Stop``, for
+``ncu --profile-from-start off -k regex:"softmax|triton|SoftMax" ...`` (docs/benchmarks.md,
+seventeenth session).
+
+Run on a GPU machine: ``python3 benchmarks/softmax_kernels.py [--shapes rows32,rows128] [--rounds 40]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+
+import cupy as cp
+import numpy as np
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHAPES = {"rows32": (65536, 32), "rows128": (32768, 128), "rows1024": (16384, 1024), "rows4096": (8192, 4096)}
+CONFIG = dict(WB=128, NB=8, CL=8, CT=512)  # the example's winner
+FLUSH_BYTES = 512 << 20
+LEAD = 4  # memsets queued at the start of each round (about 0.1 ms each on an H200)
+
+
+def cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def warp_rows(cols: int) -> int:
+    """experiment.json's let: the rows a warp holds in one round of registers."""
+    return 16 if cols <= 32 else 8 if cols <= 64 else 4 if cols <= 128 else 2 if cols <= 256 else 1
+
+
+def launches(rows: int, cols: int) -> dict[str, tuple[dict, str, int, int]]:
+    """Contender name -> (defines, entry, grid, block): the kernels the launch table may pick here."""
+    if cols <= 512:
+        out = {"warp-128": (CONFIG, "softmax_rows_warp", cdiv(rows, 4 * warp_rows(cols)), 128)}
+        if cols <= 128 and cols % 4 == 0:
+            for wb in (64, 128, 256):
+                out[f"warp4-{wb}"] = ({**CONFIG, "WB": wb}, "softmax_rows_warp4", cdiv(rows, wb // 32 * warp_rows(cols)), wb)
+        return out
+    block = cdiv(cdiv(cols, 4 * CONFIG["NB"]), 32) * 32
+    return {f"block-{block}": (CONFIG, "softmax_rows_block", rows, block)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source", type=pathlib.Path, default=ROOT / "examples" / "softmax" / "tunable.cu")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}")
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--ncu", action="store_true", help="launch each contender twice under the profiler instead")
+    args = parser.parse_args()
+    unknown = set(args.shapes.split(",")) - set(SHAPES)
+    if unknown:
+        raise SystemExit(f"--shapes: {sorted(unknown)} not of {sorted(SHAPES)}")
+    # math_constants.h gives the kernels one constant; given here, CuPy's NVRTC needs no CUDA headers
+    source = args.source.read_text().replace("#include <math_constants.h>",
+                                             "#define CUDART_INF_F __int_as_float(0x7f800000)")
+    modules: dict[tuple, cp.RawModule] = {}
+    compiled = torch.compile(lambda x: torch.softmax(x, dim=1), dynamic=False)
+    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    for name in args.shapes.split(","):
+        rows, cols = SHAPES[name]
+        x = torch.randn(rows, cols, device="cuda") * 2
+        y = torch.empty_like(x)
+        ref = torch.softmax(x, dim=1)
+        xc, yc = cp.asarray(x), cp.asarray(y)
+        contenders = {"torch.compile": lambda: compiled(x), "eager": lambda: torch.softmax(x, dim=1),
+                      "copy": lambda: y.copy_(x)}
+        for label, (defines, entry, grid, block) in launches(rows, cols).items():
+            key = tuple(sorted(defines.items()))
+            if key not in modules:
+                options = ("-std=c++17",) + tuple(f"-D{k}={v}" for k, v in defines.items())
+                modules[key] = cp.RawModule(code=source, options=options, backend="nvrtc")
+            kernel = modules[key].get_function(entry)
+
+            def launch(kernel=kernel, grid=grid, block=block):
+                kernel((grid,), (block,), (xc, yc, np.int32(rows), np.int32(cols)))
+
+            y.fill_(float("nan"))
+            launch()
+            err = (y - ref).abs().max().item()
+            if not err < 1e-6:
+                print(f"{name} {label}: WRONG, max |y - torch.softmax| {err}", flush=True)
+                continue
+            contenders[label] = launch
+        for launch in contenders.values():  # torch.compile compiles and autotunes here, outside any timing
+            launch()
+        torch.cuda.synchronize()
+        if args.ncu:
+            torch.cuda.profiler.start()
+            for _ in range(2):
+                for launch in contenders.values():
+                    flush.zero_()
+                    launch()
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+            continue
+        times: dict[str, list[float]] = {label: [] for label in contenders}
+        for _ in range(args.rounds):
+            for _ in range(LEAD):  # the GPU well behind the CPU, so no launch's host-side cost is timed
+                flush.zero_()
+            events = []
+            for label, launch in contenders.items():
+                flush.zero_()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                launch()
+                end.record()
+                events.append((label, start, end))
+            torch.cuda.synchronize()
+            for label, start, end in events:
+                times[label].append(start.elapsed_time(end) * 1000)
+        bar = float(np.median(times["torch.compile"]))
+        print(f"== {name} {rows}x{cols} ({args.rounds} rounds)", flush=True)
+        for label, samples in times.items():
+            median = float(np.median(samples))
+            print(f"  {label:14s} {median:9.2f} us  x torch.compile {bar / median:5.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -4,8 +4,9 @@ The examples' launches were written once as nested conditionals; the tier tables
 them must take the same decisions on every case, configuration and GPU, so the old form is
 kept here (tests/fixtures/*_nested_launch.json) and compared against. The SGEMM one was written
 again, over its table's lets, when the table's split-K rules changed; the softmax one's warp limit
-went from 1024 to 512 columns with its table's, and its warp tier's rows per warp from a tunable to
-one round of registers by columns."""
+went from 1024 to 512 columns with its table's, its warp tier's rows per warp from a tunable to
+one round of registers by columns, and rows of at most 128 columns, a multiple of 4, went to the
+warp kernel's float4-only build."""
 
 from __future__ import annotations
 

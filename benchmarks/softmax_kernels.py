@@ -1,7 +1,7 @@
 """The softmax example's kernels beside torch.compile, PyTorch eager and a device copy, in one process.
 
-Each kernel of ``examples/softmax/tunable.cu`` (or ``--source``, another build of it) that the
-launch would use for a shape is compiled with CuPy's NVRTC at the example's winning configuration,
+Each kernel of ``examples/softmax/tunable.cu`` (or of each ``--source``, builds of it side by side)
+that the launch would use for a shape is compiled with CuPy's NVRTC at the example's winning configuration,
 launched on a torch tensor's memory and checked against ``torch.softmax`` (a wrong one is reported
 and not timed). Then every contender is timed round-robin by CUDA events, the L2 cleared (a 512 MiB
 memset) before each launch, and each round started behind four more memsets, so that the GPU is
@@ -14,7 +14,8 @@ minutes) for telling kernel builds apart; the harness's figures stay the ones th
 ``ncu --profile-from-start off -k regex:"softmax|triton|SoftMax" ...`` (docs/benchmarks.md,
 seventeenth session).
 
-Run on a GPU machine: ``python3 benchmarks/softmax_kernels.py [--shapes rows32,rows128] [--rounds 40]``.
+Run on a GPU machine: ``python3 benchmarks/softmax_kernels.py [--source A.cu,B.cu] [--shapes rows32,rows128]
+[--rounds 40]``.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def launches(rows: int, cols: int) -> dict[str, tuple[dict, str, int, int]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source", type=pathlib.Path, default=ROOT / "examples" / "softmax" / "tunable.cu")
+    parser.add_argument("--source", default=str(ROOT / "examples" / "softmax" / "tunable.cu"),
+                        help="comma-separated builds of the example's tunable.cu, timed side by side")
     parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}")
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--ncu", action="store_true", help="launch each contender twice under the profiler instead")
@@ -64,9 +66,15 @@ def main() -> None:
     unknown = set(args.shapes.split(",")) - set(SHAPES)
     if unknown:
         raise SystemExit(f"--shapes: {sorted(unknown)} not of {sorted(SHAPES)}")
+    paths = [pathlib.Path(p) for p in args.source.split(",")]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise SystemExit(f"--source: no such file: {', '.join(missing)}")
     # math_constants.h gives the kernels one constant; given here, CuPy's NVRTC needs no CUDA headers
-    source = args.source.read_text().replace("#include <math_constants.h>",
-                                             "#define CUDART_INF_F __int_as_float(0x7f800000)")
+    sources = {p.stem if len(paths) > 1 else "": p.read_text().replace(
+        "#include <math_constants.h>", "#define CUDART_INF_F __int_as_float(0x7f800000)") for p in paths}
+    if len(sources) < len(paths):
+        raise SystemExit("--source: two builds with the same file name; give them distinct names")
     modules: dict[tuple, cp.RawModule] = {}
     compiled = torch.compile(lambda x: torch.softmax(x, dim=1), dynamic=False)
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
@@ -78,11 +86,13 @@ def main() -> None:
         xc, yc = cp.asarray(x), cp.asarray(y)
         contenders = {"torch.compile": lambda: compiled(x), "eager": lambda: torch.softmax(x, dim=1),
                       "copy": lambda: y.copy_(x)}
-        for label, (defines, entry, grid, block) in launches(rows, cols).items():
-            key = tuple(sorted(defines.items()))
+        builds = [(f"{stem}:{label}" if stem else label, stem, spec) for stem in sources
+                  for label, spec in launches(rows, cols).items()]
+        for label, stem, (defines, entry, grid, block) in builds:
+            key = (stem, tuple(sorted(defines.items())))
             if key not in modules:
                 options = ("-std=c++17",) + tuple(f"-D{k}={v}" for k, v in defines.items())
-                modules[key] = cp.RawModule(code=source, options=options, backend="nvrtc")
+                modules[key] = cp.RawModule(code=sources[stem], options=options, backend="nvrtc")
             kernel = modules[key].get_function(entry)
 
             def launch(kernel=kernel, grid=grid, block=block):
@@ -126,7 +136,7 @@ def main() -> None:
         print(f"== {name} {rows}x{cols} ({args.rounds} rounds)", flush=True)
         for label, samples in times.items():
             median = float(np.median(samples))
-            print(f"  {label:14s} {median:9.2f} us  x torch.compile {bar / median:5.3f}", flush=True)
+            print(f"  {label:30s} {median:9.2f} us  x torch.compile {bar / median:5.3f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,10 @@ import cupy as cp
 import numpy as np
 import torch
 
+from cudaopt.experiment import load_experiment
+from cudaopt.wire.launch import candidate_names, resolve_launch
+from cudaopt.wire.results import ResolvedLaunch
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHAPES = {"rows32": (65536, 32), "rows128": (32768, 128), "rows1024": (16384, 1024), "rows4096": (8192, 4096)}
 CONFIG = dict(WB=128, NB=8, CL=8, CT=512)  # the example's winner
@@ -34,25 +38,21 @@ FLUSH_BYTES = 512 << 20
 LEAD = 4  # memsets queued at the start of each round (about 0.1 ms each on an H200)
 
 
-def cdiv(a: int, b: int) -> int:
-    return (a + b - 1) // b
-
-
-def warp_rows(cols: int) -> int:
-    """experiment.json's let: the rows a warp holds in one round of registers."""
-    return 16 if cols <= 32 else 8 if cols <= 64 else 4 if cols <= 128 else 2 if cols <= 256 else 1
-
-
-def launches(rows: int, cols: int) -> dict[str, tuple[dict, str, int, int]]:
-    """Contender name -> (defines, entry, grid, block): the kernels the launch table may pick here."""
-    if cols <= 512:
-        out = {"warp-128": (CONFIG, "softmax_rows_warp", cdiv(rows, 4 * warp_rows(cols)), 128)}
-        if cols <= 128 and cols % 4 == 0:
-            for wb in (64, 128, 256):
-                out[f"warp4-{wb}"] = ({**CONFIG, "WB": wb}, "softmax_rows_warp4", cdiv(rows, wb // 32 * warp_rows(cols)), wb)
-        return out
-    block = cdiv(cdiv(cols, 4 * CONFIG["NB"]), 32) * 32
-    return {f"block-{block}": (CONFIG, "softmax_rows_block", rows, block)}
+def launches(rows: int, cols: int, sms: int) -> dict[str, tuple[dict, ResolvedLaunch]]:
+    """Contender name -> (defines, launch): what the example's launch table gives this shape at
+    `WB` 64, 128 and 256 (one contender where `WB` changes nothing), and where it picks
+    softmax_rows_warp4, softmax_rows_warp at the same launch (the build it replaced)."""
+    table = load_experiment(ROOT / "examples" / "softmax" / "experiment.json").tuning.launch
+    out: dict[str, tuple[dict, ResolvedLaunch]] = {}
+    for wb in (64, 128, 256):
+        defines = {**CONFIG, "WB": wb}
+        launch = resolve_launch(table, candidate_names({"rows": rows, "cols": cols}, defines, {"num_sms": sms}))
+        if any(seen.grid == launch.grid and seen.block == launch.block for _, seen in out.values()):
+            continue
+        out[f"{launch.entry}-{launch.block[0]}"] = (defines, launch)
+        if launch.entry == "softmax_rows_warp4":
+            out[f"softmax_rows_warp-{launch.block[0]}"] = (defines, launch.model_copy(update={"entry": "softmax_rows_warp"}))
+    return out
 
 
 def main() -> None:
@@ -78,6 +78,7 @@ def main() -> None:
     modules: dict[tuple, cp.RawModule] = {}
     compiled = torch.compile(lambda x: torch.softmax(x, dim=1), dynamic=False)
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     for name in args.shapes.split(","):
         rows, cols = SHAPES[name]
         x = torch.randn(rows, cols, device="cuda") * 2
@@ -87,16 +88,18 @@ def main() -> None:
         contenders = {"torch.compile": lambda: compiled(x), "eager": lambda: torch.softmax(x, dim=1),
                       "copy": lambda: y.copy_(x)}
         builds = [(f"{stem}:{label}" if stem else label, stem, spec) for stem in sources
-                  for label, spec in launches(rows, cols).items()]
-        for label, stem, (defines, entry, grid, block) in builds:
+                  for label, spec in launches(rows, cols, sms).items()]
+        for label, stem, (defines, launch_spec) in builds:
             key = (stem, tuple(sorted(defines.items())))
             if key not in modules:
                 options = ("-std=c++17",) + tuple(f"-D{k}={v}" for k, v in defines.items())
                 modules[key] = cp.RawModule(code=sources[stem], options=options, backend="nvrtc")
-            kernel = modules[key].get_function(entry)
+            kernel = modules[key].get_function(launch_spec.entry)
+            if launch_spec.shared_bytes > 48 * 1024:
+                kernel.max_dynamic_shared_size_bytes = launch_spec.shared_bytes
 
-            def launch(kernel=kernel, grid=grid, block=block):
-                kernel((grid,), (block,), (xc, yc, np.int32(rows), np.int32(cols)))
+            def launch(kernel=kernel, spec=launch_spec):
+                kernel(spec.grid, spec.block, (xc, yc, np.int32(rows), np.int32(cols)), shared_mem=spec.shared_bytes)
 
             y.fill_(float("nan"))
             launch()

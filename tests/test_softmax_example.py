@@ -226,19 +226,17 @@ def _cover(rows: int, cols: int, config: dict, vec: bool) -> tuple[np.ndarray, s
                 row_elements(row, (4 * np.arange(t, cols // 4, threads)[:, None] + np.arange(4)).ravel() if vec
                              else np.arange(t, cols, threads))
 
-    if launch.entry == "softmax_rows_warp4" and not vec:  # unaligned pointers: each row streamed by its warp
-        warps = grid * (threads // 32)
-        per = -(-(-(-rows // warps)) // _warp_plan(cols)[2]) * _warp_plan(cols)[2]
-        for warp in range(warps):
-            for row in range(warp * per, min(rows, warp * per + per)):
-                for lane in range(32):
-                    row_elements(row, np.arange(lane, cols, 32))
-    elif launch.entry in WARP_KERNELS:
+    if launch.entry in WARP_KERNELS:
         lanes, slots, side = _warp_plan(cols)
         warps = grid * (threads // 32)
         per = -(-(-(-rows // warps)) // side) * side  # each warp's even share, whole rows side by side
         for warp in range(warps):
             first = warp * per
+            if launch.entry == "softmax_rows_warp4" and not vec:  # unaligned pointers: rows streamed by the warp
+                for row in range(first, min(rows, first + per)):
+                    for lane in range(32):
+                        row_elements(row, np.arange(lane, cols, 32))
+                continue
             for lane in range(32 if first < rows else 0):
                 for k in range(per // side):
                     row = first + lane // lanes + side * k

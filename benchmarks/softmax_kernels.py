@@ -1,8 +1,9 @@
 """The softmax example's kernels beside torch.compile, PyTorch eager and a device copy, in one process.
 
-Each kernel of ``examples/softmax/tunable.cu`` (or of each ``--source``, builds of it side by side)
-that the launch would use for a shape is compiled with CuPy's NVRTC at the example's winning configuration,
-launched on a torch tensor's memory and checked against ``torch.softmax`` (a wrong one is reported
+Each launch the example's tier table gives a shape at its winning configuration with `WB` 64, 128
+and 256 (and, where it picks softmax_rows_warp4, softmax_rows_warp at the same launch) is compiled
+from ``examples/softmax/tunable.cu`` (or from each ``--source``, builds of it side by side) with
+CuPy's NVRTC, launched on a torch tensor's memory and checked against ``torch.softmax`` (a wrong one is reported
 and not timed). Then every contender is timed round-robin by CUDA events, the L2 cleared (a 512 MiB
 memset) before each launch, and each round started behind four more memsets, so that the GPU is
 still busy when torch.compile's launch, whose host-side cost is the largest, is queued (without

@@ -3,9 +3,9 @@
 Each launch the example's tier table gives a shape at its winning configuration with `WB` 64, 128
 and 256 (and, where it picks softmax_rows_warp4, softmax_rows_warp at the same launch) is compiled
 from ``examples/softmax/tunable.cu`` (or from each ``--source``, builds of it side by side) with
-CuPy's NVRTC, launched on a torch tensor's memory and checked against ``torch.softmax`` (a wrong one is reported
-and not timed). Then every contender is timed round-robin by CUDA events, the L2 cleared (a 512 MiB
-memset) before each launch, and each round started behind four more memsets, so that the GPU is
+CuPy's NVRTC (its registers and local memory printed), launched on a torch tensor's memory and
+checked against ``torch.softmax`` (a wrong one is reported and not timed). Then every contender
+is timed round-robin by CUDA events, the L2 cleared (a 512 MiB memset) before each launch, and each round started behind four more memsets, so that the GPU is
 still busy when torch.compile's launch, whose host-side cost is the largest, is queued (without
 them its median read 78-102 us on the H200 where the harness measures 9-36). The medians are
 printed with the ratio to torch.compile. Quicker than ``softmax_winner.py`` (seconds, not
@@ -96,6 +96,8 @@ def main() -> None:
                 options = ("-std=c++17",) + tuple(f"-D{k}={v}" for k, v in defines.items())
                 modules[key] = cp.RawModule(code=sources[stem], options=options, backend="nvrtc")
             kernel = modules[key].get_function(launch_spec.entry)
+            print(f"{name} {label}: grid {launch_spec.grid[0]} x {launch_spec.block[0]}, {kernel.num_regs} registers, "
+                  f"{kernel.local_size_bytes} B local", flush=True)
             if launch_spec.shared_bytes > 48 * 1024:
                 kernel.max_dynamic_shared_size_bytes = launch_spec.shared_bytes
 

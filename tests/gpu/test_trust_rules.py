@@ -54,12 +54,17 @@ def test_write_past_the_end_is_a_guard_violation(supervisor, small_request):
 
 def test_a_case_reused_across_candidates_carries_nothing_from_a_cheater(supervisor, small_request):
     """A case's device data is kept between requests; after a kernel that scribbled past its output
-    and one that changed an input, a correct kernel still passes on fresh guards and intact inputs."""
-    first = supervisor.evaluate(small_request(kernel_source("tiled.cu")))
+    and one that changed an input, a correct kernel still passes on fresh guards and intact inputs.
+    Both of its requests draw their timed launches' inputs from one seed (a request without one draws
+    new ones), so every check, timed ones too, sees the same data and gives the same error."""
+    from tests.gpu.conftest import FAST
+
+    seeded = FAST.model_copy(update={"seed": 12345})
+    first = supervisor.evaluate(small_request(kernel_source("tiled.cu"), protocol=seeded))
     assert first.status == "ok", first.reason
     assert supervisor.evaluate(small_request(kernel_source("write_past_end.cu"))).status == "guard_violation"
     assert supervisor.evaluate(small_request(kernel_source("modifies_input.cu"))).status == "input_modified"
-    again = supervisor.evaluate(small_request(kernel_source("tiled.cu")))
+    again = supervisor.evaluate(small_request(kernel_source("tiled.cu"), protocol=seeded))
     assert again.status == "ok", again.reason
     for before, after in zip(first.cases, again.cases, strict=True):
         assert [c.max_abs_error for c in before.checks] == [c.max_abs_error for c in after.checks]

@@ -5,11 +5,12 @@ and 256 (and, where it picks softmax_rows_warp4, softmax_rows_warp at the same l
 from ``examples/softmax/tunable.cu`` (or from each ``--source``, builds of it side by side) with
 CuPy's NVRTC (its registers and local memory printed), launched on a torch tensor's memory and
 checked against ``torch.softmax`` (a wrong one is reported and not timed). Then every contender
-is timed round-robin by CUDA events, the L2 cleared (a 512 MiB memset) before each launch, and each round started behind four more memsets, so that the GPU is
-still busy when torch.compile's launch, whose host-side cost is the largest, is queued (without
-them its median read 78-102 us on the H200 where the harness measures 9-36). The medians are
-printed with the ratio to torch.compile. Quicker than ``softmax_winner.py`` (seconds, not
-minutes) for telling kernel builds apart; the harness's figures stay the ones that count.
+is timed round-robin by CUDA events, the L2 cleared (a 512 MiB memset) before each launch, and
+each round started behind four more memsets, so that the GPU is still busy when torch.compile's
+launch, whose host-side cost is the largest, is queued (without them its median read 78-102 us on
+the H200 where the harness measures 9-36). The medians are printed with the ratio to
+torch.compile. Quicker than ``softmax_winner.py`` (seconds, not minutes) for telling kernel builds
+apart; the harness's figures stay the ones that count.
 
 ``--ncu`` instead launches each contender twice between ``cudaProfilerStart``/``Stop``, for
 ``ncu --profile-from-start off -k regex:"softmax|triton|SoftMax" ...`` (docs/benchmarks.md,

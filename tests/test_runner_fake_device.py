@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from cudaopt.harness.runner import Runner
+from cudaopt.harness.timing import LaunchPlan
 from cudaopt.wire.protocol import (
     CaseSpec,
     EvalRequest,
@@ -211,6 +212,60 @@ def test_a_kernel_wrong_only_while_timed_is_caught_by_the_hidden_checked_launche
     result = run(device, body=wrong_when_timed)
     bad = next(c for c in result.cases[0].checks if not c.ok)
     assert result.status == "mismatch" and bad.phase == "timed" and bad.launch in result.cases[0].audit.checked_launches
+
+
+def test_inputs_learned_in_one_case_do_not_mark_the_checked_launches_of_the_next(device):
+    """A kernel honest throughout the first case, remembering a fingerprint of every input it was
+    given; in the next case honest through the input-set checks and warm-ups, then only on inputs
+    it has seen before. Were the checked launches' inputs shared, or the same from case to case,
+    it would pass: they are drawn per launch and per case."""
+    seen, launches = set(), {}
+
+    def fingerprint_cheat(dev, launch, x, y, n):
+        xs = dev.view(x, np.float32, int(n))
+        key = xs[:4].tobytes()
+        launches[int(n)] = launches.get(int(n), 0) + 1
+        if int(n) == 1000 or launches[int(n)] <= 3 + PROTOCOL.warmup or key in seen:
+            relu(dev, launch, x, y, n)
+        else:  # an unchecked launch, it supposes: any output will do
+            dev.view(y, np.float32, int(n))[:] = 0
+        seen.add(key)
+
+    result = run(device, request(case("first", n=1000), case("second", n=1200)), body=fingerprint_cheat)
+    second = result.cases[1]
+    bad = next(c for c in second.checks if not c.ok)
+    assert result.status == "mismatch" and bad.phase == "timed" and bad.launch in second.audit.checked_launches
+
+
+def test_a_kernel_that_rewrites_the_copy_fixed_inputs_are_staged_from_is_caught(device):
+    """x must not vary, so every launch (and the hidden checks' reference) copies it from input set
+    0's device copy. A kernel honest through the input-set checks, then finding that copy (a buffer
+    holding x's bytes) and zeroing it, would have its zeros checked against a reference of zeros."""
+    fixed = case()
+    fixed.inputs["x"].init.vary = False
+
+    def rewrite_the_source(dev, launch, x, y, n):
+        relu(dev, launch, x, y, n)
+        if dev.kernels["relu"].launches > 3:
+            mine = dev.view(x, np.uint8, 4 * int(n)).copy()
+            for base, data in dev.memory.items():
+                if base != int(x) and data.size == mine.size and np.array_equal(data, mine):
+                    data[:] = 0
+            dev.view(x, np.float32, int(n))[:] = 0
+            dev.view(y, np.float32, int(n))[:] = 0
+
+    result = run(device, request(fixed), body=rewrite_the_source)
+    assert result.status == "input_modified"
+    assert "x: the copy every launch is staged from was changed" in result.reason
+
+
+def test_each_launch_of_each_case_draws_its_inputs_from_a_key_of_its_own():
+    plan = LaunchPlan(warmup=2, iterations=10, checked=(1, 4), case="a")
+    keys = {plan.inputs_key(11, stream) for stream in range(12)}
+    keys |= {LaunchPlan(2, 10, (1, 4), case="b").inputs_key(11, stream) for stream in range(12)}
+    keys |= {plan.inputs_key(12, stream) for stream in range(12)}
+    assert len(keys) == 36 and all(0 <= key < 2**63 for key in keys)
+    assert plan.inputs_key(11, 3) == LaunchPlan(2, 10, (1, 4), case="a").inputs_key(11, 3)  # reproducible
 
 
 @pytest.mark.parametrize("implementation", ["cudaopt.harness.gpu:Gpu", "tests.fake_device:FakeDevice"])

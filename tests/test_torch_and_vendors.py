@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from cudaopt.cli import app
 from cudaopt.harness.reference import ReferenceFailure
-from cudaopt.harness.timing import CHECKED_INPUTS, VENDOR_LAUNCHES, LaunchPlan, TimedRun
+from cudaopt.harness.timing import VENDOR_LAUNCHES, LaunchPlan, TimedRun
 from cudaopt.harness.vendor import BoundVendor
 from cudaopt.wire.protocol import EvalRequest, TimingProtocol, VendorSpec
 from cudaopt.wire.results import CaseResult
@@ -277,7 +277,8 @@ def test_each_vendors_chunk_comes_before_the_candidates_each_on_fresh_inputs_of_
         if entry[0] == "run" and previous[0] == "inputs":
             streams.setdefault(entry[1], []).append(previous[1])
     kernel, v0, v1 = streams["kernel"], streams["v0"], streams["v1"]
-    assert CHECKED_INPUTS in kernel and not set(kernel) & set(v0) and not set(v0) & set(v1)
+    # the candidate's inputs are named by its launch numbers, its checked launch (2) like the others
+    assert kernel == [0, 1, 2, 3, 4] and not set(kernel) & set(v0) and not set(v0) & set(v1)
     assert all(s >= VENDOR_LAUNCHES for s in v0 + v1)
     assert len(timings.candidate) == 4 and [len(v) for v in timings.vendors] == [4, 4]
     assert set(timings.gate_timeouts) == {"candidate", "vendor 0", "vendor 1"}

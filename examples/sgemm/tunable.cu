@@ -127,9 +127,12 @@ __device__ __forceinline__ void store_outputs(float* row, int col, int n, const 
 // filled through registers.
 // WROWS > 0: each warp is WROWS x (32 / WROWS) threads of the tile's thread grid, so that its
 // fragment loads read fewer distinct addresses; 0: threads in row-major order.
-template <int TBM, int TBN, int TBK, int TTM, int TTN, int WROWS = 0>
+// ROW_LOADS: where k or n is not a multiple of 4, each warp loads whole rows of the slices
+// element by element (staged_mainloop's ELEM) rather than quads.
+template <int TBM, int TBN, int TBK, int TTM, int TTN, int WROWS = 0, bool ROW_LOADS = false>
 struct StagedTier {
     static constexpr int bm = TBM, bn = TBN, bk = TBK, tm = TTM, tn = TTN;
+    static constexpr bool row_loads = ROW_LOADS;
     static constexpr int threads = (TBM / TTM) * (TBN / TTN);
     static constexpr int vm = TTM < 4 ? TTM : 4;  // fragment width along m
     static constexpr int vn = TTN < 4 ? TTN : 4;
@@ -212,14 +215,24 @@ __device__ __forceinline__ void staged_mainloop(const float* __restrict__ a, con
     static_assert(THREADS % A_QUADS == 0 && THREADS % (TBN / 4) == 0, "each thread loads one column of quads");
     // Two buffers, each a slice of A transposed ([TBK][AROW]) and then one of B ([TBK][TBN]).
     constexpr int BUF = T::a_floats + T::b_floats;
+    // Which elements of a slice this thread loads: its element (l, j) (l < a_loads or b_loads, j <
+    // 4) lies l * RS + j * RJ rows and j * KJ (A) or j * CJ (B) columns past its first. With
+    // float4s (VEC), quads: 4 consecutive elements of a row, j along the row. Element-wise (ELEM),
+    // consecutive threads take consecutive elements of a row and j steps down the rows, so that one
+    // load instruction of a warp reads whole rows of the slice (4 x 32 bytes of A, 128 of B) where
+    // quads would read 2 elements of 16 rows of A, 32 bytes apart across B, at each of 4 loads.
+    constexpr bool ELEM = T::row_loads && !VEC && THREADS % TBK == 0 && THREADS % TBN == 0;
+    constexpr int EA = ELEM ? THREADS / TBK : 0, EB = ELEM ? THREADS / TBN : 0;  // rows a load instruction spans
+    constexpr int RS_A = ELEM ? 4 * EA : A_STEP, RJ_A = EA, KJ_A = ELEM ? 0 : 1;
+    constexpr int RS_B = ELEM ? 4 * EB : B_STEP, RJ_B = EB, CJ_B = ELEM ? 0 : 1;
 
     const int slices = k1 > k0 ? (k1 - k0 + TBK - 1) / TBK : 0;
     if (slices == 0) return;  // every thread of the barrier has the same run
     const int tx = T::tx_of(tid), ty = T::ty_of(tid);
-    const int ar = blockIdx.y * TBM + tid / A_QUADS;       // row of A of this thread's first load
-    const int aq = (tid % A_QUADS) * 4;                    // its k within a slice
-    const int br = tid / (TBN / 4);                        // row of B's slice of its first load
-    const int bc = blockIdx.x * TBN + (tid % (TBN / 4)) * 4;  // its column
+    const int ar = blockIdx.y * TBM + (ELEM ? tid / TBK : tid / A_QUADS);        // row of A of this thread's first load
+    const int aq = ELEM ? tid % TBK : (tid % A_QUADS) * 4;                        // its k within a slice
+    const int br = ELEM ? tid / TBN : tid / (TBN / 4);                           // row of B's slice of its first load
+    const int bc = blockIdx.x * TBN + (ELEM ? tid % TBN : (tid % (TBN / 4)) * 4);  // its column
 
     // Carried from slice to slice: the global addresses of this thread's next loads and the k of
     // its first load of A and of B; the shared addresses it stores the next slice to (a_st, b_st)
@@ -227,8 +240,8 @@ __device__ __forceinline__ void staged_mainloop(const float* __restrict__ a, con
     const float* ga = a + (size_t)min(ar, m - 1) * k + k0 + aq;
     const float* gb = b + (size_t)(k0 + br) * n + min(bc, n - 4 + (VEC ? 0 : 3));  // an address in B even past n
     int ka = k0 + aq, kb = k0 + br;
-    float* a_st = smem + aq * AROW + tid / A_QUADS;
-    float* b_st = smem + T::a_floats + tid * 4;
+    float* a_st = smem + aq * AROW + (ar - blockIdx.y * TBM);
+    float* b_st = smem + T::a_floats + br * TBN + (bc - blockIdx.x * TBN);
     const float* a_rd = smem + ty * VM;
     const float* b_rd = smem + T::a_floats + tx * VN;
     int flip = BUF;
@@ -239,8 +252,8 @@ __device__ __forceinline__ void staged_mainloop(const float* __restrict__ a, con
         // ka + 3 < k1, and bc < n that bc + 3 < n.
         const bool all = VEC && ka < k1 && kb + (T::b_loads - 1) * B_STEP < k1 && bc < n &&
                          ar + (T::a_loads - 1) * A_STEP < m;
-        const bool whole = !VEC && ka + 3 < k1 && kb + (T::b_loads - 1) * B_STEP < k1 && bc + 3 < n &&
-                           ar + (T::a_loads - 1) * A_STEP < m;
+        const bool whole = !VEC && ka + 3 * KJ_A < k1 && kb + (T::b_loads - 1) * RS_B + 3 * RJ_B < k1 &&
+                           bc + 3 * CJ_B < n && ar + (T::a_loads - 1) * RS_A + 3 * RJ_A < m;
         if (all) {
 #pragma unroll
             for (int l = 0; l < T::a_loads; ++l) {
@@ -256,26 +269,26 @@ __device__ __forceinline__ void staged_mainloop(const float* __restrict__ a, con
 #pragma unroll
             for (int l = 0; l < T::a_loads; ++l)
 #pragma unroll
-                for (int j = 0; j < 4; ++j) ra[l][j] = __ldg(ga + (size_t)l * A_STEP * k + j);
+                for (int j = 0; j < 4; ++j) ra[l][j] = __ldg(ga + (size_t)(l * RS_A + j * RJ_A) * k + j * KJ_A);
 #pragma unroll
             for (int l = 0; l < T::b_loads; ++l)
 #pragma unroll
-                for (int j = 0; j < 4; ++j) rb[l][j] = __ldg(gb + (size_t)l * B_STEP * n + j);
+                for (int j = 0; j < 4; ++j) rb[l][j] = __ldg(gb + (size_t)(l * RS_B + j * RJ_B) * n + j * CJ_B);
         } else {
 #pragma unroll
-            for (int l = 0; l < T::a_loads; ++l) {
-                const bool row_ok = ar + l * A_STEP < m;
-                const float* p = ga + (size_t)l * A_STEP * k;
+            for (int l = 0; l < T::a_loads; ++l)
 #pragma unroll
-                for (int j = 0; j < 4; ++j) ra[l][j] = row_ok && ka + j < k1 ? __ldg(p + j) : 0.0f;
-            }
+                for (int j = 0; j < 4; ++j) {
+                    const int dr = l * RS_A + j * RJ_A;
+                    ra[l][j] = ar + dr < m && ka + j * KJ_A < k1 ? __ldg(ga + (size_t)dr * k + j * KJ_A) : 0.0f;
+                }
 #pragma unroll
-            for (int l = 0; l < T::b_loads; ++l) {
-                const bool row_ok = kb + l * B_STEP < k1;
-                const float* p = gb + (size_t)l * B_STEP * n;
+            for (int l = 0; l < T::b_loads; ++l)
 #pragma unroll
-                for (int j = 0; j < 4; ++j) rb[l][j] = row_ok && bc + j < n ? __ldg(p + j) : 0.0f;
-            }
+                for (int j = 0; j < 4; ++j) {
+                    const int dr = l * RS_B + j * RJ_B;
+                    rb[l][j] = kb + dr < k1 && bc + j * CJ_B < n ? __ldg(gb + (size_t)dr * n + j * CJ_B) : 0.0f;
+                }
         }
         ga += TBK;
         gb += (size_t)TBK * n;
@@ -286,10 +299,16 @@ __device__ __forceinline__ void staged_mainloop(const float* __restrict__ a, con
 #pragma unroll
         for (int l = 0; l < T::a_loads; ++l)
 #pragma unroll
-            for (int j = 0; j < 4; ++j) a_st[j * AROW + l * A_STEP] = ra[l][j];
+            for (int j = 0; j < 4; ++j) a_st[j * (KJ_A * AROW + RJ_A) + l * RS_A] = ra[l][j];
 #pragma unroll
-        for (int l = 0; l < T::b_loads; ++l)
-            *reinterpret_cast<float4*>(b_st + l * B_STEP * TBN) = make_float4(rb[l][0], rb[l][1], rb[l][2], rb[l][3]);
+        for (int l = 0; l < T::b_loads; ++l) {
+            if constexpr (ELEM) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) b_st[(l * RS_B + j * RJ_B) * TBN] = rb[l][j];
+            } else {
+                *reinterpret_cast<float4*>(b_st + l * B_STEP * TBN) = make_float4(rb[l][0], rb[l][1], rb[l][2], rb[l][3]);
+            }
+        }
     };
 
     load();
@@ -926,7 +945,10 @@ matmul_f32_splitk8sg(const float* a, const float* b, float* c, int m, int n, int
 }
 
 using SplitWide = AsyncTier<64, 64, 8, 8, 8, 3>;  // 8 x 8 outputs per thread: 64 threads per group
-using SplitStaged = StagedTier<128, 128, 8, 8, 16>;  // the large tier's loop, 8 x 16 per thread: 128 threads per group
+// The large tier's loop, 8 x 16 per thread: 128 threads per group. Loads by rows where k or n is
+// not a multiple of 4 (H200, 8191 x 127 x 4093: 263-268 -> 252 us); the large tier keeps quads,
+// as by rows it was no faster there (4097 x 4095 x 4099) and its float4 path lost 0.4-1.6%.
+using SplitStaged = StagedTier<128, 128, 8, 8, 16, 0, true>;
 static_assert(splitk_floats<Small, 2>() * 4 == 52224 && splitk_floats<SplitWide, 4>() * 4 <= 48 * 1024,
               "splitk8sg's launch asks for 52224 bytes; splitk2g's four rings fit statically");
 

@@ -240,6 +240,21 @@ class CaseBuffers:
                 found.append(f"{name}: wrote before the start (from byte {first} before the first element)")
         return found
 
+    def altered_fixed_inputs(self) -> list[str]:
+        """Inputs copied from input set 0 for every launch (``fresh`` is false) whose device copy of
+        set 0 no longer equals the host's: a kernel that rewrote it would have every later launch,
+        and the reference of the hidden checks, computed on what it wrote."""
+        altered = []
+        for arg in self.signature.inputs:
+            if fresh(self.inits[arg.name]):
+                continue
+            host = np.ascontiguousarray(self.sets[0][arg.name].data).reshape(-1).view(np.uint8)
+            device = self.gpu.download(int(self.set_data[0][arg.name].handle), host.nbytes)
+            if not np.array_equal(device, host):
+                first = int(np.flatnonzero(device != host)[0]) // max(self.sets[0][arg.name].data.itemsize, 1)
+                altered.append(f"{arg.name}: the copy every launch is staged from was changed, first in element {first}")
+        return altered
+
     def modified_inputs(self, s: int) -> list[str]:
         """Inputs whose working copy no longer equals input set ``s`` (compared on the device)."""
         changed = []

@@ -36,7 +36,7 @@ from .launcher import CaseFailure, Launcher, is_cuda_error, occupancy
 from .lru import Lru
 from .peaks import judge_plausibility
 from .reference import CudaReference, ReferenceFailure, call_python, load_python
-from .timing import CHECKED_INPUTS, Stopwatch, TimedRun, draw_plan, method, new_seed
+from .timing import Stopwatch, TimedRun, draw_plan, method, new_seed
 from .torch_reference import TorchReference
 from .vendor import BoundVendor, Vendor, VendorError
 
@@ -391,21 +391,26 @@ class Runner:
 
     def _timed_checks(self, out: CaseResult, req: EvalRequest, signature: Signature, buffers: CaseBuffers,
                       case: CaseSpec, plan, seed: int, clock: Stopwatch) -> None:
-        """The guards after timing, then the hidden checked launches against a fresh reference."""
+        """The guards after timing, then each hidden checked launch against the reference of its own
+        inputs, drawn again."""
         if not req.check:
             return
         violations = buffers.guard_violations()
         if violations:
             raise CaseFailure("guard_violation", "during timing: " + "; ".join(violations))
-        buffers.stage_fresh(seed, CHECKED_INPUTS)
-        answer = self._fresh_answer(req, signature, case, buffers)
-        try:
-            for slot, timed in enumerate(plan.checked):
+        altered = buffers.altered_fixed_inputs()
+        if altered:
+            raise CaseFailure("input_modified", "during timing: " + "; ".join(altered))
+        for slot, timed in enumerate(plan.checked):
+            stream = plan.launch_number(timed)
+            buffers.stage_fresh(plan.inputs_key(seed, stream), stream)
+            answer = self._fresh_answer(req, signature, case, buffers)
+            try:
                 self._check_outputs(out.checks, buffers, signature, case, answer, -1, "timed", slot, timed)
-        finally:
-            for value in answer.values():
-                if isinstance(value, DeviceAnswer):
-                    value.scrub()
+            finally:
+                for value in answer.values():
+                    if isinstance(value, DeviceAnswer):
+                        value.scrub()
         clock.lap("timed_checks_s")
 
 

@@ -22,6 +22,7 @@ alike. Without a candidate (a run's baseline when it has no initial kernel) only
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 import zlib
@@ -36,7 +37,6 @@ from .device import Device, Wipes
 from .launcher import CaseFailure, Launcher
 
 VENDOR_LAUNCHES = 1 << 40  # each vendor's fresh inputs come from launch numbers of their own (+ index << 32)
-CHECKED_INPUTS = 1 << 39  # the stream of the input set the checked launches share
 _AUDIT_WORDS = 2  # per launch: unwritten output elements, changed input elements
 
 
@@ -63,10 +63,19 @@ class LaunchPlan:
     warmup: int
     iterations: int
     checked: tuple[int, ...]
+    case: str = ""  # the case's name: its launches' inputs are its own
 
     def launch_number(self, timed_index: int) -> int:
         """The launch's number within the case (warm-ups first): it names its fresh inputs."""
         return self.warmup + timed_index
+
+    def inputs_key(self, seed: int, stream: int) -> int:
+        """The key the device draws stream ``stream``'s inputs from: a one-way hash of the seed, the
+        case and the stream. A kernel may work out the key of the inputs it was given (the device's
+        generator is invertible), but from it neither the seed, nor the key of any other launch or
+        case, nor so which launches are checked."""
+        text = f"{seed}/{self.case}/{stream}".encode()
+        return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> 1
 
 
 def draw_plan(seed: int, case_name: str, proto: TimingProtocol) -> LaunchPlan:
@@ -74,7 +83,7 @@ def draw_plan(seed: int, case_name: str, proto: TimingProtocol) -> LaunchPlan:
     rng = np.random.default_rng([seed, zlib.crc32(case_name.encode())])
     count = max(1, min(proto.checked_launches, proto.iterations))
     checked = sorted(int(i) for i in rng.choice(proto.iterations, size=count, replace=False))
-    return LaunchPlan(warmup=proto.warmup, iterations=proto.iterations, checked=tuple(checked))
+    return LaunchPlan(warmup=proto.warmup, iterations=proto.iterations, checked=tuple(checked), case=case_name)
 
 
 @dataclass
@@ -144,14 +153,13 @@ class TimedRun:
         """Poison shared memory and registers, stage fresh inputs, (demote and flush the L2, events around) the
         run; for the candidate, the audit and, on a checked launch, its outputs set aside."""
         checked = name == "candidate" and timed is not None and timed in self.plan.checked
-        if name == "candidate":
-            stream = CHECKED_INPUTS if checked else launch
-        else:
-            stream = VENDOR_LAUNCHES + (int(name.split()[1]) << 32) + launch
+        # a checked launch's inputs are drawn like any other's: nothing in them tells it apart
+        stream = launch if name == "candidate" else VENDOR_LAUNCHES + (int(name.split()[1]) << 32) + launch
+        key = self.plan.inputs_key(self.seed, stream)
         self.leftovers.poison()  # first: the kernels between it and the launch use no shared memory
         if name == "candidate" and self.poison is not None:
             self.poison()  # before the flush: the workspace's poison is not left in L2
-        self.buffers.stage_fresh(self.seed, stream)
+        self.buffers.stage_fresh(key, stream)
         if timed is None:
             run()
         else:
@@ -162,7 +170,7 @@ class TimedRun:
             run()
             end = self.gpu.record_event()
         if name == "candidate":
-            self.buffers.audit(self.seed, stream, int(self.audit.handle) + 8 * _AUDIT_WORDS * launch, inputs=checked)
+            self.buffers.audit(key, stream, int(self.audit.handle) + 8 * _AUDIT_WORDS * launch, inputs=checked)
             if checked:
                 self.buffers.save_outputs(self.plan.checked.index(timed))
         return (start, end) if timed is not None else None

@@ -219,6 +219,10 @@ CASES = [
          ("timing.flush_l2",)),
         ("iterations-float", lambda d: edit(d / "experiment.json", lambda e: e.update(timing={"iterations": 1e12})),
          ("timing.iterations",)),
+        ("iterations-huge", lambda d: edit(d / "experiment.json", lambda e: e.update(timing={"iterations": 10**12})),
+         ("timing.iterations", "100000")),
+        ("warmup-huge", lambda d: edit(d / "experiment.json", lambda e: e.update(timing={"warmup": 10**9})),
+         ("timing.warmup",)),
     )],
     # names and paths the operating system or the tables could not take
     ("path-nul-byte", ["check", *CONFIG], lambda d: edit(d / "experiment.json", lambda e: e.update(
@@ -423,3 +427,10 @@ def test_replaying_an_edited_request_checks_its_launch_before_any_worker(sgemm, 
     assert not no_worker
     assert result.exit_code == 2 and "best-case-0.json: launch.grid[0]" in one_line(result)
     assert "division by zero" in one_line(result)
+
+
+def test_a_path_with_colons_is_printed_as_it_is(tmp_path):
+    """":x:" in a path is not an emoji code: the error names the file the user gave."""
+    missing = tmp_path / "run:x:1" / "experiment.json"
+    result = runner.invoke(app, ["check", "--config", str(missing)])
+    assert result.exit_code == 2 and f"{missing}: config file not found" in " ".join(result.output.split())

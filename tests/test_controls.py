@@ -68,6 +68,21 @@ def test_zeros_are_caught_where_the_outputs_are_far_below_the_absolute_tolerance
     assert accepted(negative_controls(case, UNARY, sets))[0] == ("y", "zeros")
 
 
+def test_a_reference_that_answers_nan_everywhere_is_refused():
+    """NaN agrees with NaN, so a kernel that writes NaN would pass it."""
+    case = unary_case()
+    sets = sets_of(lambda x: np.full_like(x, np.nan), lambda rng: {"x": rng.standard_normal(10000).astype(np.float32)})
+    controls = negative_controls(case, UNARY, sets)
+    assert ("y", "all NaN") in accepted(controls) and "accepts all NaN" in judge(case, controls)
+
+
+def test_nan_where_the_reference_has_it_and_numbers_elsewhere_still_discriminates():
+    case = unary_case()
+    sets = sets_of(lambda x: np.where(x > 2.5, np.nan, np.maximum(x, 0)),
+                   lambda rng: {"x": rng.standard_normal(10000).astype(np.float32)})
+    assert negative_controls(case, UNARY, sets).discriminating
+
+
 def test_a_nearly_constant_output_is_caught_by_another_input_sets_median():
     case = unary_case(rtol=1e-3, atol=1e-3)
     sets = sets_of(lambda x: 1 / (1 + np.exp(-x * 1e-3)),

@@ -52,6 +52,13 @@ def test_unknown_name_and_division_by_zero_say_what_is_wrong():
         expr.evaluate("cdiv(n, 0)", {"n": 1})
 
 
+@pytest.mark.parametrize("text", ["cdiv(n, 0.5)", "round_up(1.5, 0.5)", "cdiv(n / 3, 2)", "cdiv(n, 1e400)"])
+def test_cdiv_and_round_up_refuse_fractions_rather_than_truncate_them(text):
+    """0.5 truncated to 0 was a division by zero past the check for it."""
+    with pytest.raises(expr.ExprError, match=r"(cdiv|round_up)\(\) failed"):
+        expr.evaluate(text, {"n": 10})
+
+
 def test_evaluate_int_accepts_integral_floats_only():
     assert expr.evaluate_int("n / 2", {"n": 8}) == 4
     with pytest.raises(expr.ExprError, match="not an integer"):

@@ -202,6 +202,21 @@ def test_bad_problem_files_name_what_is_missing(tmp_path):
     assert result.exit_code == 2 and "broken.py: line 1: not valid Python" in result.output
 
 
+@pytest.mark.parametrize("edit, field", [
+    (lambda text: text + "\nTASK_CONFIG = {'rtol': 'abc'}\n", "TASK_CONFIG.rtol"),
+    (lambda text: text + "\nTASK_CONFIG = {'atol': float('nan')}\n", "TASK_CONFIG.atol"),
+    (lambda text: text + "\nTASK_CONFIG = {'rtol': -1}\n", "TASK_CONFIG.rtol"),
+    (lambda text: text.replace("class Model(nn.Module):", "class Model:").replace(
+        "super(Model, self).__init__()", "pass"), "Model"),
+])
+def test_a_problem_with_a_bad_tolerance_or_a_model_that_is_no_module_is_one_line_and_exit_2(tmp_path, edit, field):
+    path = tmp_path / "relu.py"
+    path.write_text(edit((FIXTURES / "19_ReLU.py").read_text()))
+    result = runner.invoke(app, ["import", "kernelbench", str(path), "--out", str(tmp_path / "out")])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {path}: {field}: "), lines
+
+
 def test_an_existing_experiment_is_kept_unless_forced(tmp_path):
     imported(tmp_path, "19_ReLU")
     again = runner.invoke(app, ["import", "kernelbench", str(FIXTURES / "19_ReLU.py"), "--out", str(tmp_path / "19_ReLU")])

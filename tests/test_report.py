@@ -97,6 +97,15 @@ def test_cudaopt_report_rebuilds_with_roi_inputs_and_verification(run_dir, tmp_p
     assert CliRunner().invoke(app, ["report", str(tmp_path / "nothing")]).exit_code == 2
 
 
+@pytest.mark.parametrize("content", ["", "[]", "\udcff not json", '{"lock": 3}'])
+def test_a_broken_lock_json_is_bad_input_naming_the_file(run_dir, tmp_path, content):
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    (copy / "lock.json").write_bytes(content.encode(errors="surrogateescape"))
+    result = CliRunner().invoke(app, ["report", str(copy)])
+    assert result.exit_code == 2 and "lock.json" in result.output and "unexpected" not in result.output
+
+
 def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 

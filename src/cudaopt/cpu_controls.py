@@ -48,7 +48,7 @@ class CpuControls:
         if ok:
             tried = sum(self.done[n].tried for n in ok)
             out.append(f"{len(ok)} case(s) discriminate on the CPU ({tried} trivial outputs refused: zeros, "
-                       f"constants, input copies, stale answers): {', '.join(ok)}")
+                       f"ones, NaN, constants, input copies, stale answers): {', '.join(ok)}")
         for name, sizes in self.shrunk.items():
             if name in self.done and not self.done[name].accepted:
                 out.append(f"{name}: discriminates on the CPU at {sizes} (its batch shrunk); the GPU controls it "

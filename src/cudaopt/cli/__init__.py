@@ -27,12 +27,12 @@ def main() -> None:
     except SystemExit:
         raise
     except KeyboardInterrupt:
-        Console(stderr=True).print("interrupted")
+        Console(stderr=True, emoji=False).print("interrupted")
         sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:
         log = crash_log(exc)
         text = " ".join(str(exc).split())[:300] or "(no message)"
-        Console(stderr=True).print(f"[bold red]error:[/] unexpected {type(exc).__name__}: {escape(text)} "
+        Console(stderr=True, emoji=False).print(f"[bold red]error:[/] unexpected {type(exc).__name__}: {escape(text)} "
                                    f"(a bug: the traceback is in {log})", highlight=False, soft_wrap=True)
         sys.exit(EXIT_INTERNAL)
 

@@ -205,7 +205,7 @@ def optimize(
             from ..agent.research import default_library
 
             for notice in default_library().notices:  # fetched before the run, so notices precede the progress
-                say(Console(stderr=True), notice)
+                say(Console(stderr=True, emoji=False), notice)
     if results_dir.exists() and not results_dir.is_dir():
         raise ExperimentError("--results-dir", "", f"{results_dir}: exists and is not a folder")
     if exp is not None:

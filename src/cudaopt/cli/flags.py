@@ -13,10 +13,10 @@ from urllib.parse import urlparse
 
 from ..errors import ExperimentError
 from ..paths import in_system_tree, writable
+from ..wire.protocol import MAX_LAUNCHES
 
 REASONING_EFFORTS = ("minimal", "low", "medium", "high")
 SEED_MAX = 2**32 - 1  # seeds are non-negative 32-bit numbers
-MAX_LAUNCHES = 100_000  # warm-up or timed launches per case a command may ask for
 URL_FLAGS = {"base_url": "http://localhost:8000/v1", "page": "https://docs.nvidia.com/cuda/..."}  # and an example
 WRITTEN_FOLDERS = ("results_dir",)  # options naming a folder the command creates and writes into
 

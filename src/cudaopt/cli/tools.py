@@ -38,7 +38,7 @@ def docs(
         raise ExperimentError("QUERY", "", "give a QUERY to search for, or --fetch")
     library = load_library(online=online, refresh=refresh, pages=page or ())
     for notice in library.notices:
-        say(Console(stderr=True), notice)
+        say(Console(stderr=True, emoji=False), notice)
     out = console()
     if fetch:
         for p in library.pages:

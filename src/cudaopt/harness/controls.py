@@ -1,8 +1,8 @@
 """Negative controls: a check that cannot fail is not a check.
 
 For each output of a case, trivial outputs are compared with the reference's answer of each input
-set under the case's own tolerances, by the element rule of compare.py: all zeros, all ones, a
-constant learnt from another input set's answer (its median and mean, from a sample of a large
+set under the case's own tolerances, by the element rule of compare.py: all zeros, all ones, all
+NaN (a floating output), a constant learnt from another input set's answer (its median and mean, from a sample of a large
 answer: an output that is nearly the same constant whatever the inputs), a copy of each input
 with as many elements (as the output's type stores it), and the answer for another input set (a
 stale answer). A case whose check accepts one is *non-discriminating*: a kernel that writes that
@@ -174,6 +174,8 @@ def _trivials(name: str, dtype: str, shape: tuple[int, ...], current: ControlSet
     n = int(np.prod(shape, dtype=np.int64))
     for label, value in (("zeros", 0.0), ("ones", 1.0)):
         yield label, label, _constant(value, dtype)
+    if DTYPES[dtype].is_float:  # NaN agrees with NaN: a reference that answers NaN everywhere checks nothing
+        yield "nan", "all NaN", _constant(float("nan"), dtype)
     seen = {0.0, 1.0}
     for t in others:
         answer = as_values(sets[t].answers[name])

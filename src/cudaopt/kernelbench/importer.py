@@ -11,6 +11,7 @@ its cases discriminate (negative controls on the CPU).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,7 +57,7 @@ def import_problem(path: Path, out: Path, *, name: str | None = None, seed: int 
     problem = Problem(path, torch)
     declared = problem.namespace.get("TASK_CONFIG")
     declared = declared if isinstance(declared, dict) else {}
-    rtol, atol = (given if given is not None else float(declared.get(key, KERNELBENCH_TOLERANCE))
+    rtol, atol = (given if given is not None else _tolerance(path, declared, key)
                   for given, key in ((rtol, "rtol"), (atol, "atol")))
     t = translate(problem, name=name or path.stem, seed=seed, rtol=rtol, atol=atol)
     out.mkdir(parents=True, exist_ok=True)
@@ -125,3 +126,15 @@ def describe(problem: Problem, t: Translation, origin: KernelBenchOrigin | None 
         lines.append("Inputs and tolerances differ from KernelBench's where its own could not tell a wrong kernel from "
                      "a right one: " + "; ".join(origin.changes) + ".")
     return "\n".join(lines)
+
+
+def _tolerance(path: Path, declared: dict, key: str) -> float:
+    """TASK_CONFIG's rtol or atol: a finite number, at least 0."""
+    value = declared.get(key, KERNELBENCH_TOLERANCE)
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        number = math.nan
+    if isinstance(value, bool) or not math.isfinite(number) or number < 0:
+        raise ExperimentError(path, f"TASK_CONFIG.{key}", f"{value!r} is not a tolerance: a finite number, at least 0")
+    return number

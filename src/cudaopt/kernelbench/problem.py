@@ -207,9 +207,12 @@ class Problem:
         try:
             with self.on(device):
                 torch.manual_seed(seed)
-                return self.namespace["Model"](*self.namespace["get_init_inputs"]())
+                model = self.namespace["Model"](*self.namespace["get_init_inputs"]())
         except Exception as exc:
             raise self.error("Model", "construction raised", exc) from None
+        if not isinstance(model, torch.nn.Module):  # its parameters are read as a module's
+            raise ExperimentError(self.path, "Model", f"makes a {type(model).__name__}, not a torch.nn.Module")
+        return model
 
     def forward(self, model, inputs: list, device: str):
         try:

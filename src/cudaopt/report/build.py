@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from ..config import RoiInputs
 from ..errors import ExperimentError
+from ..experiment import ExperimentLock
 from ..insight.card import ProfileRecord
 from ..record.dispatch_table import FILE as DISPATCH_FILE
 from ..record.dispatch_table import DispatchTable
@@ -103,7 +104,8 @@ def build(path: Path, roi_inputs: RoiInputs | None = None) -> Path:
     attempts = read_run_json(run, "history.json", History).attempts
     by_id = {a.id: a for a in attempts}
     env = _optional(run, "env.json", Environment)
-    lock = run.read_json("lock.json") if run.file("lock.json").is_file() else {}
+    found = _optional(run, "lock.json", ExperimentLock)
+    lock = found.model_dump(mode="json") if found else {}
     calls = model_calls(run)
     roi_inputs = roi_inputs or run_roi(run)
     roi = None

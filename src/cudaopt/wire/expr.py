@@ -25,6 +25,9 @@ class ExprError(ValueError):
 
 
 def _cdiv(a: Number, b: Number) -> int:
+    """Integer ceiling division, of whole numbers only (a fraction would be truncated, 0.5 to 0)."""
+    if a != int(a) or b != int(b):
+        raise ExprError(f"cdiv and round_up take whole numbers, not {a!r}, {b!r}")
     if b == 0:
         raise ExprError("cdiv by zero")
     return -(-int(a) // int(b))

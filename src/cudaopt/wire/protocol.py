@@ -325,15 +325,18 @@ def vendor_as_list(data: Any) -> Any:
     return data
 
 
+MAX_LAUNCHES = 100_000  # warm-up or timed launches per case a request (or a command's flag) may ask for
+
+
 class TimingProtocol(WireModel):
-    warmup: int = Field(10, ge=0)
-    iterations: int = Field(100, ge=1)
+    warmup: int = Field(10, ge=0, le=MAX_LAUNCHES)
+    iterations: int = Field(100, ge=1, le=MAX_LAUNCHES)
     flush_l2: bool = True
     input_sets: int = Field(3, ge=1, le=8)
     gate: bool = True  # hold the stream until all samples are queued (keeps host latency out)
-    chunk: int = Field(25, ge=1)  # samples queued behind one gate
+    chunk: int = Field(25, ge=1, le=MAX_LAUNCHES)  # samples queued behind one gate
     checked_launches: int = Field(3, ge=1, le=32)  # timed launches, drawn at random, checked on fresh inputs
-    seed: int | None = None  # draws the checked launches and every fresh input; None: a new one per request
+    seed: int | None = Field(None, ge=0)  # draws the checked launches and every fresh input; None: a new one per request
 
     @model_validator(mode="after")
     def _check(self) -> TimingProtocol:

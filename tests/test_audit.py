@@ -226,3 +226,17 @@ def test_bad_options_are_one_line_before_any_work(tmp_path, scripted_pool, args,
     result = runner.invoke(app, ["audit", str(source), "--out", str(tmp_path / "out"), *args])
     assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_fleet_whose_every_kernel_fails_its_checks_says_why_before_any_gpu_work(tmp_path, scripted_pool):
+    from cudaopt.cli import app
+
+    source = make_fleet(tmp_path / "fleet", {"gemm-slow": FLEET["gemm-slow"]})
+    cases = source / "gemm-slow" / "input_cases.json"
+    data = json.loads(cases.read_text())
+    data["cases"][0]["outputs"]["c"]["rtol"] = -1
+    cases.write_text(json.dumps(data))
+    result = runner.invoke(app, ["audit", str(source), "--out", str(tmp_path / "out")])
+    line = " ".join(result.output.split())
+    assert result.exit_code == 2 and "no kernel of the fleet can be measured" in line and "rtol" in line, line
+    assert not (tmp_path / "out").exists()

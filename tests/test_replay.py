@@ -100,3 +100,15 @@ def test_replay_reads_its_target_once_before_any_gpu_work(run_dir):
     (run_dir / "env.json").unlink()
     outcome = replay(loaded, ScriptedEvaluator(), repeats=1)
     assert outcome.passed and {c.name for c in outcome.cases} == {c.cases[0].name for c in loaded.cases}
+
+
+def test_an_edited_request_in_a_run_is_refused_before_any_gpu_work(run_dir):
+    """A run's best-case-N.json is checked as a request file given alone is."""
+    from cudaopt.cli import app
+
+    path = run_dir / "best-case-0.json"
+    request = json.loads(path.read_text())
+    request["launch"]["block"] = [-1]
+    path.write_text(json.dumps(request))
+    result = CliRunner().invoke(app, ["replay", str(run_dir)])
+    assert result.exit_code == 2 and "best-case-0.json" in result.output and "block" in result.output, result.output

@@ -4,6 +4,7 @@ cases and shape sweeps beside the baseline and the vendor, and regressions."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -145,6 +146,7 @@ def test_a_shape_sweep_times_every_shape_of_a_grid(run, tmp_path):
     ('[{"m": 0}]', "shapes[0].inputs.a.shape[0]"),
     ('{"shapes": []}', "shapes: "),
     ("[{", "not valid JSON"),
+    ('{"m": [1000000], "n": [1000000], "k": [1000000]}', "shapes[0]: case 'm=1000000,n=1000000,k=1000000' needs"),
 ])
 def test_a_bad_shapes_file_is_bad_input_naming_the_field(run, tmp_path, content, field):
     run_dir, _ = run
@@ -166,6 +168,22 @@ def test_extra_cases_are_verified_too(run, tmp_path):
     evaluator = ScriptedEvaluator()
     verify(run_dir, evaluator, extra=path)
     assert [c.name for c in evaluator.requests[0].cases] == [*HOLDOUTS, "odd-7x5x3"]
+
+
+@pytest.mark.parametrize("name, scalars, field", [
+    (HOLDOUTS[0], {"m": 7, "n": 5, "k": 3}, "cases[0].name: " + repr(HOLDOUTS[0]) + " is already a holdout case"),
+    ("huge", {"m": 1000000, "n": 1000000, "k": 1000000}, "cases[0]: case 'huge' needs about"),
+])
+def test_extra_cases_get_the_checks_the_experiment_s_own_do(run, tmp_path, name, scalars, field):
+    run_dir, _ = run
+    extra = json.loads((SGEMM / "input_cases.json").read_text())
+    extra["cases"] = [dict(extra["cases"][0], name=name, role="holdout", scalars=scalars)]
+    path = tmp_path / "extra.json"
+    path.write_text(json.dumps(extra))
+    evaluator = ScriptedEvaluator()
+    with pytest.raises(ExperimentError, match=re.escape(field)):
+        verify(run_dir, evaluator, extra=path)
+    assert evaluator.requests == []
 
 
 class Failing(ScriptedEvaluator):

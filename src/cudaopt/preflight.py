@@ -133,20 +133,28 @@ def memory_estimate(experiment: Experiment) -> str:
     bad input when a case cannot fit the GPU this machine has; with no GPU to ask, bad input only
     beyond any GPU (:data:`LARGEST_GPU_MEMORY`), and a case over the assumed 80 GiB is said."""
     total, origin = gpu_memory()
-    known = origin == THIS_GPU
-    largest, name = 0, ""
-    for i, case in enumerate(experiment.case_specs):
-        need = case_memory(experiment, case)
-        if need > (total if known else LARGEST_GPU_MEMORY):
-            limit = f"the {memory_text(total)} {origin}" if known else f"any GPU's ({memory_text(LARGEST_GPU_MEMORY)})"
-            raise ExperimentError(experiment.cases_path, f"cases[{i}]",
-                                  f"case {case.name!r} needs about {memory_text(need)} of device memory, more than {limit}")
-        if need > largest:
-            largest, name = need, case.name
+    needs = check_memory(experiment, experiment.case_specs, experiment.cases_path, "cases", (total, origin))
+    largest, name = max(zip(needs, (c.name for c in experiment.case_specs), strict=True), default=(0, ""))
     line = f"largest case {name!r}: about {memory_text(largest)} of the {memory_text(total)} {origin}"
     if largest > total:
         line += ": more than that, so it needs a GPU with more memory (an H200 has 140 GiB)"
     return line
+
+
+def check_memory(experiment: Experiment, cases: list[CaseSpec], path: Path, field: str,
+                 memory: tuple[int, str] | None = None) -> list[int]:
+    """Each case's device memory (:func:`case_memory`); bad input (``field[i]`` of ``path``) for one
+    that cannot fit this machine's GPU or, with none to ask, any GPU."""
+    total, origin = memory or gpu_memory()
+    known = origin == THIS_GPU
+    needs = []
+    for i, case in enumerate(cases):
+        needs.append(need := case_memory(experiment, case))
+        if need > (total if known else LARGEST_GPU_MEMORY):
+            limit = f"the {memory_text(total)} {origin}" if known else f"any GPU's ({memory_text(LARGEST_GPU_MEMORY)})"
+            raise ExperimentError(path, f"{field}[{i}]",
+                                  f"case {case.name!r} needs about {memory_text(need)} of device memory, more than {limit}")
+    return needs
 
 
 def case_memory(experiment: Experiment, case) -> int:

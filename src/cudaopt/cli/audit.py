@@ -82,6 +82,10 @@ def audit(
                 preflight(member.experiment)
             except ExperimentError as exc:
                 member.error = str(exc)
+    failed = [m for m in members if m.error]
+    if members and len(failed) == len(members):  # nothing to measure: say why before any GPU work
+        more = f" (and {len(failed) - 1} more kernel(s) that fail their checks)" if len(failed) > 1 else ""
+        raise ExperimentError(source, "", f"no kernel of the fleet can be measured: {failed[0].error}{more}")
     err = console(stderr=True)
     with gpu_pool(chosen, ray) as pool:
         gpus = pool.gpus()  # the workers start before anything is written

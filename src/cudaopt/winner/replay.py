@@ -115,8 +115,11 @@ def load_target(target: Path) -> Target:
     run = open_run(target)
     trial = recorded_trial(run, what="replay")
     env = read_run_json(run, "env.json", Environment)
-    cases = tuple(read_run_json(run, path.name, EvalRequest) for path in sorted(run.path.glob("best-case-*.json")))
-    return Target(target, run=run, trial=trial, env=env, cases=cases)
+    cases = []
+    for path in sorted(run.path.glob("best-case-*.json")):
+        cases.append(read_run_json(run, path.name, EvalRequest))
+        check_request(path, cases[-1])  # a run's requests can be edited like any request file
+    return Target(target, run=run, trial=trial, env=env, cases=tuple(cases))
 
 
 def replay(target: Path | Target, evaluator: Evaluator, repeats: int = 5) -> ReplayOutcome:

@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "cudaopt"
 LAYERS = [
     {"wire"},
     {"harness"},
-    {"errors", "paths", "reading", "config", "pool", "insight", "doctor"},
+    {"errors", "paths", "reading", "children", "config", "pool", "insight", "doctor"},
     {"crosschecks"},
     {"experiment"},
     {"preflight", "cpu_controls", "evaluate", "record", "trial"},

@@ -223,6 +223,8 @@ CASES = [
          ("timing.iterations", "100000")),
         ("warmup-huge", lambda d: edit(d / "experiment.json", lambda e: e.update(timing={"warmup": 10**9})),
          ("timing.warmup",)),
+        ("tunable-twice", lambda d: edit(d / "experiment.json", lambda e: e["tune"]["tunables"].update(BN=[128, 128])),
+         ("tune.tunables", "BN: 128 given more than once")),
     )],
     # names and paths the operating system or the tables could not take
     ("path-nul-byte", ["check", *CONFIG], lambda d: edit(d / "experiment.json", lambda e: e.update(

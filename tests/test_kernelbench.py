@@ -217,6 +217,24 @@ def test_a_problem_with_a_bad_tolerance_or_a_model_that_is_no_module_is_one_line
     assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {path}: {field}: "), lines
 
 
+def test_a_problem_whose_experiment_does_not_load_leaves_nothing_and_names_the_problem(tmp_path):
+    path = tmp_path / "relu.py"
+    path.write_text((FIXTURES / "19_ReLU.py").read_text().replace("batch_size = 16", "batch_size = 0"))
+    result = runner.invoke(app, ["import", "kernelbench", str(path), "--out", str(tmp_path / "out")])
+    line = " ".join(result.output.split())
+    assert result.exit_code == 2 and line.startswith(f"error: {path}: "), line
+    assert not any((tmp_path / "out").glob("*.json")) and not any((tmp_path / "out").glob("*.py"))
+
+
+def test_a_file_name_in_other_letters_makes_an_ascii_kernel_name(tmp_path):
+    path = tmp_path / "ünï cødé.py"
+    path.write_text((FIXTURES / "19_ReLU.py").read_text())
+    result = runner.invoke(app, ["import", "kernelbench", str(path), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    signature = json.loads((tmp_path / "out" / "experiment.json").read_text())["signature"]
+    assert signature.isascii()
+
+
 def test_an_existing_experiment_is_kept_unless_forced(tmp_path):
     imported(tmp_path, "19_ReLU")
     again = runner.invoke(app, ["import", "kernelbench", str(FIXTURES / "19_ReLU.py"), "--out", str(tmp_path / "19_ReLU")])

@@ -69,6 +69,9 @@ class TuneSpace(WireModel):
                 raise ValueError(f"{name!r} is not a valid macro name")
             if not values:
                 raise ValueError(f"{name}: needs at least one value")
+            twice = sorted({repr(v) for v in values if sum(w == v and type(w) is type(v) for w in values) > 1})
+            if twice:  # the same configuration would be compiled and timed twice
+                raise ValueError(f"{name}: {', '.join(twice)} given more than once")
         return value
 
     @field_validator("restrictions")

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .children import run_child
 from .errors import ExperimentError
 from .experiment import Experiment
 from .harness.controls import ControlSet, judge, negative_controls
@@ -125,8 +126,8 @@ def cpu_controls(experiment: Experiment, timeout_s: float = CONTROLS_TIMEOUT_S) 
     request = ControlsCall(reference=experiment.reference_spec(), cases=small, signature=experiment.signature_text,
                            allow_tf32=experiment.limits.allow_tf32)
     try:
-        done = subprocess.run([sys.executable, "-m", "cudaopt.cpu_controls"], input=request.to_json(),
-                              capture_output=True, text=True, timeout=timeout_s)
+        done = run_child([sys.executable, "-m", "cudaopt.cpu_controls"], input=request.to_json(),
+                         timeout=timeout_s)
         output, finished = done.stdout, True
     except subprocess.TimeoutExpired as exc:
         raw = exc.stdout or ""

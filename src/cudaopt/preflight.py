@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .children import run_child
 from .crosschecks import check_launch, shared_limit
 from .reading import read_text_file
 from .cpu_controls import cpu_controls, cpu_tensor
@@ -237,8 +238,7 @@ def call_reference(experiment: Experiment, case: CaseSpec, timeout_s: float = RE
                             allow_tf32=experiment.limits.allow_tf32)
     where = experiment.reference_path
     try:
-        done = subprocess.run([sys.executable, "-m", "cudaopt.preflight"], input=request.to_json(),
-                              capture_output=True, text=True, timeout=timeout_s)
+        done = run_child([sys.executable, "-m", "cudaopt.preflight"], input=request.to_json(), timeout=timeout_s)
     except subprocess.TimeoutExpired:
         raise ExperimentError(where, "reference", f"did not return within {timeout_s:g} s on case "
                                                   f"{case.name!r}") from None

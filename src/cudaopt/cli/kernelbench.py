@@ -9,6 +9,7 @@ import typer
 
 from ..errors import ExperimentError
 from ..paths import check_output_path
+from ..wire.expr import IDENTIFIER
 from .app import app, command, console, say
 from .flags import SEED_MAX, check_writable_folder
 
@@ -37,7 +38,7 @@ def kernelbench(
     cases and a holdout; no initial kernel (a model writes the first one)."""
     from ..kernelbench.isolated import import_isolated
 
-    if name is not None and not name.isidentifier():
+    if name is not None and not IDENTIFIER.fullmatch(name):
         raise ExperimentError("--name", "", f"{name!r} is not a C identifier")
     if not (out.exists() and not out.is_dir()):  # a file in the way is said by the importer, naming it
         check_writable_folder(out, "--out")

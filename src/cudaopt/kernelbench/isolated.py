@@ -14,6 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..children import run_child
 from ..errors import ExperimentError, shortened
 from ..experiment import load_experiment
 from ..wire.protocol import WireModel
@@ -54,8 +55,8 @@ def import_isolated(path: Path, out: Path, *, name: str | None = None, seed: int
         job = ImportJob(path=str(path.resolve()), out=str(out.resolve()), name=name, seed=seed, rtol=rtol, atol=atol,
                         force=force, answer=str(answer))
         try:
-            done = subprocess.run([sys.executable, "-m", "cudaopt.kernelbench.isolated"], input=job.to_json(),
-                                  capture_output=True, text=True, timeout=timeout_s)
+            done = run_child([sys.executable, "-m", "cudaopt.kernelbench.isolated"], input=job.to_json(),
+                             timeout=timeout_s)
         except subprocess.TimeoutExpired:
             raise ExperimentError(path, "", f"the import did not finish within {timeout_s:g} s: its module-level "
                                             "code or Model.forward never returned (--time-limit raises the "
@@ -71,8 +72,25 @@ def import_isolated(path: Path, out: Path, *, name: str | None = None, seed: int
                                             "finished")
         result = ImportAnswer.model_validate_json(answer.read_text())
     if result.error is not None:
-        raise ExperimentError(*result.error)
-    return Imported(experiment=load_experiment(out / "experiment.json"), folder=out, notes=result.notes)
+        error = ExperimentError(*result.error)
+        if Path(error.file).parent.resolve() == out.resolve():
+            raise _discarded(path, out, error)
+        raise error
+    try:
+        experiment = load_experiment(out / "experiment.json")
+    except ExperimentError as exc:
+        raise _discarded(path, out, exc) from None
+    return Imported(experiment=experiment, folder=out, notes=result.notes)
+
+
+def _discarded(path: Path, out: Path, error: ExperimentError) -> ExperimentError:
+    """An experiment written from the problem that does not load (its sizes, say): the problem's
+    fault, named as such, and no half-made experiment kept in ``out``."""
+    from .importer import FILES
+
+    for written in FILES:
+        (out / written).unlink(missing_ok=True)
+    return ExperimentError(path, "", f"the experiment made from it does not load, so none was kept in {out}: {error}")
 
 
 def _child() -> int:

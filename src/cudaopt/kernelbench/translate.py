@@ -152,7 +152,7 @@ def _arguments(problem: Problem, base: Layout, follows: dict, smallest: dict[str
 
 
 def _identifier(text: str, lower: bool = False) -> str:
-    name = re.sub(r"\W", "_", text).strip("_") or "kernel"
+    name = re.sub(r"\W", "_", text, flags=re.ASCII).strip("_") or "kernel"  # C: ASCII letters only
     name = name.lower() if lower else name
     return f"kb_{name}" if name[0].isdigit() else name
 

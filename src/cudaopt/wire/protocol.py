@@ -7,6 +7,7 @@ request needs nothing else (input ``.npy`` files are named by path and pinned by
 These models are the one declaration of each type: the experiment's input-cases file is read
 into :class:`CaseSpec` and :class:`LaunchSpec` directly, requests travel to the worker as their
 JSON, and ``best-case-N.json`` holds one. What comes back is declared in ``results.py``.
+Long because every type a request holds is declared here, once.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .fields import CaseName, CIdentifier, FileName
 
 HARNESS_VERSION = "2"
 MAX_SEED = 2**63 - 1  # seeds are non-negative and fit 64 bits (numpy's generators take them)
+MAX_LAUNCHES = 100_000  # warm-up or timed launches per case a request (or a command's flag) may ask for
 
 Role = Literal["correctness", "performance", "holdout"]
 Expr = str | int | float
@@ -325,9 +327,6 @@ def vendor_as_list(data: Any) -> Any:
     return data
 
 
-MAX_LAUNCHES = 100_000  # warm-up or timed launches per case a request (or a command's flag) may ask for
-
-
 class TimingProtocol(WireModel):
     warmup: int = Field(10, ge=0, le=MAX_LAUNCHES)
     iterations: int = Field(100, ge=1, le=MAX_LAUNCHES)
@@ -336,7 +335,7 @@ class TimingProtocol(WireModel):
     gate: bool = True  # hold the stream until all samples are queued (keeps host latency out)
     chunk: int = Field(25, ge=1, le=MAX_LAUNCHES)  # samples queued behind one gate
     checked_launches: int = Field(3, ge=1, le=32)  # timed launches, drawn at random, checked on fresh inputs
-    seed: int | None = Field(None, ge=0)  # draws the checked launches and every fresh input; None: a new one per request
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)  # draws every fresh input; None: a new one per request
 
     @model_validator(mode="after")
     def _check(self) -> TimingProtocol:

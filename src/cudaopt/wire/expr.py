@@ -25,10 +25,9 @@ class ExprError(ValueError):
 
 
 def _cdiv(a: Number, b: Number) -> int:
-    """Integer ceiling division, of whole numbers only (a fraction would be truncated, 0.5 to 0)."""
-    if a != int(a) or b != int(b):
-        raise ExprError(f"cdiv and round_up take whole numbers, not {a!r}, {b!r}")
-    if b == 0:
+    """Integer ceiling division of the operands truncated to integers (as the exported code does):
+    a divisor that truncates to 0 (0.5) is a division by zero."""
+    if int(b) == 0:
         raise ExprError("cdiv by zero")
     return -(-int(a) // int(b))
 

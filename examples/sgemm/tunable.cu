@@ -946,7 +946,7 @@ matmul_f32_splitk8sg(const float* a, const float* b, float* c, int m, int n, int
 
 using SplitWide = AsyncTier<64, 64, 8, 8, 8, 3>;  // 8 x 8 outputs per thread: 64 threads per group
 // The large tier's loop, 8 x 16 per thread: 128 threads per group. Loads by rows where k or n is
-// not a multiple of 4 (H200, 8191 x 127 x 4093: 263-268 -> 252 us); the large tier keeps quads,
+// not a multiple of 4 (H200, 8191 x 127 x 4093: 258 -> 246-248 us); the large tier keeps quads,
 // as by rows it was no faster there (4097 x 4095 x 4099) and its float4 path lost 0.4-1.6%.
 using SplitStaged = StagedTier<128, 128, 8, 8, 16, 0, true>;
 static_assert(splitk_floats<Small, 2>() * 4 == 52224 && splitk_floats<SplitWide, 4>() * 4 <= 48 * 1024,

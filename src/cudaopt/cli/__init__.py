@@ -10,7 +10,6 @@ import os
 import sys
 from pathlib import Path
 
-from rich.console import Console
 from rich.markup import escape
 
 from . import audit, experiments, export, guard, kernelbench, runs, tools  # noqa: F401  (the commands register themselves)
@@ -27,12 +26,12 @@ def main() -> None:
     except SystemExit:
         raise
     except KeyboardInterrupt:
-        Console(stderr=True, emoji=False).print("interrupted")
+        console(stderr=True).print("interrupted")
         sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:
         log = crash_log(exc)
         text = " ".join(str(exc).split())[:300] or "(no message)"
-        Console(stderr=True, emoji=False).print(f"[bold red]error:[/] unexpected {type(exc).__name__}: {escape(text)} "
+        console(stderr=True).print(f"[bold red]error:[/] unexpected {type(exc).__name__}: {escape(text)} "
                                    f"(a bug: the traceback is in {log})", highlight=False, soft_wrap=True)
         sys.exit(EXIT_INTERNAL)
 

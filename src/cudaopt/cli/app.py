@@ -51,7 +51,7 @@ def say(out: Console, line: str) -> None:
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
-    Console(stderr=True, emoji=False).print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    console(stderr=True).print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -75,7 +75,7 @@ def command(interrupted: str = "interrupted"):
             except ModelFailed as exc:
                 raise fail(str(exc), EXIT_MODEL_FAILED) from None
             except KeyboardInterrupt:
-                Console(stderr=True, emoji=False).print(interrupted, highlight=False, soft_wrap=True)
+                console(stderr=True).print(interrupted, highlight=False, soft_wrap=True)
                 raise typer.Exit(EXIT_INTERRUPTED) from None
         return run
     return wrap
@@ -87,7 +87,7 @@ def _usage_error(exc) -> None:
         return
     ctx = getattr(exc, "ctx", None)
     hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
-    Console(stderr=True, emoji=False).print(f"[bold red]error:[/] {escape(' '.join(exc.format_message().split()))}{hint}",
+    console(stderr=True).print(f"[bold red]error:[/] {escape(' '.join(exc.format_message().split()))}{hint}",
                                highlight=False, soft_wrap=True)
 
 
@@ -155,12 +155,12 @@ def gpu_pool(chosen: list[int] | None, ray: str | None):
             yield pool
     finally:
         for line in pool.notices:
-            say(Console(stderr=True, emoji=False), f"notice: {line}")
+            say(console(stderr=True), f"notice: {line}")
 
 
 def checking():
     """The spinner the checks before any GPU work run under (bad input: exit 2)."""
-    return Console(stderr=True, emoji=False).status("checking the experiment…")
+    return console(stderr=True).status("checking the experiment…")
 
 
 def preflight(exp, **kwargs):
@@ -212,7 +212,7 @@ def resolve_strategy(requested: str, settings) -> str:
     problem = credentials_problem(settings) if needs_model else None
     strategy, why = strategies.choose(requested, problem, settings.model)
     if why:
-        say(Console(stderr=True, emoji=False), f"strategy: {strategy} ({why})")
+        say(console(stderr=True), f"strategy: {strategy} ({why})")
     elif problem:
         raise ExperimentError("--model", "", problem)
     return strategy

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from ..errors import ExperimentError
 from .app import (
@@ -205,7 +204,7 @@ def optimize(
             from ..agent.research import default_library
 
             for notice in default_library().notices:  # fetched before the run, so notices precede the progress
-                say(Console(stderr=True, emoji=False), notice)
+                say(console(stderr=True), notice)
     if results_dir.exists() and not results_dir.is_dir():
         raise ExperimentError("--results-dir", "", f"{results_dir}: exists and is not a folder")
     if exp is not None:

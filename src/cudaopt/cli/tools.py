@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from ..errors import ExperimentError
@@ -38,7 +37,7 @@ def docs(
         raise ExperimentError("QUERY", "", "give a QUERY to search for, or --fetch")
     library = load_library(online=online, refresh=refresh, pages=page or ())
     for notice in library.notices:
-        say(Console(stderr=True, emoji=False), notice)
+        say(console(stderr=True), notice)
     out = console()
     if fetch:
         for p in library.pages:

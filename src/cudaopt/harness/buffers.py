@@ -121,17 +121,17 @@ class CaseBuffers:
             g = self.outputs[arg.name]
             self.gpu.fill_async(g.ptr, g.nbytes, DTYPES[arg.dtype].poison)
 
-    def stage_fresh(self, seed: int, stream: int) -> None:
-        """Draw inputs for stream ``stream`` (a launch number: no other launch sees them) and
-        poison the outputs, in one stream-ordered kernel."""
+    def stage_fresh(self, key: int, stream: int) -> None:
+        """Draw inputs for stream ``stream`` (a launch number: no other launch sees them) from
+        ``key`` (LaunchPlan.inputs_key) and poison the outputs, in one stream-ordered kernel."""
         slots, count, most = self.slot_table()
-        self.gpu.stage(slots, count, most, seed, stream)
+        self.gpu.stage(slots, count, most, key, stream)
 
-    def audit(self, seed: int, stream: int, counters: int, inputs: bool) -> None:
+    def audit(self, key: int, stream: int, counters: int, inputs: bool) -> None:
         """After a launch on stream ``stream``'s inputs: add its unwritten output elements to the u64
         at ``counters`` and, with ``inputs``, its changed input elements to the next one (async)."""
         slots, count, most = self.slot_table()
-        self.gpu.audit(slots, count, most, seed, stream, inputs, counters)
+        self.gpu.audit(slots, count, most, key, stream, inputs, counters)
 
     def slot_table(self) -> tuple[int, int, int]:
         """The device table utilities.cu's stage and audit kernels read: one slot per buffer

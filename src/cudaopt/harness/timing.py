@@ -1,14 +1,14 @@
 """The timed part of a case: every launch on fresh inputs, a hidden few of them checked.
 
-Warm-up and timed launches each get inputs drawn on the device from the request's seed, outside
-the timed interval, so no launch sees data another launch saw (a memo table never hits). After
+Warm-up and timed launches each get inputs drawn on the device, outside the timed interval, from
+a one-way hash of the request's seed, the case and the launch number (LaunchPlan.inputs_key), so
+no launch sees data another launch saw, in this case or another (a memo table never hits). After
 every launch, outside the interval, its outputs are scanned for unwritten elements (a launch that
-skips its work is caught whichever it is); after the checked ones, its inputs for changes too. A few timed launches, drawn at random per request, get instead one more input set
-drawn for this request alone (the same set at each of them: one reference evaluation checks them
-all) and have their outputs set aside; after timing that set is drawn again and the user's
-reference says what the outputs should be. Which launches those are is never visible to the
-kernel, and the set is new to it at the first of them, so a kernel that works on only some
-launches is caught, or timed at its honest cost.
+skips its work is caught whichever it is); after the checked ones, its inputs for changes too. A
+few timed launches, drawn at random per request, have their outputs set aside; after timing each
+one's inputs are drawn again and the user's reference says what its outputs should be. Their
+inputs are drawn like every other launch's, so which launches are checked is never visible to the
+kernel: one that works on only some launches is caught, or timed at its honest cost.
 
 Before each launch every SM's shared memory and registers are poisoned, and before each L2
 flush the case's lines are set back to normal eviction priority (leftovers.py): nothing an

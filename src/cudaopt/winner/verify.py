@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import ExperimentError
-from ..preflight import check_memory
+from ..preflight import check_memory, gpu_memory
 from ..pool.dispatch import Evaluator
 from ..wire.protocol import CaseSpec, EvalRequest, TimingProtocol
 from ..record.rundir import RunDir
@@ -55,17 +55,17 @@ def prepare(target: Path | Trial, extra: Path | None = None, shapes: Path | None
     trial = target if isinstance(target, Trial) else recorded_trial(run)
     experiment = trial.experiment
     sweep = load_shapes(shapes, experiment) if shapes else []
+    holdouts = experiment.cases({"holdout"})
     extras = experiment.extra_cases(extra) if extra else []
-    cases = experiment.cases({"holdout"}) + extras
-    if extra:
-        holdouts = {c.name for c in experiment.cases({"holdout"})}
-        for i, case in enumerate(extras):
-            if case.name in holdouts:
-                raise ExperimentError(extra, f"cases[{i}].name", f"{case.name!r} is already a holdout case of "
-                                                                  f"{experiment.cases_path.name}: name it apart")
-        check_memory(experiment, extras, extra, "cases")
-    if shapes:
-        check_memory(experiment, sweep, shapes, "shapes")
+    for i, case in enumerate(extras):
+        if case.name in {c.name for c in holdouts}:
+            raise ExperimentError(extra, f"cases[{i}].name", f"{case.name!r} is already a holdout case of "
+                                                              f"{experiment.cases_path.name}: name it apart")
+    if extras or sweep:
+        memory = gpu_memory()
+        check_memory(experiment, extras, extra, "cases", memory)
+        check_memory(experiment, sweep, shapes, "shapes", memory)
+    cases = holdouts + extras
     if not cases and not sweep:
         raise ExperimentError(experiment.cases_path, "cases", "no holdout case to verify on (give --cases FILE)")
     return Prepared(run, trial, sweep, cases)

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from cudaopt.harness.buffers import SLOT
+from cudaopt.harness.cubin import module_sections
 from cudaopt.harness.driver import CudaCallError
 from cudaopt.harness.gpu import KINDS, Peaks, poison_bits
 from cudaopt.harness.inputs import from_numbers, to_numbers
@@ -39,6 +40,26 @@ class FakeBuffer:
 
     def close(self, stream=None) -> None:
         self.device.free(self.handle)
+
+
+@dataclass
+class FakeView:
+    """A variable inside a section the fake allocated (``section_base``): not freed on its own."""
+
+    handle: int
+    size: int
+
+    def close(self, stream=None) -> None:
+        pass
+
+
+def splitmix(x: np.ndarray) -> np.ndarray:
+    """utilities.cu's splitmix, element-wise on uint64 (wrapping)."""
+    with np.errstate(over="ignore"):
+        x = np.asarray(x, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
 
 
 @dataclass
@@ -68,6 +89,7 @@ class FakeKernel:
     sizes: list[int]  # argument sizes in bytes, as the cubin would say
     duration_ms: Callable[[int], float]  # of the n-th launch of this kernel
     registers: int = 32
+    local_bytes: int = 0  # the per-thread local-memory frame
     launches: int = 0
 
     @property
@@ -80,7 +102,7 @@ class FakeKernel:
 
     @property
     def attributes(self):
-        return SimpleNamespace(num_regs=self.registers, shared_size_bytes=0, local_size_bytes=0,
+        return SimpleNamespace(num_regs=self.registers, shared_size_bytes=0, local_size_bytes=self.local_bytes,
                                max_threads_per_block=1024)
 
     @property
@@ -119,8 +141,13 @@ class FakeWipes:
     poisons: int = 0
     demotes: int = 0
 
+    local_bytes: int = 0
+
     def poison(self, seen: int = 0) -> None:
         self.poisons += 1
+
+    def cover_local(self, frame_bytes: int) -> None:
+        self.local_bytes = max(self.local_bytes, frame_bytes)
 
     def range_table(self, ranges):
         return self.device.alloc(16 * max(len(ranges), 1)), len(ranges)
@@ -237,10 +264,24 @@ class FakeDevice:
     # --- modules, launches, events, the L2 flush, the gate -------------------------------
 
     def load_module(self, cubin) -> FakeModule:
+        """The test's kernels; the cubin's variables laid out as the driver's loader would, each
+        section in one allocation holding its load image, once per device."""
+        code = getattr(cubin, "code", None)
+        sections, _ = module_sections(bytes(code)) if code else ([], [])
+        for section in sections:
+            key = ("section", section.name, section.variables[0][0])
+            if key in self.global_buffers:
+                continue
+            buffer = self.alloc(section.size)
+            image = section.image if section.image is not None else bytes(section.size)
+            self.upload(int(buffer.handle), np.frombuffer(image, dtype=np.uint8))
+            self.global_buffers[key] = buffer
+            for name, offset, nbytes in section.variables:
+                self.global_buffers[name] = FakeView(int(buffer.handle) + offset, nbytes)
         return FakeModule(self.kernels)
 
     def global_range(self, module: FakeModule, name: str) -> tuple[int, int]:
-        """A ``__device__`` array the test sized in ``globals_`` (by name), allocated once per device."""
+        """A variable of a loaded module, or a ``__device__`` array the test sized in ``globals_``."""
         if name not in self.global_buffers:
             self.global_buffers[name] = self.alloc(self.globals_[name])
         buffer = self.global_buffers[name]
@@ -296,6 +337,22 @@ class FakeDevice:
             "ref_sq": float((expected[np.isfinite(expected)] ** 2).sum()),
             "first_bad": int(bad[0]) if bad.size else None,
         }
+
+    def digest(self, ptr: int, nbytes: int, key: int, into: int) -> None:
+        """utilities.cu's cudaopt_digest, in NumPy (64-bit wrap-around arithmetic)."""
+        if not nbytes:
+            return
+        data = self.view(ptr, np.uint8, nbytes)
+        words = nbytes // 4
+        values = data[:4 * words].view(np.uint32).astype(np.uint64)
+        with np.errstate(over="ignore"):
+            total = int(((values + np.uint64(1)) * splitmix(np.uint64(key) + np.arange(words, dtype=np.uint64))).sum(
+                dtype=np.uint64))
+            if nbytes % 4:
+                tail = int.from_bytes(bytes(data[4 * words:]), "big")
+                total += (tail + 1) * int(splitmix(np.uint64(key) + np.uint64(words)))
+        word = self.view(into, np.uint64, 1)
+        word[0] = np.uint64((int(word[0]) + total) % (1 << 64))
 
     def widen(self, src_ptr: int, dst_ptr: int, n: int, dtype: str) -> None:
         if n:

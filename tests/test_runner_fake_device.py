@@ -392,12 +392,12 @@ def test_state_kept_besides_the_workspace_is_still_refused(device):
 
     source = WORKSPACE_SOURCE.replace("launches[2]", "launches[512]")
     req = request(source=source)
-    req.limits = Limits(workspace=["ws"])
+    req.limits = Limits(global_bytes=1024, workspace=["ws"])
     device.globals_ = {"ws": 65536}
     result = run(device, req)
     assert result.status == "global_state"
-    assert "2048 bytes of mutable __device__ memory between launches, besides the workspace it poisons (ws)" \
-        in result.reason
+    assert "keeps 2048 bytes of module variables" in result.reason
+    assert "besides the workspace it poisons (ws)" in result.reason and "limits.global_bytes" in result.reason
 
 
 def test_a_workspace_name_must_be_an_identifier():

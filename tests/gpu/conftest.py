@@ -36,3 +36,29 @@ def small_request(sgemm):
         return request
 
     return build
+
+
+@pytest.fixture(scope="session")
+def gpu():
+    """The GPU in this process (beside the supervisor's worker), for runners built by a test."""
+    from cudaopt.harness.gpu import Gpu
+
+    return Gpu(0)
+
+
+def runner_without(gpu, monkeypatch, *, restore: bool = True, local: bool = True, shared: bool = True):
+    """A runner in this process with the named state rules switched off, so a test can show that
+    one rule alone stops a kernel which the others would stop too: ``restore``, the module's
+    variables set back before each launch; ``local``, the local-memory wipe; ``shared``, the
+    shared-memory, register and local-memory poison."""
+    from cudaopt.harness.entries import ModuleState
+    from cudaopt.harness.leftovers import Leftovers
+    from cudaopt.harness.runner import Runner
+
+    if not restore:
+        monkeypatch.setattr(ModuleState, "restore", lambda self: None)
+    if not local:
+        monkeypatch.setattr(Leftovers, "poison_local", lambda self: None)
+    if not shared:
+        monkeypatch.setattr(Leftovers, "poison", lambda self, seen=0: None)
+    return Runner(gpu)

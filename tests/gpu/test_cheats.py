@@ -9,6 +9,7 @@ import pytest
 
 from cudaopt.wire.protocol import Limits, TimingProtocol
 from tests.conftest import kernel_source
+from tests.gpu.conftest import runner_without
 
 pytestmark = pytest.mark.gpu
 
@@ -32,16 +33,24 @@ def test_a_memo_table_never_hits_on_fresh_inputs(supervisor, small_request):
     assert memo.cases[0].timing.median_us >= 0.9 * honest.cases[0].timing.median_us
 
 
-def test_working_on_a_few_launches_is_caught_by_the_hidden_checks(supervisor, small_request):
-    result = supervisor.evaluate(small_request(kernel_source("work_on_few_launches.cu"), protocol=MANY))
+def test_working_on_a_few_launches_is_caught_by_the_hidden_checks(gpu, monkeypatch, supervisor, small_request):
+    """With its launch counter restored before every launch it works on every launch (ok); with
+    the counter left to count (the restore off in this process), the hidden checks catch it."""
+    assert supervisor.evaluate(small_request(kernel_source("work_on_few_launches.cu"))).status == "ok"
+    result = runner_without(gpu, monkeypatch, restore=False).evaluate(
+        small_request(kernel_source("work_on_few_launches.cu"), protocol=MANY))
     assert result.status == "mismatch", result.reason
     bad = [c for c in failing_case(result).checks if not c.ok][0]
     assert bad.phase == "timed" and bad.input_set == -1 and bad.launch is not None
     assert bad.launch in (failing_case(result).audit.checked_launches if failing_case(result).audit else [bad.launch])
 
 
-def test_skipping_launches_is_caught_by_the_per_launch_audit(supervisor, small_request):
-    result = supervisor.evaluate(small_request(kernel_source("skip_launches.cu"), protocol=MANY))
+def test_skipping_launches_is_caught_by_the_per_launch_audit(gpu, monkeypatch, supervisor, small_request):
+    """Its launch counter restored before every launch, it never skips (ok); left to count (the
+    restore off in this process), the per-launch audit sees the launches it skipped."""
+    assert supervisor.evaluate(small_request(kernel_source("skip_launches.cu"))).status == "ok"
+    result = runner_without(gpu, monkeypatch, restore=False).evaluate(
+        small_request(kernel_source("skip_launches.cu"), protocol=MANY))
     assert result.status == "mismatch"
     assert "launch" in result.reason and "unwritten" in result.reason
 

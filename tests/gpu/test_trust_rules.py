@@ -8,6 +8,7 @@ import pytest
 
 from cudaopt.wire.protocol import LaunchSpec, Limits
 from tests.conftest import kernel_source
+from tests.gpu.conftest import runner_without
 
 pytestmark = pytest.mark.gpu
 
@@ -83,12 +84,14 @@ def test_overwriting_an_input_is_detected(supervisor, small_request):
     assert failing_case(result).reason.startswith("a:")
 
 
-def test_result_cached_in_a_device_global_is_caught(supervisor, small_request):
+def test_result_cached_in_a_device_global_is_caught(gpu, monkeypatch, supervisor, small_request):
     result = supervisor.evaluate(small_request(kernel_source("cache_global.cu")))
     assert result.status == "global_state"  # a 64 MiB __device__ table is refused outright
     request = small_request(kernel_source("cache_global.cu"))
     request.limits = Limits(global_bytes=128 << 20)
-    assert supervisor.evaluate(request).status == "mismatch"  # and with room for it, it replays stale answers
+    assert supervisor.evaluate(request).status == "ok"  # with room for it: restored empty, it computes every launch
+    # and with the table kept between launches (the restore off in this process), it replays stale answers
+    assert runner_without(gpu, monkeypatch, restore=False).evaluate(request).status == "mismatch"
 
 
 def test_a_workspace_is_poisoned_before_every_launch(supervisor, small_request):
@@ -103,10 +106,12 @@ def test_a_workspace_is_poisoned_before_every_launch(supervisor, small_request):
     assert result.status == "mismatch" and result.compile.workspace_bytes == 512 * 512 * 4, result.reason
 
 
-def test_cache_keyed_on_leading_elements_is_caught_by_the_near_duplicate_set(supervisor, small_request):
+def test_cache_keyed_on_leading_elements_is_caught_by_the_near_duplicate_set(gpu, monkeypatch, small_request):
+    """With its cache kept between launches (the restore off in this process, which alone would
+    empty it every launch)."""
     request = small_request(kernel_source("cache_keyed.cu"))
     request.limits = Limits(global_bytes=128 << 20)
-    result = supervisor.evaluate(request)
+    result = runner_without(gpu, monkeypatch, restore=False).evaluate(request)
     assert result.status == "mismatch"
     bad = [c for c in failing_case(result).checks if not c.ok][0]
     assert bad.input_set == 2  # only the near duplicate of set 0 exposes it

@@ -212,15 +212,25 @@ class CaseBuffers:
         while len(self.slots) < count:
             self.slots.append({name: self.gpu.alloc(g.nbytes) for name, g in self.outputs.items()})
 
-    def save_outputs(self, s: int) -> None:
-        for name, g in self.outputs.items():
+    def save_outputs(self, s: int, key: int, digest: int) -> None:
+        """Copy the outputs to slot ``s`` and add their digest under ``key`` into the word at
+        ``digest`` (stream-ordered): the digest tells later whether the slot was written since."""
+        for i, (name, g) in enumerate(self.outputs.items()):
             self.gpu.copy_async(int(self.slots[s][name].handle), g.ptr, g.nbytes)
+            self.gpu.digest(g.ptr, g.nbytes, key ^ i, digest)
 
-    # --- reading back ---------------------------------------------------------------------
+    def digest_slot(self, s: int, key: int) -> int:
+        """The digest under ``key`` of what slot ``s`` holds now."""
+        word = self.gpu.alloc(8)
+        try:
+            self.gpu.fill_async(int(word.handle), 8, b"\0")
+            for i, (name, g) in enumerate(self.outputs.items()):
+                self.gpu.digest(int(self.slots[s][name].handle), g.nbytes, key ^ i, int(word.handle))
+            return int(self.gpu.download(int(word.handle), 8).view(np.uint64)[0])
+        finally:
+            word.close(self.gpu.stream)
 
-    def read_output(self, name: str, dtype: str, from_slot: int | None = None) -> np.ndarray:
-        raw = self.gpu.download(self.output_ptr(name, from_slot), self.outputs[name].nbytes)
-        return raw.view(DTYPES[dtype].numpy).reshape(self.output_shapes[name])
+    # --- after the launches ---------------------------------------------------------------
 
     def guard_violations(self) -> list[str]:
         """Names of arguments whose guard bands were written, with where."""

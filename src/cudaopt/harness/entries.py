@@ -11,37 +11,63 @@ cases' outputs are checked whichever kernel wrote them.
 
 from __future__ import annotations
 
+import re
+
+import numpy as np
+
 from ..wire.protocol import Limits
 from ..wire.results import CompileInfo, EntryInfo
 from ..wire.signature import DTYPES, Signature, SignatureError, entry_names, find_entry, other_entry_problem
 from .compiler import parse_ptxas
-from .cubin import kept_state, workspace_names
+from .cubin import Section, kept_state, module_sections, workspace_names
 from .launcher import CaseFailure
 from .leftovers import SHARED_POISON
 
 WORKSPACE_POISON = SHARED_POISON.to_bytes(4, "little")  # a float32 NaN
+_STACK_SIZES = re.compile(r"(\d+) bytes (?:stack frame|cumulative stack size)")
 
 
 class Entries:
-    def __init__(self, module, source: str, entry: str, signature: Signature, info: CompileInfo):
+    def __init__(self, module, source: str, entry: str, signature: Signature, info: CompileInfo, cubin: bytes):
         self.module, self.source, self.entry, self.signature, self.info = module, source, entry, signature, info
+        self.cubin = cubin
         self._kernels: dict[str, object] = {}
         self.workspace: list[tuple[int, int]] = []  # (address, bytes) of the variables poisoned before each launch
+        self.state = ModuleState(None, None, [])  # the module's variables, restored before each launch
         self.get(None)  # the request's own entry must be there, whatever the cases launch
 
     def check_kept_state(self, limits: Limits, gpu) -> None:
-        """Refuse what the module keeps beyond the limit (cubin.kept_state); take the variables
-        ``limits.workspace`` names as its workspace."""
+        """Refuse what the module holds beyond the limit or cannot be restored (cubin.kept_state,
+        cubin.module_sections); find each section of variables, and the workspace, once loaded."""
         self.info.workspace_bytes, problem = kept_state(self.info, limits)
         if problem:
             raise CaseFailure("global_state", f"the kernel {problem}")
+        sections, lost = module_sections(self.cubin)
+        if lost:
+            raise CaseFailure("global_state", f"the kernel holds variables the harness cannot restore between "
+                                              f"launches (sections {', '.join(lost)}): initialised "
+                                              "variables that hold addresses are not allowed")
+        self.state = ModuleState(gpu, self.module, sections)
         self.workspace = [gpu.global_range(self.module, name) for name in workspace_names(self.info, limits)]
 
-    def poison_workspace(self, gpu) -> None:
-        """Fill the workspace with the shared-memory poison (stream-ordered), before a launch:
-        nothing in it survives one, and a read of a slot this launch did not write is NaN."""
+    def reset_state(self, gpu) -> None:
+        """Before each launch (stream-ordered): every module variable back to its load image, then
+        the workspace filled with the shared-memory poison, so nothing one launch leaves in the
+        module reaches the next, and a read of a workspace slot this launch did not write is NaN."""
+        self.state.restore()
         for address, nbytes in self.workspace:
             gpu.fill_async(address, nbytes, WORKSPACE_POISON)
+
+    def close(self) -> None:
+        self.state.close()
+
+    def local_bytes(self) -> int:
+        """The largest per-thread local-memory frame in the module (leftovers.py wipes at least that
+        much of every thread's local memory before each launch): the stack frames ptxas reports for
+        every function, and the local memory the driver reports for the kernels fetched so far."""
+        reported = [self.info.local_bytes or 0, *(e.local_bytes for e in self.info.entries.values())]
+        stacks = [int(n) for n in _STACK_SIZES.findall(self.info.log)]
+        return max(reported + stacks)
 
     def get(self, name: str | None):
         """The kernel called ``name`` (the request's entry when None), checked once."""
@@ -88,3 +114,61 @@ class Entries:
                 static_shared_bytes=int(attrs.shared_size_bytes), max_threads_per_block=int(attrs.max_threads_per_block))
         self._kernels[name] = kernel
         return kernel
+
+
+class ModuleState:
+    """The module's variables at their device addresses, in runs the loader placed side by side,
+    with a device copy of each run's load image to restore it from. A kernel that found a copy and
+    wrote to it (to have its state restored into the next launch) is caught by :meth:`altered`,
+    checked after the launches."""
+
+    def __init__(self, gpu, module, sections: list[Section]):
+        self.gpu = gpu
+        self.runs: list[tuple[int, int, bytes | None, str]] = []  # (address, bytes, image or None: zeros, section)
+        for section in sections:
+            for address, offset, nbytes in _runs(gpu, module, section):
+                image = None if section.image is None else section.image[offset:offset + nbytes]
+                self.runs.append((address, nbytes, image, section.name))
+        self.copies = []
+        for _, nbytes, image, _ in self.runs:
+            copy = None
+            if image is not None:
+                copy = gpu.alloc(nbytes)
+                gpu.upload(int(copy.handle), np.frombuffer(image, dtype=np.uint8))
+            self.copies.append(copy)
+
+    def restore(self) -> None:
+        for (address, nbytes, _, _), copy in zip(self.runs, self.copies, strict=True):
+            if copy is None:
+                self.gpu.fill_async(address, nbytes, b"\0")
+            else:
+                self.gpu.copy_async(address, int(copy.handle), nbytes)
+
+    def altered(self) -> list[str]:
+        """The sections whose device copy of the load image no longer equals the cubin's."""
+        changed = []
+        for (_, nbytes, image, name), copy in zip(self.runs, self.copies, strict=True):
+            if copy is not None and self.gpu.download(int(copy.handle), nbytes).tobytes() != image:
+                changed.append(f"the copy of {name} that the harness restores the module's variables from was changed")
+        return sorted(set(changed))
+
+    def close(self) -> None:
+        for copy in self.copies:
+            if copy is not None:
+                copy.close(self.gpu.stream)
+        self.copies = [None] * len(self.runs)
+        self.runs = []
+
+
+def _runs(gpu, module, section: Section) -> list[tuple[int, int, int]]:
+    """(address, offset in the section, bytes) of each run of the section's variables that lie at
+    the same distance from one another once loaded as in the section."""
+    runs: list[list[int]] = []  # [address, offset, end offset]
+    for name, offset, nbytes in section.variables:
+        address, _ = gpu.global_range(module, name)
+        last = runs[-1] if runs else None
+        if last and address - last[0] == offset - last[1] and offset <= last[2] + 64:
+            last[2] = max(last[2], offset + nbytes)
+        else:
+            runs.append([address, offset, offset + nbytes])
+    return [(address, start, end - start) for address, start, end in runs]

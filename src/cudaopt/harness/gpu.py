@@ -188,7 +188,7 @@ class Gpu:
         source = resources.files(__package__).joinpath("utilities.cu").read_text()
         module = Program(source, "c++", ProgramOptions(arch=self.arch, std="c++17")).compile("cubin", logs=io.StringIO())
         names = ("cudaopt_gate", "cudaopt_compare", "cudaopt_widen", "cudaopt_diff_bytes", "cudaopt_stage",
-                 "cudaopt_audit")
+                 "cudaopt_audit", "cudaopt_digest")
         return {name.removeprefix("cudaopt_"): module.get_kernel(name) for name in names}
 
     def _grid_for(self, n: int) -> int:
@@ -248,6 +248,12 @@ class Gpu:
         u64 at ``counters``."""
         self._run_utility("audit", total, np.uint64(slots), np.int32(count), np.uint64(seed), np.uint64(stream),
                           np.int32(inputs), np.uint64(counters))
+
+    def digest(self, ptr: int, nbytes: int, key: int, into: int) -> None:
+        """Add the keyed digest of ``nbytes`` at ``ptr`` into the u64 at ``into`` (utilities.cu)."""
+        if nbytes:
+            self._run_utility("digest", nbytes // 4 + 1, np.uint64(ptr), np.int64(nbytes), np.uint64(key),
+                              np.uint64(into))
 
     def scrub(self, buffer) -> None:
         """Zero a buffer and free it: an answer key must not outlive its comparison in pool memory."""

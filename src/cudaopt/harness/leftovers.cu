@@ -6,11 +6,18 @@
 // one; a kernel that reads shared memory it did not write then sees the pattern, never what an
 // earlier kernel (the reference, a vendor, its own earlier launch) left there. `seen`, when not
 // null, gets one bit per SM that ran a block (a test of the coverage).
+// The block's window starts with a reserved part (1 KiB on sm_90) before the first byte a kernel's
+// own arrays get; a kernel can still address it, so it is filled too.
 extern "C" __global__ void cudaopt_poison_shared(unsigned int pattern, unsigned int words, unsigned int* seen) {
     extern __shared__ unsigned int cudaopt_shared[];
     volatile unsigned int* shared = cudaopt_shared;  // stores nothing reads afterwards: kept by volatile
     for (unsigned int i = threadIdx.x; i < words; i += blockDim.x)
         shared[i] = pattern;
+    unsigned int begin, end;
+    asm volatile("mov.u32 %0, %%reserved_smem_offset_begin;" : "=r"(begin));
+    asm volatile("mov.u32 %0, %%reserved_smem_offset_end;" : "=r"(end));
+    for (unsigned int at = begin + 4u * threadIdx.x; at + 4u <= end; at += 4u * blockDim.x)
+        asm volatile("st.shared.u32 [%0], %1;" :: "r"(at), "r"(pattern) : "memory");
     if (seen != nullptr && threadIdx.x == 0) {
         unsigned int sm;
         asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
@@ -44,6 +51,22 @@ cudaopt_poison_registers(unsigned int pattern, int trips, unsigned int* sink) {
             sink[i * blockDim.x + threadIdx.x] = r[i];
     }
 }
+
+// Every thread's local memory (the stack frames of kernels, and what a thread can address past
+// its own): CUDAOPT_LOCAL_WORDS words of a frame the compiler must keep in local memory, written
+// by every thread of blocks that fill every SM, so every thread slot's window gets the pattern from
+// the top of its stack down. Compiled on demand (leftovers.py) with the size the next candidate
+// needs; `sink` is null, so nothing is read back.
+#ifdef CUDAOPT_LOCAL_WORDS
+extern "C" __global__ void __launch_bounds__(1024, 2)
+cudaopt_poison_local(unsigned int pattern, unsigned int* sink) {
+    volatile unsigned int frame[CUDAOPT_LOCAL_WORDS];
+    for (int i = 0; i < CUDAOPT_LOCAL_WORDS; ++i)
+        frame[i] = pattern;
+    if (sink != nullptr)
+        sink[blockIdx.x * blockDim.x + threadIdx.x] = frame[threadIdx.x % CUDAOPT_LOCAL_WORDS];
+}
+#endif
 
 // Every 128-byte L2 line of each range set back to normal eviction priority, so lines a kernel
 // loaded with an evict_last policy (createpolicy, cuda::annotated_ptr, __nv_associate_access_property)

@@ -1,13 +1,17 @@
-"""What one kernel can leave on the GPU for the next: shared memory, registers, and L2 lines kept
-by hints.
+"""What one kernel can leave on the GPU for the next: shared memory, registers, local memory, and
+L2 lines kept by hints.
 
-Shared memory and registers are not cleared between kernels. A block that lands where an earlier
+Shared memory, registers and local memory are not cleared between kernels. A block that lands where an earlier
 kernel ran (the reference, a vendor, the candidate's own earlier launch on the same inputs) can
 read what that kernel left, so a kernel that reads shared memory it never wrote may pass a check
 by luck, or by design (a memo table that escapes the device-global limit). Before every launch
 of a candidate (the checks, the warm-ups, the timed launches: outside the timed interval) the
-harness fills every SM's shared memory with a NaN pattern (:data:`SHARED_POISON`) and overwrites
-its register file with values derived from it.
+harness fills every SM's shared memory with a NaN pattern (:data:`SHARED_POISON`), the reserved
+first part of the block window included, overwrites its register file with values derived from
+it, and writes the pattern over every thread's local memory: a frame at least as large as the
+candidate's largest (its stack frames as ptxas reports them), in every thread slot of every SM. Local memory is what a kernel's frames (arrays it indexes, spills) live in, and a thread
+on a persistent grid lands in the same slot launch after launch; without the wipe, answers left
+there by one launch could be returned by the next.
 
 L2 lines can be kept past a flush only with a priority: the persisting set-aside, a host-side
 limit a kernel cannot change, is set to zero when the worker starts; and before each L2 flush the
@@ -45,6 +49,10 @@ class Leftovers:
         self._poison = module.get_kernel("cudaopt_poison_shared")
         self._registers = module.get_kernel("cudaopt_poison_registers")
         self._demote = module.get_kernel("cudaopt_demote_l2")
+        self._source = source
+        self._local: dict[int, object] = {}  # the local-memory wipe, by words per thread
+        self.local_words = 0
+        self.cover_local(0)
         self.sm_count = int(gpu.props.multiprocessor_count)
         self.shared_bytes = int(gpu.props.max_shared_memory_per_block_optin)
         allow_dynamic_shared(self._poison, self.shared_bytes, gpu.device.device_id)
@@ -58,9 +66,36 @@ class Leftovers:
 
         launch(self.gpu.stream, LaunchConfig(grid=2 * self.sm_count, block=512), self._registers,
                np.uint32(SHARED_POISON), np.int32(1), np.uint64(0))
+        self.poison_local()
         config = LaunchConfig(grid=self.sm_count, block=1024, shmem_size=self.shared_bytes)
         launch(self.gpu.stream, config, self._poison, np.uint32(SHARED_POISON), np.uint32(self.shared_bytes // 4),
                np.uint64(seen))
+
+    def cover_local(self, frame_bytes: int) -> None:
+        """From now on, wipe a local-memory frame of at least ``frame_bytes`` per thread (a power of
+        two, at least 1 KiB, never less than before in this worker): a frame as large as the
+        candidate's, or larger, reaches what the candidate's frames left (measured by
+        benchmarks/local_memory_probe.py; a smaller one does not)."""
+        window = 1 << (max(1024, frame_bytes) - 1).bit_length()
+        self.local_words = max(self.local_words, window // 4)
+
+    def poison_local(self) -> None:
+        """Write the poison over every thread slot's local memory (stream-ordered)."""
+        from cuda.core import LaunchConfig, launch
+
+        kernel = self._local_kernel(self.local_words)
+        blocks = kernel.occupancy.max_active_blocks_per_multiprocessor(1024, 0)
+        launch(self.gpu.stream, LaunchConfig(grid=max(1, blocks) * self.sm_count, block=1024), kernel,
+               np.uint32(SHARED_POISON), np.uint64(0))
+
+    def _local_kernel(self, words: int):
+        if words not in self._local:
+            from cuda.core import Program, ProgramOptions
+
+            options = ProgramOptions(arch=self.gpu.arch, std="c++17", define_macro=[("CUDAOPT_LOCAL_WORDS", str(words))])
+            module = Program(self._source, "c++", options).compile("cubin", logs=io.StringIO())
+            self._local[words] = module.get_kernel("cudaopt_poison_local")
+        return self._local[words]
 
     def range_table(self, ranges: list[tuple[int, int]]):
         """A device table of (address, bytes) ranges for :meth:`demote_l2`; the caller closes it."""
@@ -93,3 +128,4 @@ def no_persisting_l2() -> int:
         return int(value) if err == driver.CUresult.CUDA_SUCCESS else 0
     driver.cuCtxResetPersistingL2Cache()
     return 0
+

@@ -103,13 +103,17 @@ class Runner:
     def _evaluate(self, req: EvalRequest, result: EvalResult, seed: int) -> None:
         signature = parse_signature(req.signature)
         entries = self._prepare(req, signature, result) if req.kernel else None
-        for case in req.cases:
-            if self.dead:
-                result.cases.append(CaseResult(name=case.name, role=case.role, status="crashed",
-                                               reason="not run: the GPU context was lost"))
-                continue
-            result.cases.append(self._case(req, signature, entries, case, seed))
-            self.on_event(CaseDone(case=result.cases[-1]))
+        try:
+            for case in req.cases:
+                if self.dead:
+                    result.cases.append(CaseResult(name=case.name, role=case.role, status="crashed",
+                                                   reason="not run: the GPU context was lost"))
+                    continue
+                result.cases.append(self._case(req, signature, entries, case, seed))
+                self.on_event(CaseDone(case=result.cases[-1]))
+        finally:
+            if entries is not None and not self.dead:
+                entries.close()
         failed = next((c for c in result.cases if c.status != "ok"), None)
         if failed:
             result.status = failed.status
@@ -140,7 +144,8 @@ class Runner:
             self._compiled.put(key, compiled)
         # a copy: the kernels other than the entry that this request's cases launch are its own
         info: CompileInfo = compiled.info.model_copy(update={"entries": {}})
-        return Entries(self.gpu.load_module(compiled.cubin), spec.source, spec.entry, signature, info), info
+        module = self.gpu.load_module(compiled.cubin)
+        return Entries(module, spec.source, spec.entry, signature, info, bytes(compiled.cubin.code)), info
 
     # --- one case ------------------------------------------------------------------------
 
@@ -169,11 +174,12 @@ class Runner:
                 self.on_event(PhaseStarted(phase="launch", case=case.name, reference_s=measure))
                 for s in check_order(n_sets):
                     self.leftovers.poison()
-                    entries.poison_workspace(self.gpu)
+                    entries.reset_state(self.gpu)
                     buffers.stage(s)
                     self.launcher.launch(kernel, launch, args)
                     self.launcher.sync()
                     self._verify(out, buffers, signature, case, answers[s], s, "check")
+                    _refuse_altered_state(entries, "")
             clock.lap("check_s")
             if case.role in req.time_roles:
                 self.on_event(PhaseStarted(phase="timing", case=case.name))
@@ -210,6 +216,7 @@ class Runner:
             raise CaseFailure("bad_launch_config", f"{exc.field}: {exc}") from None
         out.launch = launch
         kernel = entries.get(launch.entry)
+        self.leftovers.cover_local(entries.local_bytes())
         out.occupancy = occupancy(kernel, launch, int(self.gpu.props.max_threads_per_multiprocessor))
         return kernel, launch
 
@@ -362,13 +369,16 @@ class Runner:
         plan = draw_plan(seed, case.name, proto)
         timed = [v for v in vendors if v is not None]
         run = TimedRun(self.gpu, self.launcher, self.leftovers, buffers, proto, seed, plan,
-                       poison=(lambda: entries.poison_workspace(self.gpu)) if entries is not None else None)
+                       reset=(lambda: entries.reset_state(self.gpu)) if entries is not None else None)
         try:
             out.clocks["before"] = self.gpu.clocks()
             candidate = (lambda: self.launcher.launch(kernel, launch, args)) if kernel is not None else None
             timings = run.run(candidate, timed)
             out.clocks["after"] = self.gpu.clocks()
             scanned = run.verify_audit() if kernel is not None else 0
+            if kernel is not None:
+                _refuse_altered_state(entries, "during timing: ")
+                run.verify_saved_outputs()
         finally:
             run.close()
         clock.lap("timing_s")
@@ -412,6 +422,12 @@ class Runner:
                     if isinstance(value, DeviceAnswer):
                         value.scrub()
         clock.lap("timed_checks_s")
+
+
+def _refuse_altered_state(entries: Entries, when: str) -> None:
+    altered = entries.state.altered()
+    if altered:
+        raise CaseFailure("global_state", when + "; ".join(altered))
 
 
 def _compile_key(spec: KernelSpec, arch: str) -> str:

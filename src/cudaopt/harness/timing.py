@@ -4,15 +4,18 @@ Warm-up and timed launches each get inputs drawn on the device, outside the time
 a one-way hash of the request's seed, the case and the launch number (LaunchPlan.inputs_key), so
 no launch sees data another launch saw, in this case or another (a memo table never hits). After
 every launch, outside the interval, its outputs are scanned for unwritten elements (a launch that
-skips its work is caught whichever it is); after the checked ones, its inputs for changes too. A
-few timed launches, drawn at random per request, have their outputs set aside; after timing each
-one's inputs are drawn again and the user's reference says what its outputs should be. Their
-inputs are drawn like every other launch's, so which launches are checked is never visible to the
-kernel: one that works on only some launches is caught, or timed at its honest cost.
+skips its work is caught whichever it is) and its inputs for changes, and its outputs are copied
+aside with a keyed digest. A few timed launches, drawn at random per request, copy them to slots
+that are judged; the others to a decoy. After timing each checked launch's inputs are drawn again
+and the user's reference says what its outputs should be, once its digest shows they were not
+touched since. Every launch gets the same work before and after it, so which launches are checked
+is never visible to the kernel: one that works on only some launches is caught, or timed at its
+honest cost.
 
-Before each launch every SM's shared memory and registers are poisoned, and before each L2
-flush the case's lines are set back to normal eviction priority (leftovers.py): nothing an
-earlier kernel left on the SMs or pinned in L2 helps a launch.
+Before each launch every SM's shared memory, registers and every thread's local memory are
+poisoned, the candidate's module variables are set back to their load image (entries.py), and
+before each L2 flush the case's lines are set back to normal eviction priority (leftovers.py):
+nothing an earlier kernel left on the SMs, in the module or pinned in L2 helps a launch.
 
 Samples are queued in chunks behind a gate (a kernel that spins on a host flag), so no host
 launch latency falls between a sample's events; with vendor baselines their chunks alternate
@@ -37,7 +40,7 @@ from .device import Device, Wipes
 from .launcher import CaseFailure, Launcher
 
 VENDOR_LAUNCHES = 1 << 40  # each vendor's fresh inputs come from launch numbers of their own (+ index << 32)
-_AUDIT_WORDS = 2  # per launch: unwritten output elements, changed input elements
+_AUDIT_WORDS = 3  # per launch: unwritten output elements, changed input elements, the outputs' digest
 
 
 class Stopwatch:
@@ -97,15 +100,18 @@ class TimedRun:
     """Warm up and time one case's candidate (and vendor), with the per-launch audit."""
 
     def __init__(self, gpu: Device, launcher: Launcher, leftovers: Wipes, buffers: CaseBuffers,
-                 proto: TimingProtocol, seed: int, plan: LaunchPlan, poison: Callable[[], None] | None = None):
+                 proto: TimingProtocol, seed: int, plan: LaunchPlan, reset: Callable[[], None] | None = None):
         self.gpu, self.launcher, self.leftovers, self.buffers = gpu, launcher, leftovers, buffers
         self.proto, self.seed, self.plan = proto, seed, plan
-        self.poison = poison  # of the candidate's workspace (Limits.workspace), before each of its launches
+        self.reset = reset  # the candidate's module variables and workspace, before each of its launches
         total = plan.warmup + plan.iterations
         self.audit_bytes = 8 * _AUDIT_WORDS * total
         self.audit = gpu.alloc(self.audit_bytes)
         gpu.fill_async(int(self.audit.handle), self.audit_bytes, b"\0")
-        buffers.ensure_slots(len(plan.checked))
+        # the keys of each launch's output digest, kept on the host: no kernel can forge a digest
+        self.digest_keys = np.frombuffer(os.urandom(8 * total), dtype=np.uint64)
+        self.decoy = len(plan.checked)  # the slot every launch that is not checked saves its outputs to
+        buffers.ensure_slots(len(plan.checked) + 1)
         buffers.slot_table()  # built (and uploaded, which waits on the stream) before any gate closes
         self.ranges = leftovers.range_table(buffers.allocations())  # demoted in L2 before each flush
 
@@ -150,15 +156,17 @@ class TimedRun:
         return [(end - start) * 1000.0 for start, end in events], self.proto.gate and self.gpu.gate_timed_out()
 
     def _sample(self, name: str, run, launch: int, timed: int | None):
-        """Poison shared memory and registers, stage fresh inputs, (demote and flush the L2, events around) the
-        run; for the candidate, the audit and, on a checked launch, its outputs set aside."""
+        """Poison shared memory, registers and local memory, restore the candidate's module, stage
+        fresh inputs, (demote and flush the L2, events around) the run; for the candidate, then the
+        audit of its inputs and outputs and its outputs set aside with their digest: the same work
+        after every launch, so nothing after a launch tells whether it is checked."""
         checked = name == "candidate" and timed is not None and timed in self.plan.checked
         # a checked launch's inputs are drawn like any other's: nothing in them tells it apart
         stream = launch if name == "candidate" else VENDOR_LAUNCHES + (int(name.split()[1]) << 32) + launch
         key = self.plan.inputs_key(self.seed, stream)
         self.leftovers.poison()  # first: the kernels between it and the launch use no shared memory
-        if name == "candidate" and self.poison is not None:
-            self.poison()  # before the flush: the workspace's poison is not left in L2
+        if name == "candidate" and self.reset is not None:
+            self.reset()  # before the flush: what the restore writes is not left in L2
         self.buffers.stage_fresh(key, stream)
         if timed is None:
             run()
@@ -170,17 +178,28 @@ class TimedRun:
             run()
             end = self.gpu.record_event()
         if name == "candidate":
-            self.buffers.audit(key, stream, int(self.audit.handle) + 8 * _AUDIT_WORDS * launch, inputs=checked)
-            if checked:
-                self.buffers.save_outputs(self.plan.checked.index(timed))
+            words = int(self.audit.handle) + 8 * _AUDIT_WORDS * launch
+            self.buffers.audit(key, stream, words, inputs=True)
+            slot = self.plan.checked.index(timed) if checked else self.decoy
+            self.buffers.save_outputs(slot, int(self.digest_keys[launch]), words + 16)
         return (start, end) if timed is not None else None
+
+    def verify_saved_outputs(self) -> None:
+        """Raise if the outputs set aside from a checked launch changed before they were judged
+        (their digest, keyed by a number only the host knows, no longer matches)."""
+        words = self.gpu.download(int(self.audit.handle), self.audit_bytes).view(np.uint64).reshape(-1, _AUDIT_WORDS)
+        for slot, timed in enumerate(self.plan.checked):
+            launch = self.plan.launch_number(timed)
+            if self.buffers.digest_slot(slot, int(self.digest_keys[launch])) != int(words[launch, 2]):
+                raise CaseFailure("guard_violation", f"the outputs set aside from timed launch {timed} were changed "
+                                                     "by a later launch (memory outside the kernel's buffers)")
 
     def verify_audit(self) -> int:
         """Raise for the first launch that left outputs unwritten or changed an input; return the
         number of launches audited."""
         words = self.gpu.download(int(self.audit.handle), self.audit_bytes).view(np.uint64)
         words = words.reshape(-1, _AUDIT_WORDS)
-        for launch, (unwritten, changed) in enumerate(words):
+        for launch, (unwritten, changed, _digest) in enumerate(words):
             where = _describe(launch, self.plan)
             if unwritten:
                 raise CaseFailure("mismatch", f"{where} left {int(unwritten)} output elements unwritten")

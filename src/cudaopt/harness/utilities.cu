@@ -316,3 +316,26 @@ extern "C" __global__ void cudaopt_audit(const Slot* slots, int count, unsigned 
         if (changed) atomicAdd(&counters[1], changed);
     }
 }
+
+// --- the digest of outputs set aside ---------------------------------------------------------
+// sum over the range's 32-bit words of (word + 1) * splitmix(key + i), modulo 2^64, added into
+// *digest (a trailing part word is read byte by byte). The key is a random number the host keeps:
+// without it no kernel can change the range and leave the digest as it was.
+extern "C" __global__ void cudaopt_digest(const unsigned char* p, long long nbytes, unsigned long long key,
+                                          unsigned long long* digest) {
+    long long words = nbytes / 4;
+    const unsigned int* w = (const unsigned int*)p;
+    unsigned long long sum = 0;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < words;
+         i += (long long)gridDim.x * blockDim.x)
+        sum += ((unsigned long long)w[i] + 1ull) * splitmix(key + (unsigned long long)i);
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        unsigned long long tail = 0;
+        for (long long b = words * 4; b < nbytes; ++b)
+            tail = (tail << 8) | p[b];
+        if (nbytes % 4) sum += (tail + 1ull) * splitmix(key + (unsigned long long)words);
+    }
+    for (int offset = 16; offset > 0; offset >>= 1)
+        sum += __shfl_down_sync(0xffffffffu, sum, offset);
+    if ((threadIdx.x & 31) == 0 && sum) atomicAdd(digest, sum);
+}

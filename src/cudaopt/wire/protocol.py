@@ -347,7 +347,7 @@ class TimingProtocol(WireModel):
 class Limits(WireModel):
     """What a candidate may use beyond its buffers, and which arithmetic the floor assumes."""
 
-    global_bytes: int = Field(1024, ge=0)  # mutable __device__ memory the cubin may hold (device malloc is refused)
+    global_bytes: int = Field(65536, ge=0)  # module variables, restored before every launch (device malloc is refused)
     workspace: list[CIdentifier] = Field(default_factory=list, max_length=16)  # poisoned before each launch: not kept
     allow_tf32: bool = False  # float32 work may use tensor cores: the floor uses their rate
 

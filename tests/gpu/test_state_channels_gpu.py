@@ -110,3 +110,15 @@ def test_the_local_wipe_costs_little_beside_a_launch(gpu):
         per = (time.perf_counter() - start) / 20 * 1e6
         print(f"local wipe of {leftovers.local_words * 4} bytes per thread: {per:.0f} us")
         assert per < 20_000
+
+
+@pytest.mark.parametrize("header", ["<cooperative_groups.h>", "<cuda/pipeline>", "<cuda/barrier>"])
+def test_an_honest_kernel_that_includes_a_header_with_globals_passes(supervisor, small_request, header):
+    """Headers define variables of their own; they are restored like the kernel's, never counted
+    as the kernel's state beyond the limit."""
+    from tests.conftest import kernel_source
+
+    source = f"#include {header}\n" + kernel_source("naive.cu")
+    result = supervisor.evaluate(small_request(source))
+    assert result.status == "ok", result.reason
+    assert result.compile.global_bytes > 0

@@ -112,7 +112,7 @@ def preflight(experiment: Experiment, *, kernel: Path | None = None, entry: str 
         poisoned = f"; a workspace of {info.workspace_bytes} bytes, poisoned before every launch" \
             if info.workspace_bytes else ""
         done.append(Checked("tune", f"{tuning.path.name}: {tuning.space.count()} configurations; the first compiles"
-                                    f"{poisoned}"))
+                                    f"{poisoned}; math: {math_text(info)}"))
     return done
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..wire.precision import allowed_math, needed, policy_text
-from ..wire.protocol import Limits
+from ..wire.protocol import MATH_CLASSES, Limits
 from ..wire.results import CompileInfo, MathUse
 from ..wire.signature import Signature
 from .locate import find_tool
@@ -78,7 +78,7 @@ def disassemble(cubin: bytes) -> str:
     """The cubin's SASS, every function of it; raise :class:`MathUnreadable` when it cannot be had."""
     nvdisasm = find_tool("nvdisasm")
     if nvdisasm is None:
-        raise MathUnreadable("nvdisasm was not found (pip install nvidia-cuda-nvdisasm, a dependency of cudaopt)")
+        raise MathUnreadable("nvdisasm was not found: pip install nvidia-cuda-nvdisasm, a dependency of cudaopt")
     with tempfile.TemporaryDirectory(prefix="cudaopt-sass-") as tmp:
         path = Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
@@ -214,11 +214,12 @@ def read_math(cubin: bytes, info: CompileInfo) -> None:
 def precision_refusal(info: CompileInfo, limits: Limits, signature: Signature) -> str | None:
     """Why the policy refuses this module (every class outside it, with its first instruction and
     where), or None; a module whose math was not read is refused, never passed."""
-    policy = policy_text(limits, signature)
     if info.math is None:
-        return f"its math units could not be read from the compiled code ({info.math_error or 'not read'}); {policy}"
+        return ("cannot be held to the precision policy: its math units could not be read from the compiled code "
+                f"({info.math_error or 'not read'})")
+    policy = policy_text(limits, signature)
     allowed = allowed_math(limits, signature)
-    outside = [(name, use) for name, use in info.math.items() if name not in allowed and name not in ("fp32", "fp64")]
+    outside = [(name, info.math[name]) for name in MATH_CLASSES if name in info.math and name not in allowed]
     found = [f"{_mnemonic(use.example)} in {use.function} ({name})" for name, use in outside]
     if info.fast_math and "approx" not in allowed:
         found.append(f"compile option {info.fast_math[0]} (approx)")

@@ -2,7 +2,8 @@
 
 A kernel's source says what its evaluation returns: ``// RESULT: ok 0.5`` passes every case with
 medians 0.5x the base figures, ``// RESULT: compile_error``, ``// RESULT: mismatch``,
-``// RESULT: slow 20`` (sleeps 20 s, for kill tests). A request with vendors gets each timed at
+``// RESULT: precision`` (TF32 tensor cores, refused before any launch), ``// RESULT: slow 20``
+(sleeps 20 s, for kill tests). A request with vendors gets each timed at
 ``VENDOR`` x the base figures (the second at twice that, and so on) on every performance case; a
 vendor with "mismatch" in its label mismatches on square-4096, one with "broken" errors
 everywhere. A request without a kernel times the vendors alone.
@@ -111,6 +112,10 @@ class ScriptedEvaluator:
             what, arg = "ok", "1.0"
         if what == "compile_error":
             return EvalResult(status="compile_error", reason="default_program(3): error: identifier \"x\" is undefined")
+        if what == "precision":
+            return EvalResult(status="precision", compile=CompileInfo(ok=True, log=""), reason=(
+                "the kernel uses math outside the precision policy: HMMA.1688.F32.TF32 in matmul_f32 (tf32). "
+                'limits.precision allows [] (the default for a signature of float32 pointers); "tf32" would allow it'))
         compile_info = CompileInfo(ok=True, log="", registers=40, spill_stores=0, spill_loads=0)
         cases = []
         for case in request.cases:

@@ -37,11 +37,11 @@ PACKAGE_LAYERS = {
         {"expr", "signature", "fields"},  # the two small languages: expressions, C signatures; field types of user files
         {"protocol"},  # requests, and WireModel, the base of every wire and file type
         {"results", "tiers"},  # what comes back; a tier table chosen for one case
-        {"launch", "messages", "stats"},  # a launch resolved, the worker's messages, statistics
+        {"launch", "messages", "stats", "precision"},  # a launch resolved, the worker's messages, statistics; the policy
     ],
     "harness": [
-        {"driver", "device", "lru", "arrays", "inputs", "pp_lines", "host_headers", "landlock", "cubin"},
-        {"locked", "leftovers", "launcher", "compare", "sandbox"},
+        {"driver", "device", "lru", "arrays", "inputs", "pp_lines", "host_headers", "landlock", "cubin", "locate"},
+        {"locked", "leftovers", "launcher", "compare", "sandbox", "math_units"},
         {"gpu", "controls", "nvrtc_build"},
         {"buffers", "answers", "compile_process", "peaks"},
         {"case_data", "compiler", "timing"},
@@ -51,7 +51,7 @@ PACKAGE_LAYERS = {
         {"worker"},
     ],
     "pool": [{"dispatch"}, {"devices", "supervisor"}, {"ray_cluster"}, {"pools"}],  # the Evaluator, then backends
-    "insight": [{"locate", "parse"}, {"card", "compiled", "ncu"}],
+    "insight": [{"parse"}, {"card", "compiled", "ncu"}],
     "record": [{"bake", "events", "files", "heatmap", "rundir"}, {"cache", "runs"}, {"dispatch_table"}],
     "engine": [{"scoring"}, {"summary"}, {"recorder"}],  # pure functions below the one that writes
     "agent": [{"instruments", "model", "nvidia_docs", "prompts", "proposal"}, {"graph", "research"}],

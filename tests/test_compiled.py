@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cudaopt.harness.compiler import CompileError, compile_ptx
+from cudaopt.harness import math_units
 from cudaopt.insight import compiled
 from cudaopt.wire.protocol import KernelSpec
 from tests.conftest import SGEMM, kernel_source
@@ -54,10 +55,10 @@ def test_sass_widths_fma_spills_and_tensor_instructions():
 
 def test_the_summary_is_sass_with_a_disassembler_and_ptx_without(monkeypatch):
     source = kernel_source("register_tiled.cu")
-    if compiled.find_tool("nvdisasm") is not None:
+    if math_units.find_tool("nvdisasm") is not None:
         sass = compiled.summarize(spec(source), "sm_90")
         assert sass.kind == "sass" and sass.global_loads.get("128-bit", 0) > 0 and sass.fma >= 512
-    monkeypatch.setattr(compiled, "find_tool", lambda name: None)
+    monkeypatch.setattr(math_units, "find_tool", lambda name: None)
     ptx = compiled.summarize(spec(source), "sm_90")
     assert ptx.kind == "ptx" and ptx.fma == 512
     assert ptx.resources["registers"] > 32 and ptx.resources["spill_stores_bytes"] == 0

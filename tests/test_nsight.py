@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from cudaopt.agent.model import ModelSettings
-from cudaopt.insight import locate, ncu
+from cudaopt.harness import locate
+from cudaopt.insight import ncu
 from cudaopt.insight.card import BottleneckCard, CardError, build_card
 from cudaopt.insight.parse import KernelMetrics, parse_raw_csv
 from cudaopt.optimize import Options, start_or_resume

@@ -89,17 +89,19 @@ def test_the_floor_uses_the_larger_of_spec_and_measured():
     assert warm.floor_us is None and warm.memory_pct == 200.0  # L2 warm: no memory floor
 
 
-SPEC = Peaks(bytes_per_s=4.8e12, flops_per_s={"float32": 535e12, "float32_cuda_cores": 67e12, "float64": 67e12})
+SPEC = Peaks(bytes_per_s=4.8e12, flops_per_s={"float32": 535e12, "float32_cuda_cores": 67e12, "float64": 67e12,
+                                              "bfloat16": 1070e12})
 
 
 def _judge(median_us: float, measured_peaks: MeasuredPeaks | None, allow_tf32: bool = True,
-           scalars: dict | None = None) -> CaseResult:
+           scalars: dict | None = None, precision: list[str] | None = None) -> CaseResult:
     out = CaseResult(name="square-4096", role="performance", status="ok", timing=stats(median_us))
     case = SimpleNamespace(flops="2*m*n*k", bytes="4*(m*k + k*n + m*n)",
                            scalars=scalars or {"m": 4096, "n": 4096, "k": 4096})
     signature = parse_signature('extern "C" __global__ void f(const float* a, const float* b, float* c, '
                                 'int m, int n, int k)')
-    judge_plausibility(out, case, signature, Limits(allow_tf32=allow_tf32), True, SPEC, measured_peaks)
+    limits = Limits(allow_tf32=allow_tf32, precision=precision)
+    judge_plausibility(out, case, signature, limits, True, SPEC, measured_peaks)
     return out
 
 
@@ -120,6 +122,23 @@ def test_float32_without_tensor_cores_is_held_to_the_cuda_core_rate():
     assert strict.roofline.floor_rate == "float32_cuda_cores"
     honest = _judge(3000.0, measured(), allow_tf32=False)  # 46 TFLOP/s, cuBLAS territory
     assert honest.status == "ok"
+    assert _judge(1000.0, measured(), allow_tf32=False, precision=["tf32"]).status == "ok"  # the list says it too
+
+
+def test_the_floor_follows_the_fastest_math_the_policy_allows():
+    """FP32 data with BF16 tensor cores allowed is bounded by the BF16 rate, not the CUDA cores'."""
+    bf16 = _judge(200.0, None, allow_tf32=False, precision=["bf16"])  # 687 TFLOP/s: over TF32, under BF16
+    assert bf16.status == "ok" and bf16.roofline.floor_rate == "bfloat16"
+    assert _judge(200.0, None, allow_tf32=False, precision=["approx"]).roofline.floor_rate == "float32_cuda_cores"
+
+
+def test_the_implausible_reason_never_quotes_the_floor():
+    """The model reads the reason: the floor's figure would tell it how far to pad. The figure stays in
+    the roofline, which the model is not shown."""
+    out = _judge(1000.0, measured(), allow_tf32=False)
+    assert out.status == "implausible" and out.roofline.floor_us == pytest.approx(2051.3, abs=0.1)
+    assert "2051" not in out.reason and "floor for the precision the experiment allows" in out.reason
+    assert out.reason.startswith("median 1000.000 us is below the speed-of-light floor")
 
 
 def test_the_floor_uses_the_case_scalars():

@@ -26,6 +26,7 @@ from .errors import ExperimentError
 from .experiment import Experiment
 from .harness.controls import ControlSet, judge, negative_controls
 from .harness.inputs import shape_of
+from .wire.precision import allowed_math
 from .wire.protocol import CaseSpec, ReferenceSpec, WireModel
 from .wire.results import CaseResult, Controls
 from .wire.signature import Signature
@@ -124,7 +125,7 @@ def cpu_controls(experiment: Experiment, timeout_s: float = CONTROLS_TIMEOUT_S) 
         found.on_gpu = {c.name: "torch is not installed here" for c in cases}
         return found
     request = ControlsCall(reference=experiment.reference_spec(), cases=small, signature=experiment.signature_text,
-                           allow_tf32=experiment.limits.allow_tf32)
+                           allow_tf32="tf32" in allowed_math(experiment.limits, experiment.signature))
     try:
         done = run_child([sys.executable, "-m", "cudaopt.cpu_controls"], input=request.to_json(),
                          timeout=timeout_s)

@@ -59,6 +59,7 @@ from .wire.protocol import (
     VendorSpec,
     WireModel,
 )
+from .wire.precision import allowed_math
 from .wire.signature import Signature, SignatureError, parse_signature
 
 LOCK_SCHEMA_VERSION = 1
@@ -264,7 +265,8 @@ def load_experiment(
         raise ExperimentError(origin, "roi.case", f"{model.roi.case!r} is not a performance case of "
                                                   f"{cases_path.name} ({', '.join(timed) or 'it has none'})")
     tuning = _load_tuning(model.tune, base, origin, sig, cases) if model.tune else None
-    vendors = _load_vendors(model.vendor, base, origin, sig)
+    tf32 = "tf32" in allowed_math(model.limits, sig)  # a kernel that may use TF32 is measured against a vendor that may
+    vendors = _load_vendors(model.vendor, base, origin, sig, tf32)
     return Experiment(
         description=description or model.description or "",
         signature=sig,
@@ -302,12 +304,14 @@ def _read_config(config: Path | None) -> tuple[ExperimentConfig, Path, str]:
     return model, config.parent, str(config)
 
 
-def _load_vendors(sections: list[VendorSection], base: Path, origin: str, sig: Signature) -> list[VendorSpec]:
-    """The vendor section (one or a list), each read and checked; labels and PyTorch kinds unique."""
+def _load_vendors(sections: list[VendorSection], base: Path, origin: str, sig: Signature,
+                  tf32: bool) -> list[VendorSpec]:
+    """The vendor section (one or a list), each read and checked; labels and PyTorch kinds unique;
+    ``tf32``: the experiment's precision policy allows TF32, so every vendor may use it too."""
     vendors: list[VendorSpec] = []
     for i, item in enumerate(sections):
         field = f"vendor[{i}]" if len(sections) > 1 else "vendor"
-        spec = _load_vendor(item, base, origin, sig, field)
+        spec = _load_vendor(item, base, origin, sig, field, tf32)
         if any(v.label == spec.label for v in vendors):
             raise ExperimentError(origin, f"{field}.label", f"{spec.label!r} names another vendor too: each needs "
                                                             "its own label")
@@ -318,7 +322,8 @@ def _load_vendors(sections: list[VendorSection], base: Path, origin: str, sig: S
     return vendors
 
 
-def _load_vendor(vendor: VendorSection, base: Path, origin: str, sig: Signature, field: str) -> VendorSpec:
+def _load_vendor(vendor: VendorSection, base: Path, origin: str, sig: Signature, field: str,
+                 tf32: bool) -> VendorSpec:
     """The vendor file read and its function checked: defined, taking every signature argument by name."""
     path = (base / vendor.file).resolve()
     if path.suffix != ".py":
@@ -329,7 +334,7 @@ def _load_vendor(vendor: VendorSection, base: Path, origin: str, sig: Signature,
     name = vendor.function or sig.name
     check_vendor_function(path, source, name, sig, field)
     return VendorSpec(source=source, entry=name, path=str(path), label=vendor.label or f"{path.name}:{name}",
-                      arrays=vendor.arrays, allow_tf32=vendor.allow_tf32, returns=vendor.returns,
+                      arrays=vendor.arrays, allow_tf32=vendor.allow_tf32 or tf32, returns=vendor.returns,
                       pytorch=vendor.pytorch)
 
 

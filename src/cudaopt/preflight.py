@@ -7,7 +7,8 @@ case's device memory against the GPU's (NVML; where there is none, an assumed 80
 compared, and only what no GPU holds refused); then the checks that run code: each kernel (the
 initial one, a
 ``--kernel``, the tunable kernel with its first configuration) and a ``.cu`` reference compiled
-with NVRTC for the target architecture; a NumPy reference called on the smallest case, in a
+with NVRTC for the target architecture, each kernel's SASS held to the precision policy as the
+worker holds it; a NumPy reference called on the smallest case, in a
 subprocess with a timeout, its outputs' shapes compared with the case's; a PyTorch reference the
 same way, on the CPU, where torch can be imported (elsewhere its syntax, function and parameters
 are all that is checked, and the check says so); then the negative controls of every case the CPU
@@ -37,8 +38,10 @@ from .harness.case_data import memory_text
 from .harness.compiler import DEFAULT_ARCH, CompileError, compile_kernel
 from .harness.cubin import kept_state
 from .harness.inputs import shape_of
+from .harness.math_units import precision_refusal
 from .wire.launch import NOMINAL_DEVICE, device_defines
-from .wire.protocol import CaseSpec, KernelSpec, LaunchSpec, Limits, ReferenceSpec, WireModel
+from .wire.precision import allowed_math, math_text
+from .wire.protocol import CaseSpec, KernelSpec, LaunchSpec, ReferenceSpec, WireModel
 
 REFERENCE_TIMEOUT_S = 120.0
 DEFAULT_GPU_MEMORY = 80 * 2**30  # the memory assumed when no GPU says how much it has
@@ -96,20 +99,20 @@ def preflight(experiment: Experiment, *, kernel: Path | None = None, entry: str 
                                          "outputs of the right shapes"))
     done += [Checked("controls", line) for line in cpu_controls(experiment).lines()]
     for path, name in sources:
-        info = _compile(path, path.read_text(), name or experiment.signature.name, {}, arch, experiment.limits)
+        info = _compile(path, path.read_text(), name or experiment.signature.name, {}, arch, experiment)
         if info.registers is None:
             raise ExperimentError(path, "entry", f"{name or experiment.signature.name} is not in the compiled code: "
                                                  'declare it extern "C" __global__ (C++ names are mangled)')
         done.append(Checked("kernel", f"{path.name} compiles for {arch}: {info.registers} registers, "
-                                      f"{info.spill_stores or 0} B spilled"))
+                                      f"{info.spill_stores or 0} B spilled; math: {math_text(info)}"))
     if tune and experiment.tuning is not None:
         tuning = experiment.tuning
         first = tuning.space.first()
-        info = _compile(tuning.path, tuning.source, experiment.signature.name, first, arch, experiment.limits)
+        info = _compile(tuning.path, tuning.source, experiment.signature.name, first, arch, experiment)
         poisoned = f"; a workspace of {info.workspace_bytes} bytes, poisoned before every launch" \
             if info.workspace_bytes else ""
         done.append(Checked("tune", f"{tuning.path.name}: {tuning.space.count()} configurations; the first compiles"
-                                    f"{poisoned}"))
+                                    f"{poisoned}; math: {math_text(info)}"))
     return done
 
 
@@ -193,21 +196,26 @@ def gpu_memory() -> tuple[int, str]:
         return DEFAULT_GPU_MEMORY, "assumed (no GPU here: an 80 GiB H100)"
 
 
-def _compile(path: Path, source: str, entry: str, defines: dict, arch: str, limits: Limits | None = None):
-    """Compile as the worker does, and (a candidate, held to ``limits``) refuse here what the worker
-    would refuse as ``global_state``."""
+def _compile(path: Path, source: str, entry: str, defines: dict, arch: str, experiment: Experiment | None = None):
+    """Compile as the worker does, and (a candidate, held to the ``experiment``'s limits) refuse here
+    what the worker would refuse as ``global_state`` or ``precision``."""
     try:
         spec = device_defines(KernelSpec(source=source, entry=entry, defines=dict(defines)), NOMINAL_DEVICE)
-        compiled = compile_kernel(spec, arch)
+        compiled = compile_kernel(spec, arch, math=experiment is not None)
     except CompileError as exc:
         first = next((line for line in exc.log.splitlines() if "error" in line), exc.log.splitlines()[0])
         where = f" with {defines}" if defines else ""
         raise ExperimentError(path, "compile", f"does not compile for {arch}{where}: {first.strip()}") from None
-    if limits is None:  # the trusted reference
+    if experiment is None:  # the trusted reference
         return compiled.info
+    limits = experiment.limits
     compiled.info.workspace_bytes, problem = kept_state(compiled.info, limits)
     if problem:
         raise ExperimentError(path, "limits.global_bytes", f"the kernel {problem}")
+    problem = precision_refusal(compiled.info, limits, experiment.signature)
+    if problem:
+        where = f" (with {defines})" if defines else ""
+        raise ExperimentError(path, "limits.precision", f"the kernel{where} {problem}")
     return compiled.info
 
 
@@ -235,7 +243,7 @@ def call_reference(experiment: Experiment, case: CaseSpec, timeout_s: float = RE
     """Call the NumPy or PyTorch reference on one input set of ``case`` in a subprocess (the user's
     code may hang or crash), and check what it returns."""
     request = ReferenceCall(reference=experiment.reference_spec(), case=case, signature=experiment.signature_text,
-                            allow_tf32=experiment.limits.allow_tf32)
+                            allow_tf32="tf32" in allowed_math(experiment.limits, experiment.signature))
     where = experiment.reference_path
     try:
         done = run_child([sys.executable, "-m", "cudaopt.preflight"], input=request.to_json(), timeout=timeout_s)

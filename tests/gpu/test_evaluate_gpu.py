@@ -43,8 +43,13 @@ def test_numpy_reference_accepts_a_correct_kernel(supervisor, numpy_experiment):
 
 
 def test_numpy_reference_rejects_half_precision_operands(supervisor, numpy_experiment):
-    result = supervisor.evaluate(small(numpy_experiment.request(kernel_source("half_operands.cu"), protocol=FAST)))
-    assert result.status == "mismatch"
+    """Refused from its compiled code first (FP16 conversions in an FP32 experiment); where the policy
+    allows fp16, the tolerances still catch the error it makes."""
+    refused = supervisor.evaluate(small(numpy_experiment.request(kernel_source("half_operands.cu"), protocol=FAST)))
+    assert refused.status == "precision" and "(fp16)" in refused.reason and not refused.cases
+    request = small(numpy_experiment.request(kernel_source("half_operands.cu"), protocol=FAST))
+    request.limits.precision = ["fp16"]
+    assert supervisor.evaluate(request).status == "mismatch"
 
 
 def test_cli_evaluate_on_the_example(tmp_path):

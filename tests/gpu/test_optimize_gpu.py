@@ -57,7 +57,7 @@ def test_optimize_end_to_end_with_real_kernels(tmp_path, supervisor):
     assert result.exit_code == 0, result.output
     run = tmp_path / "results" / "run-001"
     attempts = History.model_validate_json((run / "history.json").read_text()).attempts
-    assert [a.status for a in attempts] == ["ok", "compile_error", "mismatch", "ok", "ok"]
+    assert [a.status for a in attempts] == ["ok", "compile_error", "precision", "ok", "ok"]
     summary = Summary.model_validate_json((run / "summary.json").read_text())
     assert summary.best_attempt == 4, [(a.id, a.status, a.score_us) for a in attempts]
     assert summary.speedup > 1.0, [(c.name, c.speedup) for c in summary.cases]

@@ -122,9 +122,12 @@ def test_missing_barrier_race_is_a_mismatch(supervisor, small_request):
     assert result.status == "mismatch"
 
 
-def test_half_precision_operands_are_a_mismatch(supervisor, small_request):
-    result = supervisor.evaluate(small_request(kernel_source("half_operands.cu")))
-    assert result.status == "mismatch"
+def test_half_precision_operands_are_refused_and_where_allowed_a_mismatch(supervisor, small_request):
+    refused = supervisor.evaluate(small_request(kernel_source("half_operands.cu")))
+    assert refused.status == "precision" and not refused.cases
+    allowed = small_request(kernel_source("half_operands.cu"))
+    allowed.limits.precision = ["fp16"]  # the tolerance still judges the numbers
+    assert supervisor.evaluate(allowed).status == "mismatch"
 
 
 def test_kernel_assuming_tile_multiples_fails_the_odd_case(supervisor, small_request):

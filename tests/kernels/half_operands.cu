@@ -1,5 +1,7 @@
 // Adversarial (precision cheat): rounds every A and B operand to fp16 (via PTX cvt, no
 // cuda_fp16.h) before multiplying, accumulating in float; off by ~1e-3 relative.
+// Expected: precision on an FP32 experiment (FP16 conversions in its SASS, refused before any
+// launch); mismatch where limits.precision allows "fp16" (the tolerance still judges the numbers).
 __device__ __forceinline__ float round_to_half(float x)
 {
     unsigned short h;

@@ -117,7 +117,7 @@ class Optimizer:
         system = prompts.system_prompt(rec.exp.signature_text, rec.cases, tunables=self.tune,
                                        research=self.research,
                                        instruments=self.instruments.offered if self.instruments else (),
-                                       from_scratch=from_scratch)
+                                       from_scratch=from_scratch, limits=rec.exp.limits)
         profile = self.instruments.stalled_card() if self.instruments else None
         vendor = rec.exp.primary_vendor
         parents, users = [], []

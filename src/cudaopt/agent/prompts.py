@@ -10,7 +10,8 @@ import json
 
 from ..engine.scoring import medians
 from ..harness.compare import shown
-from ..wire.protocol import CaseSpec
+from ..wire.precision import allowed_math
+from ..wire.protocol import MATH_CLASSES, CaseSpec, Limits
 from ..wire.results import CaseResult
 from ..wire.signature import parse_signature
 from ..record.files import Attempt
@@ -33,6 +34,7 @@ kernel, so a path that needs few registers can run at a higher occupancy in a ke
 "entry" in the launch configuration names the one a case launches: a name, or quoted names \
 chosen by conditionals, e.g. "'small_tiles' if m * n < 1048576 else '{entry}'"; by default {entry}.
 - When the kernels' paths differ in tile and block, write the launch as a table instead of grid and block: {{"let": {{"fills": "cdiv(m, 128) * cdiv(n, 128) >= num_sms"}}, "size": ["n", "m"], "tiers": [{{"name": "large", "when": "fills", "entry": "big_tiles", "block": [256], "tile": [128, 128]}}, {{"name": "small", "entry": "{entry}", "block": [64], "tile": [32, 32]}}]}}: lets name values over the scalars and earlier lets, the first tier whose "when" holds is taken (only the last may omit it), and its grid is cdiv(size[i], tile[i]) unless it gives "grid".
+{precision}
 - You may call the gpu_info tool to read the GPU's properties.
 
 Answer with exactly two fenced blocks and nothing else required:
@@ -72,12 +74,34 @@ WRITE = ("You write a CUDA kernel that computes exactly the function of the user
          "then make it run faster on the user's GPU than the vendor library it is measured against.")
 
 
+# what each class of the precision policy lets a kernel use, in the model's words
+PRECISION_WORDS = {
+    "tf32": "TF32 tensor cores (mma/wmma with tf32, 3xTF32)",
+    "fp16": "FP16 (half tensor-core MMAs, half2 arithmetic, conversions to half)",
+    "bf16": "BF16 (bfloat16 tensor-core MMAs, bfloat162 arithmetic, conversions to bfloat16)",
+    "int8": "INT8 tensor cores (integer MMAs)",
+    "fp8": "FP8 (e4m3/e5m2 MMAs and conversions)",
+    "approx": "approximate units (__sinf, __cosf, tanh.approx, fast-math options)",
+}
+
+
+def precision_rule(limits: Limits, signature: str) -> str:
+    """The experiment's precision policy as a rule of the system prompt."""
+    allowed = allowed_math(limits, parse_signature(signature))
+    beyond = "; ".join(PRECISION_WORDS[c] for c in MATH_CLASSES if c in allowed)
+    return (f"- Precision: FP32, FP64 and integer arithmetic, and beyond them {beyond or 'nothing'}. The harness "
+            "reads the compiled code (SASS) before any launch and refuses a kernel with any other tensor-core or "
+            "approximate instruction, even one that would pass the tolerances.")
+
+
 def system_prompt(signature: str, cases: list[CaseSpec], tunables: bool = False, research: bool = False,
-                  instruments: tuple[str, ...] = (), from_scratch: bool = False) -> str:
-    """``from_scratch``: there is no initial kernel; the model writes the first one."""
+                  instruments: tuple[str, ...] = (), from_scratch: bool = False, limits: Limits | None = None) -> str:
+    """``from_scratch``: there is no initial kernel; the model writes the first one. ``limits``: the
+    experiment's, whose precision policy the model is told."""
     scalars = sorted({name for case in cases for name in case.scalars})
     text = SYSTEM.format(task=WRITE if from_scratch else IMPROVE, signature=signature,
-                         scalars=", ".join(scalars) or "none", entry=parse_signature(signature).name)
+                         scalars=", ".join(scalars) or "none", entry=parse_signature(signature).name,
+                         precision=precision_rule(limits or Limits(), signature))
     text += (TUNABLES if tunables else "") + (RESEARCH if research else "")
     if instruments:
         text += ("\n\nInstruments: find out what limits a kernel before you change it (attempt ids as in the "
@@ -154,6 +178,9 @@ def attempt_text(attempt: Attempt, baseline: Attempt | None, best: Attempt | Non
                          f"{other.spill_loads}, static shared {other.static_shared_bytes} B, local {other.local_bytes} B")
     if attempt.status == "compile_error":
         lines.append("  compiler output:\n" + _clip(attempt.reason, 2500))
+    elif attempt.status == "precision":
+        lines.append(f"  {_clip(attempt.reason, 800)}\n  Nothing was launched: compute in the precision the "
+                     "experiment allows (see the rules); a faster kernel in another precision is not an answer.")
     elif not attempt.cases and attempt.reason:
         lines.append(f"  {_clip(attempt.reason, 800)}")
     for case in attempt.cases:

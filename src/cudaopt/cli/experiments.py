@@ -107,9 +107,12 @@ def evaluate(
     with gpu_pool(chosen, ray) as pool:
         with out.status(f"evaluating {path.name} on {len(exp.cases({'correctness', 'performance'}))} cases…"):
             result = evaluate_trial(trial, pool, time_reference=not no_time_reference)
-    if json_out is not None and not to_stdout and result.candidate.status == "non_discriminating":
+    refused = result.candidate.status in ("non_discriminating", "precision")
+    if json_out is not None and not to_stdout and refused:
         write_atomic(json_out, result.to_json(indent=2) + "\n")  # what was measured is kept, then refused
     refuse_results(exp, result.candidate.cases)
+    if result.candidate.status == "precision":  # the worker read the policy's breach in the compiled code
+        raise ExperimentError(path, "limits.precision", result.candidate.reason)
     out.print(evaluation_table(result))
     for line in failure_lines(result):
         say(out, line)

@@ -7,6 +7,7 @@ from rich.table import Table
 
 from ..evaluate import Evaluation
 from ..record.events import AttemptFinished, AttemptStarted, PhaseProgress, ProgressEvent, UsageProgress
+from ..wire.precision import math_text
 
 _STYLE = {"ok": "green", "timeout": "yellow", "implausible": "magenta"}
 
@@ -45,10 +46,12 @@ def evaluation_table(evaluation: Evaluation) -> Table:
         tier = f" ({case.launch.tier})" if case.launch and case.launch.tier else ""  # a tier table's row
         kernel = [((case.launch.entry if case.launch else None) or "(the entry)") + tier] if kernels else []
         table.add_row(*cells, regs, spills, *kernel)
+    lines = [f"math: {math_text(comp)}"] if comp is not None else []  # read from the compiled code
     if labels:
         notes = [f"{c.name}: {v.label + ': ' if len(labels) > 1 else ''}{v.status}: {' '.join(v.reason.split())}"
                  for c in result.cases for v in c.vendors if v.status != "ok"]
-        lines = [f"{_vendor_word(labels)}: {', '.join(labels)} (timed interleaved with the kernel)", *notes]
+        lines += [f"{_vendor_word(labels)}: {', '.join(labels)} (timed interleaved with the kernel)", *notes]
+    if lines:
         table.caption = escape("\n".join(lines))
         table.caption_justify = "left"
     return table
@@ -165,6 +168,8 @@ def summary_lines(summary) -> list[str]:
              f"GPU {t.gpu_seconds:.1f} s, wall {t.wall_seconds:.1f} s"]
     if summary.best_defines:
         lines.append(f"best tunables: {summary.best_defines}")
+    if summary.best_math:
+        lines.append(f"best math: {summary.best_math}")
     lines += [f"review: {flag}" for flag in summary.review]
     if summary.finalists:
         f = summary.finalists

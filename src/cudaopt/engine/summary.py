@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..wire.precision import math_text
 from ..wire.protocol import CaseSpec, VendorSpec
 from ..wire.results import CaseResult
 from ..wire.stats import geomean
@@ -73,6 +74,7 @@ def summarise(facts: RunFacts, attempts: Sequence[Attempt], calls: Sequence[Mode
         signature=facts.signature, model=facts.model, baseline_attempt=0,
         best_attempt=best.id if best else None, best_source_file="best.cu" if best else None,
         best_defines=best.defines if best else {},
+        best_math=math_text(best.compile) if best and best.compile else None,
         cases=cases, baseline=facts.baseline_label, baseline_score_us=base_score, best_score_us=best_score,
         speedup=(base_score / best_score) if base_score and best_score else None,
         vendors=vendors, kernelbench=KernelBenchMetrics.of(

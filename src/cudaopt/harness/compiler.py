@@ -2,7 +2,8 @@
 
 Every source passes the include scan (sandbox.py) here, in the caller's process, and is then
 compiled by a confined compiler process (compile_process.py; the compilation itself is
-nvrtc_build.py). NVRTC needs no GPU, so everything here also runs (and is tested) on machines
+nvrtc_build.py); the math units of the cubin that comes back are read here (math_units.py: nvdisasm
+is a program of its own, which the confined process may not start). NVRTC needs no GPU, so everything here also runs (and is tested) on machines
 without one.
 """
 
@@ -14,6 +15,7 @@ from ..wire.protocol import KernelSpec
 from ..wire.results import CompileInfo
 from .compile_process import compile_remote
 from .lru import Lru
+from .math_units import read_math
 from .nvrtc_build import CompileError, parse_ptxas, with_hints  # noqa: F401 (callers import them here)
 from .sandbox import PROGRAM_NAME, IncludeError, check_includes
 
@@ -66,12 +68,16 @@ def compile_ptx(spec: KernelSpec, arch: str = DEFAULT_ARCH) -> str:
     return code.decode()
 
 
-def compile_kernel(spec: KernelSpec, arch: str = DEFAULT_ARCH) -> Compiled:
-    """Compile ``spec`` for ``arch``; raise :class:`CompileError` with the full log on failure."""
+def compile_kernel(spec: KernelSpec, arch: str = DEFAULT_ARCH, *, math: bool = True) -> Compiled:
+    """Compile ``spec`` for ``arch``; raise :class:`CompileError` with the full log on failure.
+    ``math``: read the math units of the cubin's SASS into the report (a candidate's; the trusted
+    reference's need not be)."""
     from cuda.core import ObjectCode
 
     _sandbox(spec)
     code, info = compile_remote("cubin", spec, arch)
+    if math:
+        read_math(code, info)
     return Compiled(cubin=ObjectCode.from_cubin(code), info=info)
 
 

@@ -22,6 +22,7 @@ from .compiler import parse_ptxas
 from .cubin import Section, kept_state, module_sections, workspace_names
 from .launcher import CaseFailure
 from .leftovers import SHARED_POISON
+from .math_units import precision_refusal
 
 WORKSPACE_POISON = SHARED_POISON.to_bytes(4, "little")  # a float32 NaN
 _STACK_SIZES = re.compile(r"(\d+) bytes (?:stack frame|cumulative stack size)")
@@ -35,6 +36,14 @@ class Entries:
         self.workspace: list[tuple[int, int]] = []  # (address, bytes) of the variables poisoned before each launch
         self.state = ModuleState(None, None, [])  # the module's variables, restored before each launch
         self.get(None)  # the request's own entry must be there, whatever the cases launch
+
+    def check_precision(self, limits: Limits, trusted: bool = False) -> None:
+        """Refuse a module whose math (read from its SASS, math_units.py) is outside the
+        experiment's precision policy, before any launch; ``trusted``: the user's own reference,
+        only timed, is not held to it."""
+        problem = None if trusted else precision_refusal(self.info, limits, self.signature)
+        if problem:
+            raise CaseFailure("precision", f"the kernel {problem}")
 
     def check_kept_state(self, limits: Limits, gpu) -> None:
         """Refuse what the module holds beyond the limit or cannot be restored (cubin.kept_state,

@@ -58,13 +58,21 @@ _OPS_PER_CLOCK_PER_SM = {
     "bfloat16": 4096,
     "int8": 8192,
     "uint8": 8192,
+    "float8": 8192,
 }
 _FP32_CUDA_CORE_OPS_PER_CLOCK_PER_SM = 256  # 128 FMA lanes
 
 
-def floor_rate_key(dtype: str, allow_tf32: bool) -> str:
-    """Which peak bounds work on ``dtype``: float32 without TF32 is bounded by the CUDA cores."""
-    return "float32" if dtype == "float32" and allow_tf32 else ("float32_cuda_cores" if dtype == "float32" else dtype)
+# the peak each math class of a precision policy (wire/precision.py) may reach
+_CLASS_RATES = {"tf32": "float32", "fp16": "float16", "bf16": "bfloat16", "int8": "int8", "fp8": "float8"}
+
+
+def floor_rate_key(dtype: str, allowed: frozenset[str], rates: dict[str, float]) -> str:
+    """Which peak bounds work on ``dtype`` under a precision policy: the fastest of its own (float32
+    without tensor cores: the CUDA cores) and those of the math classes the policy allows."""
+    own = "float32_cuda_cores" if dtype == "float32" else dtype
+    keys = [own, *(_CLASS_RATES[c] for c in sorted(allowed) if c in _CLASS_RATES)]
+    return max(keys, key=lambda key: (rates.get(key, 0.0), key == own))
 
 
 class Gpu:

@@ -14,6 +14,7 @@ from ..wire.protocol import KernelSpec
 from ..wire.results import CompileInfo
 from .cubin import inspect_cubin
 from .host_headers import HEADERS, PRELUDE_NAME
+from .math_units import fast_math_options
 from .sandbox import PROGRAM_NAME, filter_log
 
 # Header families a kernel may include, each with the CUDA wheel that ships it (cuda-toolkit extras,
@@ -103,6 +104,7 @@ def build(spec: KernelSpec, arch: str, target: str) -> tuple[bytes, CompileInfo 
     _apply_ptxas(info, text, spec.entry)
     state = inspect_cubin(code)
     info.global_bytes, info.device_malloc, info.global_symbols = state.global_bytes, state.device_malloc, state.symbols
+    info.fast_math = fast_math_options(o.decode() for o in options)
     return code, info
 
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..wire.precision import allowed_math
 from ..wire.protocol import WireModel
 from ..wire.results import Roofline
 
@@ -214,7 +215,7 @@ def judge_plausibility(out, case, signature, limits, flush_l2: bool, spec, measu
         out.roofline = Roofline(error=str(exc))
         return
     dtype = compute_class(signature)
-    rate_key = floor_rate_key(dtype, limits.allow_tf32)
+    rate_key = floor_rate_key(dtype, allowed_math(limits, signature), spec.flops_per_s)
     out.roofline = roofline(
         out.timing.median_us * 1e-6, flops, nbytes,
         spec_flops=spec.flops_per_s.get(rate_key, max(spec.flops_per_s.values())), spec_bytes=spec.bytes_per_s,
@@ -224,11 +225,13 @@ def judge_plausibility(out, case, signature, limits, flush_l2: bool, spec, measu
     out.roofline.floor_rate = rate_key
     floor_us = out.roofline.floor_us
     if floor_us is not None and out.timing.median_us < floor_us:
+        # the floor's figure stays in out.roofline, which the model is never shown: a reason that
+        # quoted it would say how far to pad
         out.status = "implausible"
         out.reason = (
-            f"median {out.timing.median_us:.3f} us is below the speed-of-light floor {floor_us:.3f} us "
-            f"({out.roofline.bound}-bound, from the declared work and the larger of the spec and measured "
-            f"peaks for {rate_key.replace('_', ' ')})"
+            f"median {out.timing.median_us:.3f} us is below the speed-of-light floor for the precision the "
+            f"experiment allows ({out.roofline.bound}-bound, from the declared work and the larger of the spec "
+            f"and measured peaks for {rate_key.replace('_', ' ')})"
         )
 
 

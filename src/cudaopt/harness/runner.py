@@ -128,6 +128,7 @@ class Runner:
         entries, info = self._compile(req.kernel, signature)
         result.compile = info
         self.on_event(Compiled(compile=info))
+        entries.check_precision(req.limits, trusted=not req.check)
         entries.check_kept_state(req.limits, self.gpu)
         return entries
 
@@ -260,8 +261,9 @@ class Runner:
 
     def _answer_key(self, req: EvalRequest, buffers_key: str) -> str:
         ref = req.reference
-        return cache_key(ref.source, ref.entry, ref.kind, ref.launch.to_data() if ref.launch else None,
-                         ref.kind == "torch" and req.limits.allow_tf32, buffers_key, self.gpu.arch)
+        tf32 = ref.kind == "torch" and [req.limits.allow_tf32, req.limits.precision]  # what its TF32 switch follows
+        return cache_key(ref.source, ref.entry, ref.kind, ref.launch.to_data() if ref.launch else None, tf32,
+                         buffers_key, self.gpu.arch)
 
     def _make_room(self, req: EvalRequest, signature: Signature, sets, shapes, guards: bool, buffers_key: str) -> Room:
         """What the case still needs (case_bytes) freed of other cases' kept buffers and answers."""

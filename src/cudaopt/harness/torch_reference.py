@@ -20,6 +20,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from ..wire.precision import allowed_math
 from ..wire.signature import Signature
 from .reference import ReferenceFailure, reference_outputs
 
@@ -130,7 +131,8 @@ class TorchReference:
 
         torch, gpu = self.torch, self.gpu
         fn = self.function(req.reference)
-        inputs, output_shapes, allow_tf32 = buffers.ranges(input_set), buffers.output_shapes, req.limits.allow_tf32
+        inputs, output_shapes = buffers.ranges(input_set), buffers.output_shapes
+        allow_tf32 = "tf32" in allowed_math(req.limits, signature)
         answers: dict[str, DeviceAnswer] = {}
         with torch.cuda.stream(torch.cuda.ExternalStream(int(gpu.stream.handle))):
             copies = {a.name: torch_view(torch, inputs[a.name][0], inputs[a.name][1], a.dtype).clone()

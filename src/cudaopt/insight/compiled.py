@@ -9,18 +9,15 @@ an unrolled loop counts every copy and a rolled one counts once.
 from __future__ import annotations
 
 import re
-import subprocess
-import tempfile
 from collections import Counter
-from pathlib import Path
 
 from pydantic import Field
 
 from ..harness.compiler import compile_kernel, compile_ptx
+from ..harness.locate import find_tool
+from ..harness.math_units import MathUnreadable, classify, disassemble, instructions
 from ..wire.protocol import KernelSpec, WireModel
-from .locate import find_tool
 
-_SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_.]*)")
 _PTX_LINE = re.compile(r"^\s*(?:@!?%\w+\s+)?([a-z][\w.:]*)")
 _PTX_BITS = {"b8": 8, "u8": 8, "s8": 8, "b16": 16, "u16": 16, "s16": 16, "f16": 16, "bf16": 16, "f16x2": 32,
              "bf16x2": 32, "b32": 32, "u32": 32, "s32": 32, "f32": 32, "b64": 64, "u64": 64, "s64": 64, "f64": 64,
@@ -52,33 +49,23 @@ class CodeSummary(WireModel):
 
 def summarize(spec: KernelSpec, arch: str) -> CodeSummary:
     """Compile ``spec`` for ``arch`` and summarise its SASS, or its PTX without a disassembler."""
-    compiled = compile_kernel(spec, arch)
+    compiled = compile_kernel(spec, arch, math=False)  # its SASS is read below
     info = compiled.info
     resources = {"registers": info.registers, "spill_stores_bytes": info.spill_stores,
                  "spill_loads_bytes": info.spill_loads, "stack_bytes": info.stack_bytes,
                  "static_shared_bytes": info.static_shared_bytes}
-    nvdisasm = find_tool("nvdisasm")
-    sass = disassemble(nvdisasm, bytes(compiled.cubin.code)) if nvdisasm else None
-    summary = summarize_sass(sass, arch, tool=nvdisasm) if sass else summarize_ptx(compile_ptx(spec, arch), arch)
+    try:
+        summary = summarize_sass(disassemble(bytes(compiled.cubin.code)), arch, tool=find_tool("nvdisasm") or "")
+    except MathUnreadable:  # no disassembler here: the PTX instead
+        summary = summarize_ptx(compile_ptx(spec, arch), arch)
     summary.resources = resources
     return summary
 
 
-def disassemble(nvdisasm: str, cubin: bytes) -> str | None:
-    """The cubin's SASS; None when nvdisasm cannot read it (then the PTX is summarised instead)."""
-    with tempfile.TemporaryDirectory(prefix="cudaopt-sass-") as tmp:
-        path = Path(tmp) / "kernel.cubin"
-        path.write_bytes(cubin)
-        try:
-            out = subprocess.run([nvdisasm, "--print-code", str(path)], capture_output=True, text=True,
-                                 timeout=60, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-    return out.stdout if out.returncode == 0 else None
-
-
 def summarize_sass(text: str, arch: str, tool: str = "nvdisasm") -> CodeSummary:
-    ops = Counter(m.group(1) for line in text.splitlines() if (m := _SASS_LINE.match(line)))
+    found = instructions(text)
+    ops = Counter(ins.mnemonic for ins in found)
+    constants = Counter(ins.mnemonic for ins in found if ins.opcode == "HFMA2" and not classify(ins))
     s = CodeSummary(kind="sass", tool=tool, arch=arch)
     for op, n in ops.items():
         base, parts = op.split(".")[0], op.split(".")[1:]
@@ -96,8 +83,8 @@ def summarize_sass(text: str, arch: str, tool: str = "nvdisasm") -> CodeSummary:
             s.local_stores += n
         elif base == "LDGSTS":
             s.async_copies += n
-        elif base in ("FFMA", "DFMA", "HFMA2") and "MMA" not in parts:  # HFMA2.MMA is the compiler's move
-            s.fma += n
+        elif base in ("FFMA", "DFMA", "HFMA2"):  # less HFMA2's constant loads (math_units.classify)
+            s.fma += n - constants[op]
         elif base in ("HMMA", "HGMMA", "IMMA", "IGMMA", "DMMA", "BMMA", "BGMMA", "QGMMA"):
             s.tensor_mma += n
         elif base == "BAR":

@@ -1,8 +1,8 @@
 """``cudaopt import kernelbench PROBLEM.py --out DIR``: a KernelBench problem as a complete experiment.
 
 Writes ``experiment.json`` (description, signature, the PyTorch reference, no initial kernel:
-a model writes the first one; PyTorch eager and ``torch.compile`` as vendors; KernelBench's own
-distributions and tolerances beside the ones used), ``input_cases.json``, ``reference.py`` and
+a model writes the first one; PyTorch eager and ``torch.compile`` as vendors; the precision
+policy its tensor types allow; KernelBench's own distributions and tolerances beside the ones used), ``input_cases.json``, ``reference.py`` and
 ``vendor.py`` (glue.py), then loads the result as any experiment is loaded, so what was written is
 known to be valid. translate.py says how a problem maps to an experiment; discriminate.py makes
 its cases discriminate (negative controls on the CPU).
@@ -20,6 +20,7 @@ from ..errors import ExperimentError
 from ..experiment import Experiment, load_experiment
 from ..harness.inputs import InputError
 from ..harness.reference import ReferenceFailure, load_python
+from ..wire.precision import dtype_classes
 from ..wire.protocol import Limits
 from .discriminate import discriminate
 from .glue import reference_source, vendor_source
@@ -75,7 +76,7 @@ def import_problem(path: Path, out: Path, *, name: str | None = None, seed: int 
                              returns=True, pytorch="compile")]
     config = ExperimentConfig(description=describe(problem, t, made.origin), signature=str(t.signature),
                               reference="reference.py", reference_kind="torch", input_cases="input_cases.json",
-                              vendor=vendors, limits=Limits(allow_tf32=False), kernelbench=made.origin)
+                              vendor=vendors, limits=Limits(precision=precision(t)), kernelbench=made.origin)
     problem.apply(problem.defaults)
     (out / "vendor.py").write_text(vendor_source(problem, t, seed))
     (out / "input_cases.json").write_text(json.dumps(_cases_json(cases), indent=2) + "\n")
@@ -83,6 +84,13 @@ def import_problem(path: Path, out: Path, *, name: str | None = None, seed: int 
     (out / "experiment.json").write_text(json.dumps(data, indent=2) + "\n")
     return Imported(experiment=load_experiment(out / "experiment.json"), folder=out,
                     notes=list(dict.fromkeys(t.notes + made.notes)))
+
+
+def precision(t: Translation) -> list[str]:
+    """The precision policy written into the experiment, from the problem's tensor types: FP32 and
+    FP64 problems get no reduced-precision math, a float16 or bfloat16 one that class (and int8
+    data the integer MMAs); bool tensors, which travel as uint8, allow nothing."""
+    return dtype_classes(a.dtype for a in t.signature.args if a.pointer and a.name not in t.bools)
 
 
 def _cases_json(cases: CasesFile) -> dict:

@@ -14,6 +14,7 @@ reader refuses a version newer than it knows. ``docs/schemas/`` holds their JSON
   ``speedup_vs_vendor``; still read), ``baseline`` (what the speed-ups are over), ``kernelbench``
   (the metrics with PyTorch baselines), ``per_case_best`` and ``dispatch_score_us``, and
   ``finalists``, the best attempts measured again on one GPU when several GPUs measured them.
+  3: ``best_math``, the math units the winner's compiled code uses (absent in older files: none).
 - ``env.json`` 2: ``pool``, every GPU the run could use, and ``backend``.
 - ``verify.json`` 2: ``timed`` (timed holdout cases and shape sweeps), ``regressions``, ``repeats``,
   ``shapes_file``, and each case's ``gpu`` (version 1 had none of them; it is still read). 3:
@@ -217,9 +218,9 @@ class Finalists(WireModel):
 
 class Summary(WireModel):
     """summary.json (version 2: vendors as a list, ``baseline``, ``kernelbench``, ``per_case_best``,
-    ``dispatch_score_us`` and ``finalists``)."""
+    ``dispatch_score_us`` and ``finalists``; 3: ``best_math``)."""
 
-    schema_version: int = version_field(2)
+    schema_version: int = version_field(3)
     run: str
     strategy: str
     description: str
@@ -229,6 +230,7 @@ class Summary(WireModel):
     best_attempt: int | None
     best_source_file: str | None
     best_defines: dict[str, int | float | str] = Field(default_factory=dict)
+    best_math: str | None = None  # the math units the best attempt's compiled code uses, e.g. "FP32 CUDA cores"
     cases: list[CaseSummary]
     baseline: str = "initial kernel"  # what attempt 0 and the speed-ups are over: or "vendor: LABEL"
     baseline_score_us: float | None

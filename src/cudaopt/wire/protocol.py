@@ -26,6 +26,9 @@ MAX_LAUNCHES = 100_000  # warm-up or timed launches per case a request (or a com
 
 Role = Literal["correctness", "performance", "holdout"]
 Expr = str | int | float
+# Math a kernel may use beyond plain FP32/FP64 and integer ALU math (wire/precision.py, harness/math_units.py)
+MathClass = Literal["tf32", "fp16", "bf16", "int8", "fp8", "approx"]
+MATH_CLASSES: tuple[str, ...] = MathClass.__args__
 
 
 class WireModel(BaseModel):
@@ -345,11 +348,21 @@ class TimingProtocol(WireModel):
 
 
 class Limits(WireModel):
-    """What a candidate may use beyond its buffers, and which arithmetic the floor assumes."""
+    """What a candidate may use beyond its buffers, and which arithmetic it may compute with: the
+    precision policy (``wire/precision.allowed_math`` reads it; the floor assumes what it allows)."""
 
     global_bytes: int = Field(65536, ge=0)  # module variables, restored before every launch (device malloc is refused)
     workspace: list[CIdentifier] = Field(default_factory=list, max_length=16)  # poisoned before each launch: not kept
-    allow_tf32: bool = False  # float32 work may use tensor cores: the floor uses their rate
+    allow_tf32: bool = False  # adds "tf32" to the precision policy
+    precision: list[MathClass] | None = None  # math allowed beyond FP32/FP64 and integer; None: from the pointer types
+
+    @field_validator("precision")
+    @classmethod
+    def _once_each(cls, value: list[str] | None) -> list[str] | None:
+        twice = sorted({name for name in value or () if value.count(name) > 1})
+        if twice:
+            raise ValueError(f"{twice[0]!r} is given more than once")
+        return value
 
 
 class CaseTimeouts(WireModel):

@@ -31,6 +31,7 @@ STATUSES = (
     "reference_error",
     "internal_error",
     "non_discriminating",  # the case accepts a trivial output (negative controls, controls.py)
+    "precision",  # the compiled code uses math the experiment's precision policy does not allow
 )
 Status = Literal[STATUSES]  # type: ignore[valid-type]
 
@@ -70,6 +71,16 @@ class EntryInfo(WireModel):
     max_threads_per_block: int
 
 
+class MathUse(WireModel):
+    """One class of math in a compiled module (harness/math_units.py): its instructions, by opcode,
+    and the first of them as nvdisasm prints it, with the function it is in."""
+
+    count: int
+    opcodes: dict[str, int]  # e.g. {"HMMA": 16, "F2FP": 2}
+    example: str  # e.g. "HMMA.1684.F32.TF32 R8, R8, R24, RZ"
+    function: str
+
+
 class CompileInfo(WireModel):
     ok: bool
     log: str
@@ -88,6 +99,11 @@ class CompileInfo(WireModel):
     device_malloc: bool = False
     cached: bool = False  # this worker compiled the same kernel before: its cubin, loaded afresh
     entries: dict[str, EntryInfo] = Field(default_factory=dict)  # other kernels the cases launched
+    # the math units of every function of the module, per class ("fp32", "tf32", ...), read from its SASS;
+    # None: not read (math_error says why, and the worker refuses the kernel)
+    math: dict[str, MathUse] | None = None
+    math_error: str = ""
+    fast_math: list[str] = Field(default_factory=list)  # compile options that trade precision for speed
 
     def resources(self, entry: str | None) -> tuple[int | None, int | None, int | None]:
         """Registers and spill stores/loads of the kernel a case launched (``ResolvedLaunch.entry``)."""

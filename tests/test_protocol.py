@@ -27,7 +27,7 @@ def test_request_is_self_contained(sgemm):
     assert {c["role"] for c in data["cases"]} == {"correctness", "performance"}  # holdout stays out
     assert data["protocol"] == {"warmup": 10, "iterations": 100, "flush_l2": True, "input_sets": 3,
                                 "gate": True, "chunk": 25, "checked_launches": 3, "seed": None}
-    assert data["limits"] == {"global_bytes": 1024, "workspace": ["spread_bands"], "allow_tf32": False,
+    assert data["limits"] == {"global_bytes": 65536, "workspace": ["spread_bands"], "allow_tf32": False,
                               "precision": None}
 
 

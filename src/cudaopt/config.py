@@ -265,7 +265,7 @@ class VendorSection(WireModel):
 
 
 # which of a case's recorded ``phases`` (harness/runner.py) belong to the supervisor's phases
-CHECK_STEPS = ("setup_s", "reference_s", "check_s")
+CHECK_STEPS = ("setup_s", "reference_s", "controls_s", "check_s")
 TIMING_STEPS = ("timing_s", "timed_checks_s")
 
 

@@ -111,8 +111,7 @@ def test_on_one_gpu_attempts_recorded_within_noise_of_the_best_are_measured_agai
     assert again == [64, 65, 65, 64, 64, 65]  # interleaved, neither always first
 
 
-def test_a_run_on_one_gpu_needs_no_finalists_when_the_best_is_beyond_noise_even_with_cached_results(tmp_path,
-                                                                                                  experiment):
+def test_a_best_beyond_noise_is_measured_again_alone_and_audited_even_with_cached_results(tmp_path, experiment):
     path = Path(experiment.config)
     config = json.loads(path.read_text())
     config["tune"]["tunables"] = {"BM": [16, 32]}
@@ -124,7 +123,10 @@ def test_a_run_on_one_gpu_needs_no_finalists_when_the_best_is_beyond_noise_even_
     run, summary = start_or_resume(experiment, ModelSettings(), Budget(), tmp_path / "results", ScriptedEvaluator(),
                                    Options(strategy="tune"))
     assert [a.cached for a in attempts(run)] == [True, True, True, False, False]
-    assert summary.finalists is None  # each tile is far faster than the last; the cached ones were measured here too
+    # each tile is far faster than the last (the cached ones were measured here too): the best has no rival, but
+    # it is measured again all the same, alone, and audited before it is crowned
+    assert [f.attempt for f in summary.finalists.finalists] == [summary.best_attempt] == [attempts(run)[-1].id]
+    assert summary.audit.winner == summary.best_attempt and summary.audit.audits[0].rounds == 3
 
 
 class FailsWhenMeasuredAgain(ScriptedPool):

@@ -25,7 +25,7 @@ from ..wire.signature import DTYPES, Signature, parse_signature
 from ..wire.stats import summarize
 from .answers import HOST_DETAILS_BYTES, DeviceAnswer, LockedAnswer, answer_controls, check_output, close_answers
 from .buffers import CaseBuffers
-from .case_data import DeviceCases, HostSets, Room, cache_key, case_bytes, make_room
+from .case_data import DeviceCases, HostSets, Room, cache_key, case_bytes, check_order, make_room
 from .compare import describe
 from .compiler import CompileCache, CompileError, compile_kernel
 from .controls import judge
@@ -39,11 +39,6 @@ from .reference import CudaReference, ReferenceFailure, call_python, load_python
 from .timing import Stopwatch, TimedRun, draw_plan, method, new_seed
 from .torch_reference import TorchReference
 from .vendor import BoundVendor, Vendor, VendorError
-
-
-def check_order(sets: int) -> list[int]:
-    """Input-set order: the near duplicate (set 2) right after its original (set 0)."""
-    return [0, 2, 1, *range(3, sets)] if sets >= 3 else list(range(sets))
 
 
 class Runner:

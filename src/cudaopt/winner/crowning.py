@@ -77,7 +77,6 @@ def audit_candidate(rec: Recorder, attempt: Attempt, rounds: list[EvalResult], r
     plan = []  # checked launches of each evaluation still to make, at most the run's own per evaluation
     while have + sum(plan) < required:
         plan.append(min(protocol.checked_launches, required - have - sum(plan)))
-    planned = [*rounds]
     done: list[EvalResult] = []
     status, reason = "ok", ""
     trial = rec.trial.variant(rec.source(attempt), attempt.launch, attempt.defines)
@@ -97,10 +96,9 @@ def audit_candidate(rec: Recorder, attempt: Attempt, rounds: list[EvalResult], r
         if short:
             status, reason = "internal_error", f"the evaluation checked fewer than {checked} timed launches of {short}"
             break
-    # the bound the audit holds its candidate to: of every evaluation it planned (a refused one stopped early)
-    draws = case_draws([*planned, *done])
-    iterations = protocol.iterations
-    bounds = [escape(draws.get(name, []) + [(iterations, k) for k in plan[len(done):]]) for name in performance]
+    # the bound the audit holds its candidate to: its rounds and every evaluation it planned (a refused one stops early)
+    draws = case_draws(rounds)
+    bounds = [escape(draws.get(name, []) + [(protocol.iterations, k) for k in plan]) for name in performance]
     return AuditedCandidate(
         attempt=attempt.id, required=required, checked_launches_per_case=checked_per_case([*rounds, *done], performance),
         escape_bound=max(bounds, default=1.0), rounds=len(rounds), evaluations=len(done),

@@ -79,6 +79,11 @@ def test_finalists_measured_on_different_gpus_are_measured_again_on_one_before_a
     assert 'id="finalists"' in report and f"#{by_tile[128].id} (winner)" in report and "— GPU 1" in report
     (line,) = [x for x in summary_lines(summary) if x.startswith("finalists")]
     assert line.startswith("finalists measured again on GPU 0 (3×): #") and line.endswith(f"winner #{by_tile[128].id}")
+    # the winner's three rounds checked 9 timed launches per case; the audit's own evaluation the 2 more that make 11
+    (line,) = [x for x in summary_lines(summary) if x.startswith("crowning audit")]
+    assert line == (f"crowning audit: #{by_tile[128].id} passed, 11+ checked timed launches per performance case; "
+                    f"one wrong on half a case's timed launches passes with p ≤ 0.044% (run: 0.044%)")
+    assert 'id="crowning-audit"' in report and f"#{by_tile[128].id} (winner)" in report
 
 
 class LuckyOnce(ScriptedEvaluator):

@@ -227,8 +227,8 @@ class Recorder:
     def crown(self, audit: CrowningAudit) -> None:
         """The crowning audits are done (winner/crowning.py): the winner, if any, passed the last."""
         self.audit = audit
-        self.run.log(f"crowning audit: winner {'#' + str(audit.winner) if audit.winner is not None else 'none'}, "
-                     f"escape bound {audit.escape_bound}, run {audit.run_escape_bound:.3g}")
+        passed = f"#{audit.winner}, escape bound {audit.escape_bound:.3g}" if audit.winner is not None else "none"
+        self.run.log(f"crowning audit: winner {passed}; run {audit.run_escape_bound:.3g}")
         self.write_summary()
 
     def _follow_best(self, previous: Attempt | None) -> None:

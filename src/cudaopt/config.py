@@ -287,8 +287,8 @@ class TimeoutPolicy(WireModel):
     floor_s: float = Field(10.0, gt=0, allow_inf_nan=False)
 
     def fixed(self) -> Timeouts:
-        """The limits before a baseline: fixed, but a candidate's checked launches are held to
-        ``multiple`` times the reference's time on the case (``floor_s`` at least)."""
+        """The limits before a baseline: fixed, but each of a candidate's checked launches (the kernel
+        alone) is held to ``multiple`` times the reference's time on the case (``floor_s`` at least)."""
         return Timeouts(compile_s=self.compile_s, check_s=self.check_s, timing_s=self.timing_s,
                         launch_multiple=self.multiple, launch_floor_s=self.floor_s)
 

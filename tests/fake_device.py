@@ -182,6 +182,7 @@ class FakeDevice:
         self.gates_closed = 0
         self.gate_open = True
         self.wipes = FakeWipes(self)
+        self.downloads: list[int] = []  # bytes of each copy back to the host, in order
 
     # --- the test's side -----------------------------------------------------------------
 
@@ -239,6 +240,7 @@ class FakeDevice:
 
     def download(self, ptr: int, nbytes: int) -> np.ndarray:
         self.check_alive()
+        self.downloads.append(nbytes)
         return self.view(ptr, np.uint8, nbytes).copy() if nbytes else np.empty(0, dtype=np.uint8)
 
     def copy_async(self, dst: int, src: int, nbytes: int) -> None:

@@ -4,7 +4,7 @@ The kernel's entry decides what it does: ``hang`` hangs in the second case's che
 ``die`` exits there, ``environ`` names the variables it sees in its reason, ``sleep`` sleeps
 ``MS`` milliseconds (a define) in its first case; anything else passes every case (with the
 request's vendors timed on the performance cases). Every timed case gets a median of
-``10 * (1 + T)`` µs (``T`` a define, default 0).
+``10 * (1 + T)`` µs (``T`` a define, default 0), and as many checked launches as its protocol says.
 
 Each result's ``device.pci_bus_id`` names the worker's pid (``fake:PID``); its ``reason``
 counts the kernels prefetched so far (``prefetched N``). The device's name is ``fake``, or
@@ -79,7 +79,9 @@ def main():
                 os._exit(1)
             result = {"name": case["name"], "role": case["role"], "status": "ok"}
             if case["role"] in request.get("time_roles", ["performance"]):
-                result["timing"] = stats(10.0 * (1 + defines.get("T", 0)))
+                protocol = {"iterations": 100, "checked_launches": 3, **request.get("protocol", {})}
+                result["timing"] = {**stats(10.0 * (1 + defines.get("T", 0))), "n": protocol["iterations"]}
+                result["audit"] = {"checked_launches": list(range(protocol["checked_launches"]))}
                 result["vendors"] = [{"label": v["label"], "status": "ok", "timing": stats(7.0)}
                                      for v in request.get("vendors", [])]
             cases.append(result)

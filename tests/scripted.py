@@ -6,7 +6,8 @@ medians 0.5x the base figures, ``// RESULT: compile_error``, ``// RESULT: mismat
 (sleeps 20 s, for kill tests). A request with vendors gets each timed at
 ``VENDOR`` x the base figures (the second at twice that, and so on) on every performance case; a
 vendor with "mismatch" in its label mismatches on square-4096, one with "broken" errors
-everywhere. A request without a kernel times the vendors alone.
+everywhere. A request without a kernel times the vendors alone. A timed case reports the timed
+and checked launches its protocol asks for.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from cudaopt.pool.dispatch import Dispatcher, GpuRef, dispatch
 from cudaopt.wire.messages import PhaseStarted
 from cudaopt.wire.results import (
+    Audit,
     CaseResult,
     CheckInfo,
     CompileInfo,
@@ -54,6 +56,11 @@ class ScriptedEvaluator:
         self.requests = []
         self.prefetched: list[list] = []
         self.notices: list[str] = []
+
+    @property
+    def attempts(self) -> list:
+        """The requests of a run's attempts (not its finalists' rounds nor its crowning audit)."""
+        return [r for r in self.requests if r.id.startswith("attempt-")]
 
     def device_info(self) -> DeviceInfo:
         return DeviceInfo(name="Scripted GPU", arch="sm_90", sm_count=132, pci_bus_id=f"scripted:{self.index}")
@@ -137,10 +144,14 @@ class ScriptedEvaluator:
                                     memory_pct=round(nbytes / median / 1e3 / 4814.3 * 100, 1),
                                     floor_us=max(flops / 535.3e12, nbytes / 4814.3e9) * 1e6)
             phases = {"setup_s": 0.1, "reference_s": 0.2, "check_s": 0.1}  # scripted: the base figures' scale
+            audit = None
             if timing:
                 phases.update(timing_s=base_us(case) * float(arg or 1.0) * 1e-4, timed_checks_s=0.01)
+                timing.n = request.protocol.iterations
+                audit = Audit(checked_launches=list(range(request.protocol.checked_launches)))
             cases.append(CaseResult(name=case.name, role=case.role, status="ok", timing=timing, roofline=roofline,
-                                    phases=phases, vendors=_vendors(request.vendors, case) if timing else []))
+                                    phases=phases, vendors=_vendors(request.vendors, case) if timing else [],
+                                    audit=audit))
         status = next((c.status for c in cases if c.status != "ok"), "ok")
         return EvalResult(status=status, reason="" if status == "ok" else "case odd: mismatch",
                           compile=compile_info, cases=cases, wall_s=0.01)

@@ -51,15 +51,15 @@ PACKAGE_LAYERS = {
         {"worker"},
     ],
     "pool": [{"dispatch"}, {"devices", "supervisor"}, {"ray_cluster"}, {"pools"}],  # the Evaluator, then backends
-    "insight": [{"parse"}, {"card", "compiled", "ncu"}],
-    "record": [{"bake", "events", "files", "heatmap", "rundir"}, {"cache", "runs"}, {"dispatch_table"}],
+    "insight": [{"locate", "parse"}, {"card", "compiled", "ncu"}],
+    "record": [{"bake", "crown", "events", "heatmap", "rundir"}, {"files"}, {"cache", "runs"}, {"dispatch_table"}],
     "engine": [{"scoring"}, {"summary"}, {"recorder"}],  # pure functions below the one that writes
     "agent": [{"instruments", "model", "nvidia_docs", "prompts", "proposal"}, {"graph", "research"}],
     "report": [{"charts", "roi"}, {"build"}],
     "kernelbench": [{"discriminate", "metrics", "problem"}, {"translate"}, {"glue"}, {"importer"}, {"isolated"}],
     "exporter": [{"lower", "source"}, {"launch_code"}, {"cuda_target", "torch_target"}, {"kernelbench_target"}],
     "strategies": [{"base"}, {"agent", "tune"}],
-    "winner": [{"replay", "sanitize", "shapes"}, {"verify"}],
+    "winner": [{"replay", "sanitize", "shapes"}, {"crowning", "verify"}],
     "guard": [{"files", "git", "stats"}, {"junit", "load"}, {"check", "record"}],
     "fleet": [{"files"}, {"headroom", "page"}, {"audit"}],
     "cli": [

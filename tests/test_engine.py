@@ -9,7 +9,8 @@ from cudaopt.engine.summary import REVIEW_SPEEDUP, RunFacts, summarise
 from cudaopt.pool.dispatch import GpuRef
 from cudaopt.wire.protocol import CaseSpec, OutputSpec, VendorSpec
 from cudaopt.wire.results import CaseResult, TimingStats, VendorResult
-from cudaopt.record.files import Finalist, Finalists, ModelCall, ModelUsage
+from cudaopt.record.crown import Finalist, Finalists
+from cudaopt.record.files import ModelCall, ModelUsage
 
 CASES = [CaseSpec(name="small", role="correctness", outputs={"y": OutputSpec(shape=["1"])}),
          CaseSpec(name="a", role="performance", outputs={"y": OutputSpec(shape=["1"])}),

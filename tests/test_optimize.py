@@ -120,7 +120,7 @@ def test_each_kind_of_garbage_is_a_recorded_rejection_and_the_run_goes_on(tmp_pa
     attempts = history(run)
     assert attempts[1].status == "rejected" and reason in attempts[1].reason, attempts[1].reason
     assert attempts[2].status == "ok" and summary.best_attempt == 2
-    assert len(evaluator.requests) == 2  # the garbage never reached the GPU
+    assert len(evaluator.attempts) == 2  # the garbage never reached the GPU
     assert summary.rejected_by_reason == {"rejected": 1}
 
 
@@ -254,7 +254,7 @@ def test_model_errors_in_a_row_stop_the_run_and_say_why(tmp_path):
     assert summary.stop_reason.startswith("model failure: 3 model errors in a row (last: ")
     assert "400" in summary.stop_reason and "bad request three" in summary.stop_reason
     assert [a.status for a in history(run)] == ["ok", "rejected", "rejected", "rejected"]
-    assert len(evaluator.requests) == 1  # only the baseline reached the GPU
+    assert len(evaluator.attempts) == 1  # only the baseline reached the GPU
 
 
 def test_an_answer_between_model_errors_resets_the_count(tmp_path):

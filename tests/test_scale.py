@@ -79,6 +79,11 @@ def test_finalists_measured_on_different_gpus_are_measured_again_on_one_before_a
     assert 'id="finalists"' in report and f"#{by_tile[128].id} (winner)" in report and "— GPU 1" in report
     (line,) = [x for x in summary_lines(summary) if x.startswith("finalists")]
     assert line.startswith("finalists measured again on GPU 0 (3×): #") and line.endswith(f"winner #{by_tile[128].id}")
+    # the winner's three rounds checked 9 timed launches per case; the audit's own evaluation the 2 more that make 11
+    (line,) = [x for x in summary_lines(summary) if x.startswith("crowning audit")]
+    assert line == (f"crowning audit: #{by_tile[128].id} passed, 11+ checked timed launches per performance case; "
+                    f"one wrong on half a case's timed launches passes with p ≤ 0.044% (run: 0.044%)")
+    assert 'id="crowning-audit"' in report and f"#{by_tile[128].id} (winner)" in report
 
 
 class LuckyOnce(ScriptedEvaluator):
@@ -111,8 +116,7 @@ def test_on_one_gpu_attempts_recorded_within_noise_of_the_best_are_measured_agai
     assert again == [64, 65, 65, 64, 64, 65]  # interleaved, neither always first
 
 
-def test_a_run_on_one_gpu_needs_no_finalists_when_the_best_is_beyond_noise_even_with_cached_results(tmp_path,
-                                                                                                  experiment):
+def test_a_best_beyond_noise_is_measured_again_alone_and_audited_even_with_cached_results(tmp_path, experiment):
     path = Path(experiment.config)
     config = json.loads(path.read_text())
     config["tune"]["tunables"] = {"BM": [16, 32]}
@@ -124,7 +128,10 @@ def test_a_run_on_one_gpu_needs_no_finalists_when_the_best_is_beyond_noise_even_
     run, summary = start_or_resume(experiment, ModelSettings(), Budget(), tmp_path / "results", ScriptedEvaluator(),
                                    Options(strategy="tune"))
     assert [a.cached for a in attempts(run)] == [True, True, True, False, False]
-    assert summary.finalists is None  # each tile is far faster than the last; the cached ones were measured here too
+    # each tile is far faster than the last (the cached ones were measured here too): the best has no rival, but
+    # it is measured again all the same, alone, and audited before it is crowned
+    assert [f.attempt for f in summary.finalists.finalists] == [summary.best_attempt] == [attempts(run)[-1].id]
+    assert summary.audit.winner == summary.best_attempt and summary.audit.audits[0].rounds == 3
 
 
 class FailsWhenMeasuredAgain(ScriptedPool):

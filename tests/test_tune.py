@@ -245,16 +245,18 @@ def test_exhaustive_tuning_leaves_the_audit_pack(tmp_path, experiment):
 def test_an_exhaustive_sweep_asks_to_compile_its_uncached_configurations_up_front(tmp_path, experiment):
     class Prefetching(ScriptedEvaluator):
         def prefetch(self, kernels):
-            assert [r.kernel.defines for r in self.requests] == [{}]  # after the baseline, before any configuration
+            self.measured_before.append([r.kernel.defines for r in self.attempts])
             super().prefetch(kernels)
 
     args = experiment(SMALL)
-    first = Prefetching()
+    first, again = Prefetching(), Prefetching()
+    first.measured_before, again.measured_before = [], []
     tune(tmp_path, args, first, max_evals=100)
-    assert [len(kernels) for kernels in first.prefetched] == [8]  # the baseline alone: nothing to compile ahead
-    again = Prefetching()
-    tune(tmp_path, args, again, max_evals=100)  # all cached now: nothing to compile
-    assert again.prefetched == [] and again.requests == []
+    # the sweep's 8 (the baseline alone: nothing to compile ahead), asked after the baseline, before any
+    # configuration; then the winner's finalists' rounds
+    assert [len(kernels) for kernels in first.prefetched] == [8, 1] and first.measured_before[0] == [{}]
+    tune(tmp_path, args, again, max_evals=100)  # all cached now: nothing to compile but the winner's rounds
+    assert again.attempts == [] and [len(kernels) for kernels in again.prefetched] == [1]
 
 
 def test_large_spaces_are_sampled_within_the_budget_and_repeatably(tmp_path, experiment):
@@ -273,7 +275,8 @@ def test_identical_configurations_are_never_measured_twice(tmp_path, experiment)
     args = experiment(SMALL)
     tune(tmp_path, args, max_evals=100)
     run, summary, evaluator = tune(tmp_path, args, max_evals=100)  # same results/cache
-    assert evaluator.requests == []
+    assert evaluator.attempts == []  # measured again only to crown the winner
+    assert {r.id.split("-")[0] for r in evaluator.requests} == {"finalist", "audit"}
     assert all(a.cached and a.eval_seconds == 0 for a in attempts(run))
     assert summary.totals.gpu_seconds == 0
 

@@ -265,7 +265,7 @@ class VendorSection(WireModel):
 
 
 # which of a case's recorded ``phases`` (harness/runner.py) belong to the supervisor's phases
-CHECK_STEPS = ("setup_s", "reference_s", "check_s")
+CHECK_STEPS = ("setup_s", "reference_s", "controls_s", "check_s")
 TIMING_STEPS = ("timing_s", "timed_checks_s")
 
 
@@ -287,8 +287,8 @@ class TimeoutPolicy(WireModel):
     floor_s: float = Field(10.0, gt=0, allow_inf_nan=False)
 
     def fixed(self) -> Timeouts:
-        """The limits before a baseline: fixed, but a candidate's checked launches are held to
-        ``multiple`` times the reference's time on the case (``floor_s`` at least)."""
+        """The limits before a baseline: fixed, but each of a candidate's checked launches (the kernel
+        alone) is held to ``multiple`` times the reference's time on the case (``floor_s`` at least)."""
         return Timeouts(compile_s=self.compile_s, check_s=self.check_s, timing_s=self.timing_s,
                         launch_multiple=self.multiple, launch_floor_s=self.floor_s)
 

@@ -2,8 +2,8 @@
 
 The order is the same for every strategy: every check that needs no GPU, the workers, the run
 directory, the baseline (once per run), the strategy until it returns a stop reason, the
-finalists measured again on one GPU when several GPUs measured them, the summary, the heatmap
-and the report.
+finalists measured again on one GPU (the best alone too), the crowning audit of the winner, the
+summary, the heatmap and the report.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from .record.runs import Budget, ExperimentArgs, RunSettings, open_resumable, op
 from .record.files import Environment, Summary
 from .report.build import build as build_report
 from .strategies.tune import TuneStrategy, need_tuning
-from .winner.replay import replay_finalists
+from .winner.crowning import crown
 
 PACKAGES = ("cudaopt", "cuda-core", "cuda-bindings", "numpy", "pydantic", "langgraph", "langchain",
             "langchain-core", "langchain-openai", "openai", "matplotlib", "nvidia-ml-py")
@@ -149,8 +149,8 @@ def start_or_resume(args: ExperimentArgs, settings, budget: Budget, results: Pat
 
 
 def _run(strategy, context: strategies.Context) -> Summary:
-    """The baseline, the strategy, then the finalists measured again side by side on one GPU;
-    an interrupt is recorded as the stop reason and re-raised."""
+    """The baseline, the strategy, then the finalists measured again side by side on one GPU and
+    the crowning audit of the winner; an interrupt is recorded as the stop reason and re-raised."""
     recorder = context.recorder
     try:
         try:
@@ -159,9 +159,7 @@ def _run(strategy, context: strategies.Context) -> Summary:
             recorder.finish("non-discriminating case (negative controls)")
             raise
         reason = strategy.run(context)
-        finalists = replay_finalists(recorder)
-        if finalists is not None:
-            recorder.settle(finalists)
+        crown(recorder)
         write_dispatch(recorder)
     except KeyboardInterrupt:
         recorder.run.log("interrupted")

@@ -63,6 +63,13 @@ def test_optimize_end_to_end_with_real_kernels(tmp_path, supervisor):
     assert summary.speedup > 1.0, [(c.name, c.speedup) for c in summary.cases]
     slower = attempts[3].score_us
     assert slower > attempts[0].score_us  # the naive kernel was slower than the baseline
+    # the winner was crowned by the audit: 11 checked timed launches per performance case at least
+    audit = summary.audit
+    assert audit.winner == 4 and [a.status for a in audit.audits] == ["ok"], audit
+    performance = [c.name for c in summary.cases if c.role == "performance"]
+    assert all(audit.checked_launches_per_case[name] >= 11 for name in performance), audit.checked_launches_per_case
+    assert audit.escape_bound < 2 ** -11 and audit.run_escape_bound < 1e-3
+    assert "crowning audit: #4 passed, 11+ checked timed launches per performance case" in result.output
     print(result.output)  # the final table, for the record
 
     # best.cu passes `cudaopt evaluate` with the winner's launch configuration

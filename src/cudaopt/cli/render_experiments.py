@@ -160,6 +160,20 @@ def summary_table(summary) -> Table:
     return table
 
 
+def audit_line(summary) -> str:
+    """The crowning audit in a line: the winner's checked timed launches and escape bound, the run's, the refused."""
+    audit = summary.audit
+    if audit.winner is None:
+        text = "crowning audit: every candidate refused, no winner"
+    else:
+        timed = [audit.checked_launches_per_case.get(c.name, 0) for c in summary.cases if c.role == "performance"]
+        text = (f"crowning audit: #{audit.winner} passed, {min(timed, default=0)}+ checked timed launches per "
+                f"performance case; one wrong on half a case's timed launches passes with p ≤ "
+                f"{100 * audit.escape_bound:.2g}%")
+    refused = [f"#{a.attempt} ({a.status})" for a in audit.audits if a.status != "ok"]
+    return text + f" (run: {100 * audit.run_escape_bound:.2g}%)" + (f"; refused {', '.join(refused)}" if refused else "")
+
+
 def summary_lines(summary) -> list[str]:
     """What follows the summary table: usage, tunables, review flags, the ablation."""
     t = summary.totals
@@ -177,6 +191,8 @@ def summary_lines(summary) -> list[str]:
                            for x in f.finalists)
         lines.append(f"finalists measured again on {f.gpu.label} ({f.repeats}×): {scores}; winner "
                      f"{'#' + str(f.winner) if f.winner is not None else 'none'}")
+    if summary.audit:
+        lines.append(audit_line(summary))
     kb = summary.kernelbench
     if kb:
         ratio = lambda v: f"{v:.2f}×" if v else "-"

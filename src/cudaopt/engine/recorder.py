@@ -25,7 +25,8 @@ from ..record.cache import ResultCache
 from ..record.events import AttemptFinished, AttemptStarted, OnProgress, PhaseProgress, UsageProgress, ignore
 from ..record.rundir import RunDir
 from ..record.runs import model_calls, read_run_json
-from ..record.files import Attempt, Finalists, History, ModelCall, Summary
+from ..record.crown import CrowningAudit, Finalists
+from ..record.files import Attempt, History, ModelCall, Summary
 from ..trial import Trial, run_trial
 from .scoring import baseline_of, best_of, comparable, medians, score
 from .summary import RunFacts, summarise
@@ -71,7 +72,9 @@ class Recorder:
         self.stop_reason = ""
         self.ablation: dict | None = None
         self.finalists: Finalists | None = None
-        self.disqualified: set[int] = set()  # finalists that failed when measured again: they cannot win
+        self.audit: CrowningAudit | None = None  # the crowning audits (winner/crowning.py)
+        # finalists that failed when measured again, candidates the crowning audit refused: they cannot win
+        self.disqualified: set[int] = set()
 
     def load(self) -> None:
         """Continue a run: attempts from history.json, model usage from model-NNN.json."""
@@ -82,6 +85,9 @@ class Recorder:
             self.previous_wall = summary.totals.wall_seconds
             if summary.finalists:
                 self.disqualified = {f.attempt for f in summary.finalists.finalists if f.score_us is None}
+            if summary.audit:  # a resumed run's later audits need more: the run's bound covers them all
+                self.audit = summary.audit
+                self.disqualified |= {a.attempt for a in summary.audit.audits if a.status != "ok"}
         self.run.log(f"resumed with {len(self.attempts)} attempt(s) and {len(self.calls)} model call(s)")
 
     # --- derived state -------------------------------------------------------------------
@@ -209,8 +215,32 @@ class Recorder:
         best = self.best
         self.run.log(f"finalists measured again on {finalists.gpu.label}: winner "
                      f"{'#' + str(best.id) if best else 'none'}")
-        if best is not None and best is not previous:
-            self._write_best(best, self.source(best))
+        self._follow_best(previous)
+
+    def refuse(self, attempt_id: int, reason: str) -> None:
+        """The crowning audit refused this candidate: it cannot win, and the best files follow the next."""
+        previous = self.best
+        self.disqualified.add(attempt_id)
+        self.run.log(f"attempt {attempt_id} refused by the crowning audit: {reason.splitlines()[0][:200] if reason else ''}")
+        self._follow_best(previous)
+
+    def crown(self, audit: CrowningAudit) -> None:
+        """The crowning audits are done (winner/crowning.py): the winner, if any, passed the last."""
+        self.audit = audit
+        passed = f"#{audit.winner}, escape bound {audit.escape_bound:.3g}" if audit.winner is not None else "none"
+        self.run.log(f"crowning audit: winner {passed}; run {audit.run_escape_bound:.3g}")
+        self.write_summary()
+
+    def _follow_best(self, previous: Attempt | None) -> None:
+        """best.cu, best-launch.json and best-case-N.json for the best now (none: removed), and the summary."""
+        best = self.best
+        if best is not previous:
+            if best is not None:
+                self._write_best(best, self.source(best))
+            else:
+                for old in [self.run.file("best.cu"), self.run.file("best-launch.json"),
+                            *self.run.path.glob("best-case-*.json")]:
+                    old.unlink(missing_ok=True)
         self.write_summary()
 
     def _record(self, candidate: Candidate, result: EvalResult, gpu: GpuRef, cached: bool, started: str) -> Attempt:
@@ -286,7 +316,8 @@ class Recorder:
                          baseline_label=self.baseline_label, model=self.model, prices=self.prices,
                          kernelbench_changes=exp.kernelbench.changes if exp.kernelbench else None)
         return summarise(facts, self.attempts, self.calls, stop_reason=self.stop_reason, wall_seconds=self.wall(),
-                         finalists=self.finalists, disqualified=sorted(self.disqualified), ablation=self.ablation)
+                         finalists=self.finalists, disqualified=sorted(self.disqualified), ablation=self.ablation,
+                         audit=self.audit)
 
     def write_summary(self) -> Summary:
         summary = self.summary()

@@ -1,9 +1,9 @@
 """Scoring a run's attempts: pure functions of the attempts, no files and no GPU.
 
 An attempt's score is the geometric mean of its performance medians when every case passed. The
-best attempt is the one the finalists' measurement declared, else the fastest scored attempt
-measured on the baseline's GPU model (a resumed run may have moved to another), never one the
-finalists disqualified.
+best attempt is the fastest there in the finalists' measurement, else the fastest scored attempt
+measured on the baseline's GPU model (a resumed run may have moved to another), never one
+disqualified (by the finalists' measurement or the crowning audit).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from collections.abc import Iterable, Sequence
 from ..wire.protocol import CaseSpec
 from ..wire.results import CaseResult
 from ..wire.stats import geomean
-from ..record.files import Attempt, CaseBest, Finalists
+from ..record.crown import Finalists
+from ..record.files import Attempt, CaseBest
 
 
 def score(cases: list[CaseResult]) -> float | None:
@@ -47,11 +48,14 @@ def comparable(attempt: Attempt, baseline: Attempt | None) -> bool:
 
 def best_of(attempts: Sequence[Attempt], finalists: Finalists | None = None,
             disqualified: Iterable[int] = ()) -> Attempt | None:
-    """The winner the finalists' measurement declared, else the fastest scored attempt measured on
-    the baseline's GPU model that was not disqualified (ties: the earlier attempt)."""
-    if finalists is not None and finalists.winner is not None:
-        return attempts[finalists.winner]
+    """The fastest finalist of the finalists' measurement, else the fastest scored attempt measured
+    on the baseline's GPU model; never one disqualified (a finalist that failed when measured
+    again, a candidate the crowning audit refused). Ties: the earlier attempt."""
     baseline, out = baseline_of(attempts), set(disqualified)
+    if finalists is not None:
+        qualified = [f for f in finalists.finalists if f.score_us is not None and f.attempt not in out]
+        if qualified:
+            return attempts[min(qualified, key=lambda f: (f.score_us, f.attempt)).attempt]
     scored = [a for a in attempts if a.score_us is not None and a.id not in out and comparable(a, baseline)]
     return min(scored, key=lambda a: (a.score_us, a.id)) if scored else None
 

@@ -11,11 +11,11 @@ from ..wire.precision import math_text
 from ..wire.protocol import CaseSpec, VendorSpec
 from ..wire.results import CaseResult
 from ..wire.stats import geomean
+from ..record.crown import CrowningAudit, Finalists
 from ..record.files import (
     Attempt,
     CaseSummary,
     CaseVendor,
-    Finalists,
     KernelBenchMetrics,
     ModelCall,
     Summary,
@@ -45,7 +45,7 @@ class RunFacts:
 
 def summarise(facts: RunFacts, attempts: Sequence[Attempt], calls: Sequence[ModelCall], *, stop_reason: str = "",
               wall_seconds: float = 0.0, finalists: Finalists | None = None, disqualified: Sequence[int] = (),
-              ablation: dict | None = None) -> Summary:
+              ablation: dict | None = None, audit: CrowningAudit | None = None) -> Summary:
     """The run's summary: per case the baseline and the best, the vendors, the totals, the review flags."""
     baseline, best = baseline_of(attempts), best_of(attempts, finalists, disqualified)
     base_m, best_m = medians(baseline), medians(best)
@@ -95,6 +95,7 @@ def summarise(facts: RunFacts, attempts: Sequence[Attempt], calls: Sequence[Mode
         per_case_best=per_case,
         dispatch_score_us=geomean([b.best_us for b in per_case]) if per_case else None,
         finalists=finalists,
+        audit=audit,
     )
 
 

@@ -20,9 +20,10 @@ import numpy as np
 from ..wire.protocol import CaseSpec, OutputSpec
 from ..wire.results import CheckInfo
 from ..wire.signature import DTYPES, Signature
-from .compare import compare
+from .compare import compare, json_float
 from .controls import ControlSet, negative_controls, runs
 from .device import Device
+from .inputs import to_numbers
 
 
 class DeviceAnswer:
@@ -149,9 +150,19 @@ def answer_controls(case: CaseSpec, signature: Signature, host_sets: list, answe
                 values.zero()
 
 
+# A failed comparison's details come from the host (an independent second implementation of the
+# element rule) only when the output is at most this large: copying a larger one back and holding
+# it to the reference on the CPU takes seconds to minutes (KernelBench's 4096 x 393216 softmax:
+# 6.4 GB of output, 12.9 GB of answer). Beyond it the device's own counts say everything.
+HOST_DETAILS_BYTES = 64 << 20
+
+
 def check_output(gpu: Device, name: str, dtype: str, out_ptr: int, out_bytes: int, shape: tuple[int, ...],
-                 tol: OutputSpec, answer: Answer, input_set: int, phase: str, launch: int | None = None) -> CheckInfo:
-    """Compare one output buffer with its reference: on the device, details from the host on failure.
+                 tol: OutputSpec, answer: Answer, input_set: int, phase: str, launch: int | None = None,
+                 host_details_bytes: int = HOST_DETAILS_BYTES) -> CheckInfo:
+    """Compare one output buffer with its reference on the device. A failure's details come from
+    the host when the output is at most ``host_details_bytes``, else from the device's counts and
+    the two values at the first bad element: the same fields either way, in bounded time.
 
     A host answer is uploaded for the comparison and scrubbed after it; a device answer is the
     caller's to scrub; a locked answer is opened for the comparison only.
@@ -167,17 +178,40 @@ def check_output(gpu: Device, name: str, dtype: str, out_ptr: int, out_bytes: in
         finally:
             if device is not answer:
                 device.scrub()
-    if stats["bad"]:
+    if stats["bad"] and out_bytes <= host_details_bytes:
         raw = gpu.download(out_ptr, out_bytes).view(DTYPES[dtype].numpy).reshape(shape)
         expected = answer if isinstance(answer, np.ndarray) else answer.to_host()
         info = compare(name, raw, expected, dtype, tol.rtol, tol.atol, input_set, phase)
         info.launch = launch
         return info
-    return CheckInfo(
-        output=name, input_set=input_set, phase=phase, ok=True, elements=n, nan_count=stats["nan"],
-        inf_count=stats["inf"], max_abs_error=stats["max_abs"], max_rel_error=stats["max_rel"],
-        rel_l2_error=_rel_l2(stats["err_sq"], stats["ref_sq"]), launch=launch,
+    info = CheckInfo(
+        output=name, input_set=input_set, phase=phase, ok=not stats["bad"], elements=n, mismatches=stats["bad"],
+        unwritten=stats["unwritten"], nan_count=stats["nan"], inf_count=stats["inf"], max_abs_error=stats["max_abs"],
+        max_rel_error=stats["max_rel"], rel_l2_error=_rel_l2(stats["err_sq"], stats["ref_sq"]), launch=launch,
     )
+    if stats["bad"]:
+        first = stats["first_bad"]
+        info.first_bad_index = [int(i) for i in np.unravel_index(first, shape)] if shape else []
+        info.actual = json_float(element(gpu, out_ptr, first, dtype))
+        info.expected = json_float(expected_at(gpu, answer, first))
+    return info
+
+
+def element(gpu: Device, ptr: int, index: int, dtype: str) -> float:
+    """Element ``index`` of a device array of ``dtype``, as a number: one element copied back."""
+    info = DTYPES[dtype]
+    raw = gpu.download(ptr + index * info.itemsize, info.itemsize).view(info.numpy)
+    return float(to_numbers(raw, dtype)[0])
+
+
+def expected_at(gpu: Device, answer: Answer, index: int) -> float:
+    """The reference's value at flat ``index``: one float64 copied back (a locked answer opened for it)."""
+    if isinstance(answer, np.ndarray):
+        return float(answer.flat[index])
+    if isinstance(answer, LockedAnswer):
+        with answer.opened() as ptr:
+            return element(gpu, ptr, index, "float64")
+    return element(gpu, answer.ptr, index, "float64")
 
 
 def _rel_l2(err_sq: float, ref_sq: float) -> float:

@@ -30,6 +30,11 @@ def output_shapes(case: CaseSpec, signature: Signature) -> dict[str, tuple[int, 
             for a in signature.outputs}
 
 
+def check_order(sets: int) -> list[int]:
+    """Input-set order: the near duplicate (set 2) right after its original (set 0)."""
+    return [0, 2, 1, *range(3, sets)] if sets >= 3 else list(range(sets))
+
+
 class HostSets:
     """Input sets per case, drawn on the host from the case's seed and kept."""
 

@@ -70,8 +70,8 @@ def compare(
         flat = int(np.flatnonzero(bad.reshape(-1))[0])
         index = np.unravel_index(flat, out.shape) if out.ndim else ()
         info.first_bad_index = [int(i) for i in index]
-        info.expected = _json_float(expected.reshape(-1)[flat])
-        info.actual = _json_float(actual.reshape(-1)[flat])
+        info.expected = json_float(expected.reshape(-1)[flat])
+        info.actual = json_float(actual.reshape(-1)[flat])
     return info
 
 
@@ -92,7 +92,8 @@ def _bits_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a.view(as_uint) == b.view(as_uint)
 
 
-def _json_float(value: float) -> float | None:
+def json_float(value: float) -> float | None:
+    """A value as a result keeps it: None when not finite (results are strict JSON)."""
     value = float(value)
     return value if np.isfinite(value) else None
 
@@ -111,6 +112,8 @@ def describe(info: CheckInfo) -> str:
         parts.append(f"{info.unwritten} unwritten")
     if info.nan_count:
         parts.append(f"{info.nan_count} NaN")
+    if info.inf_count:
+        parts.append(f"{info.inf_count} Inf")
     if info.first_bad_index is not None:
         parts.append(f"first at {tuple(info.first_bad_index)}: expected {shown(info.expected)}, "
                      f"got {shown(info.actual)}")

@@ -23,9 +23,9 @@ from ..wire.protocol import CaseSpec, EvalRequest, KernelSpec, VendorSpec
 from ..wire.results import Audit, CaseResult, CompileInfo, Controls, EvalResult, VendorResult
 from ..wire.signature import DTYPES, Signature, parse_signature
 from ..wire.stats import summarize
-from .answers import DeviceAnswer, LockedAnswer, answer_controls, check_output, close_answers
+from .answers import HOST_DETAILS_BYTES, DeviceAnswer, LockedAnswer, answer_controls, check_output, close_answers
 from .buffers import CaseBuffers
-from .case_data import DeviceCases, HostSets, Room, cache_key, case_bytes, make_room
+from .case_data import DeviceCases, HostSets, Room, cache_key, case_bytes, check_order, make_room
 from .compare import describe
 from .compiler import CompileCache, CompileError, compile_kernel
 from .controls import judge
@@ -39,11 +39,6 @@ from .reference import CudaReference, ReferenceFailure, call_python, load_python
 from .timing import Stopwatch, TimedRun, draw_plan, method, new_seed
 from .torch_reference import TorchReference
 from .vendor import BoundVendor, Vendor, VendorError
-
-
-def check_order(sets: int) -> list[int]:
-    """Input-set order: the near duplicate (set 2) right after its original (set 0)."""
-    return [0, 2, 1, *range(3, sets)] if sets >= 3 else list(range(sets))
 
 
 class Runner:
@@ -64,6 +59,7 @@ class Runner:
         self._compilers: ThreadPoolExecutor | None = None
         self._vendors: dict[str, Vendor] = {}
         self.facts = gpu.facts()  # what launch expressions and kernels may know of this GPU
+        self.host_details_bytes = HOST_DETAILS_BYTES  # outputs up to this size: a failure's details from the host
 
     @property
     def dead(self) -> bool:
@@ -172,13 +168,15 @@ class Runner:
             args = buffers.kernel_args(case.scalars)
             if req.check and kernel is not None:
                 measure = None if req.sanitize else out.phases["reference_s"]  # a sanitizer slows the kernel alone
-                self.on_event(PhaseStarted(phase="launch", case=case.name, reference_s=measure))
                 for s in check_order(n_sets):
                     self.leftovers.poison()
                     entries.reset_state(self.gpu)
                     buffers.stage(s)
+                    self.gpu.stream.sync()  # the launch phase holds the kernel alone: the harness's work is checking
+                    self.on_event(PhaseStarted(phase="launch", case=case.name, reference_s=measure))
                     self.launcher.launch(kernel, launch, args)
                     self.launcher.sync()
+                    self.on_event(PhaseStarted(phase="check", case=case.name))
                     self._verify(out, buffers, signature, case, answers[s], s, "check")
                     _refuse_altered_state(entries, "")
             clock.lap("check_s")
@@ -313,7 +311,7 @@ class Runner:
         for arg in signature.outputs:
             info = check_output(self.gpu, arg.name, arg.dtype, buffers.output_ptr(arg.name, slot),
                                 buffers.outputs[arg.name].nbytes, buffers.output_shapes[arg.name],
-                                case.outputs[arg.name], answer[arg.name], s, phase, launch)
+                                case.outputs[arg.name], answer[arg.name], s, phase, launch, self.host_details_bytes)
             into.append(info)
             if not info.ok:
                 raise CaseFailure("mismatch", describe(info))

@@ -14,7 +14,8 @@ reader refuses a version newer than it knows. ``docs/schemas/`` holds their JSON
   ``speedup_vs_vendor``; still read), ``baseline`` (what the speed-ups are over), ``kernelbench``
   (the metrics with PyTorch baselines), ``per_case_best`` and ``dispatch_score_us``, and
   ``finalists``, the best attempts measured again on one GPU when several GPUs measured them.
-  3: ``best_math``, the math units the winner's compiled code uses (absent in older files: none).
+  3: ``best_math``, the math units the winner's compiled code uses (absent in older files: none);
+     ``audit``, the crowning audit (absent in older files: read as a run crowned without one).
 - ``env.json`` 2: ``pool``, every GPU the run could use, and ``backend``.
 - ``verify.json`` 2: ``timed`` (timed holdout cases and shape sweeps), ``regressions``, ``repeats``,
   ``shapes_file``, and each case's ``gpu`` (version 1 had none of them; it is still read). 3:
@@ -32,6 +33,7 @@ from pydantic import Field, field_validator, model_validator
 from ..pool.dispatch import GpuRef
 from ..wire.protocol import LaunchSpec, WireModel
 from ..wire.results import STATUSES, CaseResult, CompileInfo, DeviceInfo
+from .crown import CrowningAudit, Finalists
 
 
 def version_field(current: int):
@@ -193,32 +195,9 @@ class Totals(WireModel):
     wall_seconds: float = 0.0
 
 
-class Finalist(WireModel):
-    """One of the best attempts, measured again on the finalists' GPU."""
-
-    attempt: int
-    recorded_score_us: float
-    recorded_gpu: GpuRef | None = None
-    scores_us: list[float | None] = Field(default_factory=list)  # one per repeat; None: it failed that time
-    score_us: float | None = None  # the median of the repeats; None: it failed, and cannot win
-    status: str = "ok"
-    reason: str = ""
-
-
-class Finalists(WireModel):
-    """The attempts recorded within a few percent of the best (and, when several GPUs measured them,
-    the three best) measured again, interleaved, on one GPU; the winner is the fastest there, so
-    neither the moment an attempt was measured nor a GPU's own speed decides between them."""
-
-    gpu: GpuRef
-    repeats: int
-    finalists: list[Finalist]
-    winner: int | None
-
-
 class Summary(WireModel):
     """summary.json (version 2: vendors as a list, ``baseline``, ``kernelbench``, ``per_case_best``,
-    ``dispatch_score_us`` and ``finalists``; 3: ``best_math``)."""
+    ``dispatch_score_us`` and ``finalists``; 3: ``best_math`` and ``audit``)."""
 
     schema_version: int = version_field(3)
     run: str
@@ -249,6 +228,7 @@ class Summary(WireModel):
     per_case_best: list[CaseBest] = Field(default_factory=list)
     dispatch_score_us: float | None = None  # geomean of the per-case bests: a perfect per-shape dispatch
     finalists: Finalists | None = None
+    audit: CrowningAudit | None = None  # None: not crowned yet (a run in progress, or interrupted before its crown)
 
     @model_validator(mode="before")
     @classmethod

@@ -18,10 +18,11 @@ one GPU (the cases are shared out among them), so every pair compares like with 
 
 The result goes to ``replay.json`` in the run directory, where the report's verdict reads it.
 
-:func:`replay_finalists` is the same idea inside a run: the attempts recorded close to the best
-(or measured on different GPUs) are measured again on one GPU, interleaved, before a winner is
-declared: attempts measured at different moments, even of one kernel on one GPU, differ by a few
-percent, so a ranking inside that spread is decided side by side.
+:func:`replay_finalists` is the same idea inside a run: the best attempt and those recorded close
+to it (or measured on different GPUs) are measured again on one GPU, interleaved, before a winner
+is declared: attempts measured at different moments, even of one kernel on one GPU, differ by a
+few percent, so a ranking inside that spread is decided side by side. The crowning audit
+(crowning.py) counts the winner's rounds.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from pathlib import Path
 
 from ..crosschecks import check_launch
 from ..reading import read_model_file
-from ..engine.recorder import Recorder
+from ..engine.recorder import ROLES, Recorder
 from ..engine.scoring import score
 from ..errors import ExperimentError
 from ..pool.dispatch import Evaluator
@@ -44,7 +45,8 @@ from ..wire.stats import geomean
 from ..record.events import AttemptStarted
 from ..record.rundir import RunDir
 from ..record.runs import open_run, read_run_json
-from ..record.files import Environment, Finalist, Finalists, ReplayedCase, ReplayOutcome
+from ..record.crown import Finalist, Finalists
+from ..record.files import Environment, ReplayedCase, ReplayOutcome
 from ..trial import Trial, recorded_trial
 
 MATTERS = ("name", "arch", "driver_cuda_version")  # environment differences that invalidate a replay
@@ -241,14 +243,24 @@ def _replay_request(request: EvalRequest, evaluator: Evaluator) -> ReplayOutcome
     )
 
 
-def replay_finalists(recorder: Recorder, count: int = FINALISTS, repeats: int = FINALIST_REPEATS) -> Finalists | None:
+@dataclass(frozen=True)
+class Rounds:
+    """The finalists' measurement and each finalist's results, in repeat order (what the crowning
+    audit counts of the one it audits)."""
+
+    finalists: Finalists
+    results: dict[int, list[EvalResult]]
+
+
+def replay_finalists(recorder: Recorder, count: int = FINALISTS, repeats: int = FINALIST_REPEATS) -> Rounds | None:
     """The run's best attempts measured again on one GPU, interleaved, ``repeats`` times (the order
-    reversed on odd repeats), before a winner is declared; None when no other attempt is close
-    enough to the best for its figures to be in doubt. The finalists are every attempt whose
-    recorded score is within ``FINALIST_WINDOW`` of the best (one kernel measured at two moments on
-    one GPU differs by that much), and at least the ``count`` best when several GPUs measured
-    those; at most ``FINALISTS_MAX``. The winner is the fastest median score there; a finalist
-    that fails now cannot win."""
+    reversed on odd repeats), before a winner is declared; None when no attempt has a score. The
+    finalists are every attempt whose recorded score is within ``FINALIST_WINDOW`` of the best (one
+    kernel measured at two moments on one GPU differs by that much), and at least the ``count`` best
+    when several GPUs measured those; at most ``FINALISTS_MAX``; the best alone is measured again
+    too (its rounds count toward its crowning audit). Each round evaluates the correctness and
+    performance cases, as every attempt was: nothing tells a round from the evaluation that made it a
+    finalist. The winner is the fastest median score there; a finalist that fails now cannot win."""
     rec = recorder
     scored = sorted((a for a in rec.attempts if a.score_us is not None and a.id not in rec.disqualified
                      and rec.comparable(a)), key=lambda a: (a.score_us, a.id))
@@ -260,12 +272,10 @@ def replay_finalists(recorder: Recorder, count: int = FINALISTS, repeats: int = 
     if len(places) > 1:  # several GPUs measured the best: each GPU's own speed is in doubt too
         wanted = max(wanted, count)
     finalists = scored[:min(wanted, FINALISTS_MAX)]
-    if len(finalists) < 2:
-        return None
     timeouts = rec.timeouts()
     plan = [(r, n) for r in range(repeats) for n in turn_order(len(finalists), r)]  # (repeat, finalist)
     requests = [rec.trial.variant(rec.source(finalists[n]), finalists[n].launch, finalists[n].defines).request(
-                    roles={"performance"}, request_id=f"finalist-{finalists[n].id}-{r}", timeouts=timeouts)
+                    roles=ROLES, request_id=f"finalist-{finalists[n].id}-{r}", timeouts=timeouts)
                 for r, n in plan]
 
     def on_start(i: int, gpu) -> None:
@@ -273,14 +283,15 @@ def replay_finalists(recorder: Recorder, count: int = FINALISTS, repeats: int = 
         rec.on_progress(AttemptStarted(id=attempt.id, what=f"finalist #{attempt.id} again on {gpu.label}"))
 
     measured = rec.evaluator.evaluate_all(requests, pins=[0] * len(requests), on_start=on_start)
-    entries = []
+    entries, results = [], {}
     for n, attempt in enumerate(finalists):
-        results = [measured[i].result for i, (_, which) in enumerate(plan) if which == n]  # in repeat order
-        failed = next((x for x in results if not x.ok), None)
-        scores = [score(x.cases) if x.ok else None for x in results]
+        mine = [measured[i].result for i, (_, which) in enumerate(plan) if which == n]  # in repeat order
+        results[attempt.id] = mine
+        failed = next((x for x in mine if not x.ok), None)
+        scores = [score(x.cases) if x.ok else None for x in mine]
         entries.append(Finalist(attempt=attempt.id, recorded_score_us=attempt.score_us, recorded_gpu=attempt.gpu,
                                 scores_us=scores, score_us=None if failed else statistics.median(scores),
                                 status=failed.status if failed else "ok", reason=failed.reason if failed else ""))
     qualified = [e for e in entries if e.score_us is not None]
     won = min(qualified, key=lambda e: (e.score_us, e.attempt)).attempt if qualified else None
-    return Finalists(gpu=measured[0].gpu, repeats=repeats, finalists=entries, winner=won)
+    return Rounds(Finalists(gpu=measured[0].gpu, repeats=repeats, finalists=entries, winner=won), results)

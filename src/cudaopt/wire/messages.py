@@ -33,7 +33,7 @@ class PhaseStarted(WireModel):
     type: Literal["phase"] = "phase"
     phase: Phase
     case: str = ""
-    reference_s: float | None = None  # launch: how long the reference took on this case, a measure of the launches
+    reference_s: float | None = None  # launch: how long the reference took on this case, a measure of the launch
 
 
 class Compiled(WireModel):

@@ -384,8 +384,9 @@ class Timeouts(WireModel):
     timing_s: float = 300.0
     cases: dict[str, CaseTimeouts] = Field(default_factory=dict)
     basis: str = ""
-    # before anything of the candidate's was measured, its checked launches of a case may take this
-    # multiple of the reference's time on the case (at least the floor, at most check_s); None: check_s
+    # before anything of the candidate's was measured, each of its checked launches of a case (the kernel alone:
+    # the checks after it are the check phase's) may take this multiple of the reference's time on the case (at
+    # least the floor, at most check_s); None: check_s
     launch_multiple: float | None = None
     launch_floor_s: float = 10.0
 

@@ -257,6 +257,24 @@ def test_the_split_kernels_are_clusters_of_their_grid_depth():
     assert ".reqnctapercluster" not in plain[:plain.index("{")]
 
 
+def test_the_adversaries_compile_and_the_fp8_one_shows_fp8_in_its_sass():
+    """The GPU tests' adversaries (tests/kernels): both compile for sm_90; the FP8 kernel's SASS
+    converts to E4M3 and multiplies on no BF16 MMA, which is what a precision policy that allows
+    BF16 reads and refuses."""
+    from cudaopt.harness.compiler import compile_kernel
+    from cudaopt.wire.protocol import KernelSpec
+    from tests.conftest import KERNELS
+
+    for name in ("linear_fp8.cu", "linear_no_bias_when_large.cu"):
+        compiled = compile_kernel(KernelSpec(source=(KERNELS / name).read_text(), entry="linear_gelu_bf16"))
+        assert compiled.info.ok, name
+        if name == "linear_fp8.cu":
+            (code,) = _sass_by_function(bytes(compiled.cubin.code)).values()
+            assert re.search(r"F2FP\.[A-Z.]*E4M3", code)
+            mma = set(re.findall(r"\b([A-Z]*MMA\.[A-Z0-9.]*)", code))
+            assert mma and "HMMA.16816.F32.BF16" not in mma, mma
+
+
 # ---- the launch -----------------------------------------------------------------------------------
 
 def _shapes(count: int, seed: int) -> list[tuple[int, int, int]]:

@@ -93,8 +93,8 @@ def _e4m3(values: np.ndarray) -> np.ndarray:
 
 def _gelu32(z: np.ndarray) -> np.ndarray:
     z = np.asarray(z, dtype=np.float32)
-    return (np.float32(0.5) * z * (np.float32(1) + np.tanh(np.float32(0.7978845608028654)
-                                                              * (z + np.float32(0.044715) * z * z * z)))).astype(np.float64)
+    u = np.float32(0.7978845608028654) * (z + np.float32(0.044715) * z * z * z)
+    return (np.float32(0.5) * z * (np.float32(1) + np.tanh(u))).astype(np.float64)
 
 
 @functools.cache

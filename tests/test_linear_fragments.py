@@ -299,10 +299,10 @@ def replay_tile(mem: Memory, kernel: str, vec: bool) -> tuple[np.ndarray, np.nda
                             live = src < (m if is_x else n)
                             array, col, dst = ("x" if is_x else "W"), kk + 8 * q, swizzle(r, q)
                             row = np.array([src if live else 0])
-                            if not live:
+                            if not live or (vec and col >= k1):  # zero-filled
                                 data = np.zeros((1, 4), dtype=np.uint32)
                             elif vec:
-                                data = mem.load16(array, row, np.array([col]))[:1] if col < k1 else np.zeros((1, 4), np.uint32)
+                                data = mem.load16(array, row, np.array([col]))[:1]
                             else:
                                 data = mem.load_elements(array, row, np.array([col]), k1)[:1]
                             stage[dst:dst + 16] = data.view(np.uint8)[:16]
@@ -397,7 +397,8 @@ def test_the_replay_catches_a_wrong_fragment_order(monkeypatch):
     mem = Memory(8, 16, 64, seed=3)
     sums, _ = replay_stream(mem, 1, 4, 4, True)
     assert not np.array_equal(sums, mem.product())
-    reordered = text.replace("8 * ((lane >> 3) & 1), 2 * h + (lane >> 4))", "8 * (lane >> 4), 2 * h + ((lane >> 3) & 1))")
+    reordered = text.replace("8 * ((lane >> 3) & 1), 2 * h + (lane >> 4))",
+                             "8 * (lane >> 4), 2 * h + ((lane >> 3) & 1))")
     assert reordered != text
     monkeypatch.setattr(f"{__name__}.source", lambda: reordered)
     mem = Memory(64, 128, 64, seed=4)

@@ -3,32 +3,36 @@
 // (mma.sync m16n8k16 BF16 -> FP32), the bias added and the GELU taken in FP32, each output
 // rounded to BF16 once. Six kernels of one signature; experiment.json's launch picks one per shape:
 //
-//   linear_gelu_bf16_stream8    m <= 8 (decode): each block owns 16 rows of W, its KW warps split
-//   linear_gelu_bf16_stream16   m <= 16          k between them, and every warp streams its share
-//                               of those rows from global memory straight into tensor-core
-//                               fragments (16-byte loads, U of them in flight per row pair); x
-//                               comes through L1. The warps' partial sums meet in shared memory,
-//                               where the bias and the GELU are applied. W is read exactly once.
-//   linear_gelu_bf16_split4     m <= 64 or tiles too few to fill the GPU: 64 x 128 output tiles
-//   linear_gelu_bf16_split2     (tokens x rows of W), x and W staged through a ring of MS
-//   linear_gelu_bf16        shared-memory stages by cp.async; S = 4, 2 or 1 blocks per tile
-//                               split k, one thread-block cluster per tile, their partial tiles
-//                               added through distributed shared memory in rank order
-//   linear_gelu_bf16_gemm       prefill (m > 64, 128 x 128 tiles fill the GPU): 128 x 128 tiles,
-//                               8 warps of 64 x 32, four cp.async stages, the epilogue in registers
+//   linear_gelu_bf16_stream8   m <= 8 (decode): each block owns 16 rows of W, its KW warps split k
+//   linear_gelu_bf16_stream16  m <= 16          between them, and every warp streams its share of
+//                              those rows from global memory straight into tensor-core fragments
+//                              (16-byte loads in groups of U 32-column chunks, the next group's
+//                              loads issued before this group's MMAs); x comes through L1. The
+//                              warps' partial sums meet in shared memory, where the bias and the
+//                              GELU are applied. W is read exactly once.
+//   linear_gelu_bf16_split4    m <= 64, or tiles too few to fill the GPU: 64 x 128 output tiles
+//   linear_gelu_bf16_split2    (tokens x rows of W), x and W staged through a ring of MS
+//   linear_gelu_bf16           shared-memory stages by cp.async and read by ldmatrix; S = 4, 2 or
+//                              1 blocks per tile split k, one thread-block cluster per tile, their
+//                              partial tiles added through distributed shared memory in rank order
+//   linear_gelu_bf16_gemm      prefill (m > 64, 128 x 128 tiles fill the GPU): 128 x 128 tiles,
+//                              8 warps of 64 x 32, four cp.async stages, the epilogue in registers
 //
 // The fragments. For mma.m16n8k16 a thread (group g = lane / 4, t = lane % 4) holds A's rows g
 // and g + 8 at columns 2t, 2t+1, 2t+8, 2t+9, and B's column g at the same four rows. A dot product
-// does not care in which order k is visited, so each 32-column chunk of k is dealt out differently:
-// thread t takes the 8 consecutive columns 8t .. 8t+7 of its rows (one 16-byte load each), the
-// first four as the columns 2t, 2t+1, 2t+8, 2t+9 of one MMA and the last four as those of a second.
-// A and B follow the same rule, so each pair of MMAs sums exactly the 32 products of the chunk.
-// No ldmatrix and no transposition: every operand is one 16-byte load from global or shared memory.
+// does not care in which order k is visited, so the stream kernels deal each 32-column chunk of k
+// out differently: thread t takes the 8 consecutive columns 8t .. 8t+7 of its rows (one 16-byte
+// load each), the first four as the columns 2t, 2t+1, 2t+8, 2t+9 of one MMA and the last four as
+// those of a second. A and B follow the same rule, so each pair of MMAs sums exactly the 32
+// products of the chunk, with nothing between global memory and the tensor cores. The tile
+// kernels keep the fragments' own order: ldmatrix.x4 hands each thread its registers in it.
 //
-// Every kernel is correct for any m, n, k >= 1 and any grid the launch gives it (rows, tokens and
-// k beyond the ends read as zeros or as a clamped valid row whose results are never stored).
-// 16-byte loads when k % 8 == 0 and x and W are 16-byte aligned; element loads otherwise.
-// Nothing is kept between launches: no global memory but x, W, b and y, no atomics.
+// Every kernel is correct for any m, n, k >= 1 with the grid its tier gives it (a block per 16
+// rows of W, of any number of whole warps up to KW; a block per tile, the S blocks of a cluster
+// along z): rows, tokens and columns beyond the ends read as zeros or as a clamped valid row whose
+// results are never stored. 16-byte loads when k % 8 == 0 and x and W are 16-byte aligned, element
+// loads otherwise. Nothing is kept between launches: no global memory but x, W, b and y, no
+// atomics; partial sums are added in a fixed order, so every launch gives the same bits.
 #include <cuda_bf16.h>
 #include <cstdint>
 
@@ -36,7 +40,7 @@
 #define KW 8  // warps per block of the stream kernels, each a share of k
 #endif
 #ifndef U
-#define U 4  // 32-column chunks of k loaded at once per warp in the stream kernels
+#define U 4  // 32-column chunks of k per load group of the stream kernels (two groups in flight)
 #endif
 #ifndef MS
 #define MS 4  // cp.async stages of the 64 x 128 tile kernels (12 KiB each)
@@ -507,8 +511,8 @@ __device__ __forceinline__ void tile_kernel(const bf16* x, const bf16* W, const 
 
 // 64 x 128 tiles, warps of 32 x 32; the launch asks for Tile<64, 128, 2, 4, MS, S>::smem_bytes of
 // dynamic shared memory (12288 * MS: the ring is larger than the 64 x 136 floats of a partial tile).
-static_assert(Tile<64, 128, 2, 4, MS, 4>::smem_bytes == 12288 * MS, "the launch's shared_bytes for the 64 x 128 tiles");
-static_assert(Tile<128, 128, 2, 4, GS, 1>::smem_bytes == 16384 * GS, "the launch's shared_bytes for the 128 x 128 tiles");
+static_assert(Tile<64, 128, 2, 4, MS, 4>::smem_bytes == 12288 * MS, "the launch's shared_bytes, 64 x 128 tiles");
+static_assert(Tile<128, 128, 2, 4, GS, 1>::smem_bytes == 16384 * GS, "the launch's shared_bytes, 128 x 128 tiles");
 
 extern "C" __global__ void __launch_bounds__(256)
 linear_gelu_bf16_split4(const __nv_bfloat16* x, const __nv_bfloat16* W, const __nv_bfloat16* b, __nv_bfloat16* y,

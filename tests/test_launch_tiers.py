@@ -72,7 +72,8 @@ def test_the_tier_table_takes_the_nested_conditionals_decisions(example):
 
 
 def test_no_expression_in_the_examples_is_longer_than_a_line():
-    """A user reads the examples to learn the format: each expression fits in about 100 characters."""
+    """A user reads the examples to learn the format: each expression fits in about 100 characters
+    (the description and the signature, a C declaration, are prose and code, not expressions)."""
     def strings(value, where):
         if isinstance(value, str):
             yield where, value
@@ -88,7 +89,7 @@ def test_no_expression_in_the_examples_is_longer_than_a_line():
     for file in files:
         data = json.loads(file.read_text())
         for where, text in strings(data, ""):
-            if where != ".description" and not where.startswith(".vendor"):
+            if where not in (".description", ".signature") and not where.startswith(".vendor"):
                 assert len(text) <= 100, f"{file.relative_to(ROOT)}{where}: {len(text)} characters"
 
 

@@ -51,7 +51,7 @@ PACKAGE_LAYERS = {
         {"worker"},
     ],
     "pool": [{"dispatch"}, {"devices", "supervisor"}, {"ray_cluster"}, {"pools"}],  # the Evaluator, then backends
-    "insight": [{"locate", "parse"}, {"card", "compiled", "ncu"}],
+    "insight": [{"parse"}, {"card", "compiled", "ncu"}],
     "record": [{"bake", "crown", "events", "heatmap", "rundir"}, {"files"}, {"cache", "runs"}, {"dispatch_table"}],
     "engine": [{"scoring"}, {"summary"}, {"recorder"}],  # pure functions below the one that writes
     "agent": [{"instruments", "model", "nvidia_docs", "prompts", "proposal"}, {"graph", "research"}],

@@ -67,6 +67,12 @@ class Entries:
         for address, nbytes in self.workspace:
             gpu.fill_async(address, nbytes, WORKSPACE_POISON)
 
+    def refuse_altered_state(self, when: str) -> None:
+        """Raise if a copy the module's variables are restored from was changed (ModuleState.altered)."""
+        altered = self.state.altered()
+        if altered:
+            raise CaseFailure("global_state", when + "; ".join(altered))
+
     def close(self) -> None:
         self.state.close()
 

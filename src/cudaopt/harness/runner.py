@@ -5,6 +5,9 @@ errors (launcher.py), launch expressions and tunables (wire/launch.py), case dat
 the answer key (answers.py), the references (reference.py, torch_reference.py), the timed run
 (timing.py), the vendors (vendor.py) — and this module puts them in order. After a CUDA error that may have lost the
 context the runner is ``dead``: the worker reports and exits, and the supervisor starts a fresh one.
+
+Long because the order of an evaluation's steps is the trust argument: each step is a call to a
+module of its own, and what is left here is the sequence, read top to bottom.
 """
 
 from __future__ import annotations
@@ -178,7 +181,7 @@ class Runner:
                     self.launcher.sync()
                     self.on_event(PhaseStarted(phase="check", case=case.name))
                     self._verify(out, buffers, signature, case, answers[s], s, "check")
-                    _refuse_altered_state(entries, "")
+                    entries.refuse_altered_state("")
             clock.lap("check_s")
             if case.role in req.time_roles:
                 self.on_event(PhaseStarted(phase="timing", case=case.name))
@@ -377,7 +380,7 @@ class Runner:
             out.clocks["after"] = self.gpu.clocks()
             scanned = run.verify_audit() if kernel is not None else 0
             if kernel is not None:
-                _refuse_altered_state(entries, "during timing: ")
+                entries.refuse_altered_state("during timing: ")
                 run.verify_saved_outputs()
         finally:
             run.close()
@@ -422,12 +425,6 @@ class Runner:
                     if isinstance(value, DeviceAnswer):
                         value.scrub()
         clock.lap("timed_checks_s")
-
-
-def _refuse_altered_state(entries: Entries, when: str) -> None:
-    altered = entries.state.altered()
-    if altered:
-        raise CaseFailure("global_state", when + "; ".join(altered))
 
 
 def _compile_key(spec: KernelSpec, arch: str) -> str:

@@ -356,6 +356,13 @@ class FakeDevice:
         word = self.view(into, np.uint64, 1)
         word[0] = np.uint64((int(word[0]) + total) % (1 << 64))
 
+    def restore(self, runs: int, count: int, total: int) -> None:
+        from cudaopt.harness.entries import RUN
+
+        for run in self.view(runs, RUN, count):
+            target = self.view(int(run["dst"]), np.uint8, int(run["bytes"]))
+            target[:] = self.view(int(run["src"]), np.uint8, int(run["bytes"])) if run["src"] else 0
+
     def widen(self, src_ptr: int, dst_ptr: int, n: int, dtype: str) -> None:
         if n:
             values = to_numbers(self.view(src_ptr, DTYPES[dtype].numpy, n), dtype)

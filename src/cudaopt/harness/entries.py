@@ -131,11 +131,14 @@ class Entries:
         return kernel
 
 
+RUN = np.dtype([("dst", "<u8"), ("src", "<u8"), ("bytes", "<u8")])  # utilities.cu's CudaoptRun
+
+
 class ModuleState:
     """The module's variables at their device addresses, in runs the loader placed side by side,
-    with a device copy of each run's load image to restore it from. A kernel that found a copy and
-    wrote to it (to have its state restored into the next launch) is caught by :meth:`altered`,
-    checked after the launches."""
+    with a device copy of each run's load image to restore it from (one kernel before each launch,
+    over a table of the runs). A kernel that found a copy and wrote to it (to have its state
+    restored into the next launch) is caught by :meth:`altered`, checked after the launches."""
 
     def __init__(self, gpu, module, sections: list[Section]):
         self.gpu = gpu
@@ -145,19 +148,22 @@ class ModuleState:
                 image = None if section.image is None else section.image[offset:offset + nbytes]
                 self.runs.append((address, nbytes, image, section.name))
         self.copies = []
-        for _, nbytes, image, _ in self.runs:
+        table = np.zeros(len(self.runs), dtype=RUN)
+        for row, (address, nbytes, image, _) in zip(table, self.runs, strict=True):
             copy = None
             if image is not None:
                 copy = gpu.alloc(nbytes)
                 gpu.upload(int(copy.handle), np.frombuffer(image, dtype=np.uint8))
             self.copies.append(copy)
+            row["dst"], row["src"], row["bytes"] = address, int(copy.handle) if copy else 0, nbytes
+        self.table = None
+        if self.runs:
+            self.table = gpu.alloc(table.nbytes)
+            gpu.upload(int(self.table.handle), table)
 
     def restore(self) -> None:
-        for (address, nbytes, _, _), copy in zip(self.runs, self.copies, strict=True):
-            if copy is None:
-                self.gpu.fill_async(address, nbytes, b"\0")
-            else:
-                self.gpu.copy_async(address, int(copy.handle), nbytes)
+        if self.table is not None:
+            self.gpu.restore(int(self.table.handle), len(self.runs), max(n for _, n, _, _ in self.runs))
 
     def altered(self) -> list[str]:
         """The sections whose device copy of the load image no longer equals the cubin's."""
@@ -168,11 +174,10 @@ class ModuleState:
         return sorted(set(changed))
 
     def close(self) -> None:
-        for copy in self.copies:
+        for copy in [*self.copies, self.table]:
             if copy is not None:
                 copy.close(self.gpu.stream)
-        self.copies = [None] * len(self.runs)
-        self.runs = []
+        self.copies, self.runs, self.table = [], [], None
 
 
 def _runs(gpu, module, section: Section) -> list[tuple[int, int, int]]:

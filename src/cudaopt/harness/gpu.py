@@ -196,7 +196,7 @@ class Gpu:
         source = resources.files(__package__).joinpath("utilities.cu").read_text()
         module = Program(source, "c++", ProgramOptions(arch=self.arch, std="c++17")).compile("cubin", logs=io.StringIO())
         names = ("cudaopt_gate", "cudaopt_compare", "cudaopt_widen", "cudaopt_diff_bytes", "cudaopt_stage",
-                 "cudaopt_audit", "cudaopt_digest")
+                 "cudaopt_audit", "cudaopt_digest", "cudaopt_restore")
         return {name.removeprefix("cudaopt_"): module.get_kernel(name) for name in names}
 
     def _grid_for(self, n: int) -> int:
@@ -262,6 +262,12 @@ class Gpu:
         if nbytes:
             self._run_utility("digest", nbytes // 4 + 1, np.uint64(ptr), np.int64(nbytes), np.uint64(key),
                               np.uint64(into))
+
+    def restore(self, runs: int, count: int, total: int) -> None:
+        """Copy (or zero) each run of a device table of utilities.cu's CudaoptRun (stream-ordered:
+        one kernel, never a driver copy that could wait on the stream behind a closed gate)."""
+        if count:
+            self._run_utility("restore", total, np.uint64(runs), np.int32(count))
 
     def scrub(self, buffer) -> None:
         """Zero a buffer and free it: an answer key must not outlive its comparison in pool memory."""

@@ -245,8 +245,6 @@ CASES = [
      ("cases[0].scalars.CUDAOPT_X", "reserved")),
     ("signature-trailing-junk", ["check", *CONFIG], lambda d: edit(d / "experiment.json", lambda e: e.update(
         signature=e["signature"] + " garbage; int main(){}")), ("experiment.json", "signature", "garbage")),
-    ("roi-case-unknown", ["check", *CONFIG], lambda d: edit(d / "experiment.json", lambda e: e["roi"].update(
-        case="nonexistent")), ("experiment.json", "roi.case", "nonexistent")),
     ("only-holdouts", ["check", *CONFIG], lambda d: edit(d / "input_cases.json", lambda data: [
         c.update(role="holdout") for c in data["cases"]]), ("input_cases.json", "cases", "holdout")),
     ("tier-grid-and-tile", ["check", *CONFIG], tune(lambda t: t["launch"]["tiers"][0].update(grid=[1])),

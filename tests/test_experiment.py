@@ -150,6 +150,17 @@ def test_an_unknown_key_like_no_known_one_lists_the_known_keys(example):
     assert "rtol" in text and "atol" in text
 
 
+def test_the_example_runs_on_other_cases_than_its_roi_case(example, tmp_path):
+    """roi.case names square-4096; cases without it are taken, and the report says which case stands in."""
+    folder, _ = example
+    cases = json.loads((folder / "input_cases.json").read_text())
+    cases["cases"] = [c for c in cases["cases"] if c["name"] != "square-4096"]
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(cases))
+    exp = load_experiment(folder / "experiment.json", input_cases=other)
+    assert exp.roi.case == "square-4096" and "square-4096" not in [c.name for c in exp.case_specs]
+
+
 def test_the_example_declares_cublas_through_cupy(sgemm):
     (vendor,) = sgemm.vendors
     assert (vendor.entry, vendor.label, vendor.arrays, vendor.allow_tf32) == ("sgemm", "cuBLAS SGEMM (cupy)", "cupy", False)

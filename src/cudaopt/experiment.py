@@ -259,10 +259,6 @@ def load_experiment(
     if not any(case.role in ("correctness", "performance") for case in cases):
         raise ExperimentError(cases_path, "cases", "no correctness or performance case: evaluate and optimize "
                                                    "would have nothing to check or time (holdout cases are for verify)")
-    timed = [c.name for c in cases if c.role == "performance"]
-    if model.roi.case is not None and model.roi.case not in timed:
-        raise ExperimentError(origin, "roi.case", f"{model.roi.case!r} is not a performance case of "
-                                                  f"{cases_path.name} ({', '.join(timed) or 'it has none'})")
     tuning = _load_tuning(model.tune, base, origin, sig, cases) if model.tune else None
     vendors = _load_vendors(model.vendor, base, origin, sig)
     return Experiment(

@@ -40,7 +40,7 @@ PACKAGE_LAYERS = {
         {"launch", "messages", "stats"},  # a launch resolved, the worker's messages, statistics
     ],
     "harness": [
-        {"driver", "device", "lru", "arrays", "inputs", "pp_lines", "host_headers", "landlock", "cubin"},
+        {"driver", "device", "lru", "arrays", "inputs", "pp_lines", "host_headers", "landlock", "cubin", "lifeline"},
         {"locked", "leftovers", "launcher", "compare", "sandbox"},
         {"gpu", "controls", "nvrtc_build"},
         {"buffers", "answers", "compile_process", "peaks"},

@@ -48,8 +48,8 @@ def import_problem(path: Path, out: Path, *, name: str | None = None, seed: int 
     try:
         import torch
     except ImportError as exc:
-        raise ExperimentError(path, "", f"importing a KernelBench problem needs PyTorch ({exc}): pip install torch") \
-            from None
+        raise ExperimentError(path, "", f"importing a KernelBench problem needs PyTorch ({exc}): "
+                                        "pip install -e '.[torch]' in cudaopt's checkout") from None
     if not path.is_file():
         raise ExperimentError(path, "", "not found")
     if out.exists() and not out.is_dir():

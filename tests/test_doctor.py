@@ -41,3 +41,11 @@ def test_doctor_exits_non_zero_on_a_release_mismatch(monkeypatch):
     assert result.exit_code == 1
     line = next(line for line in result.output.splitlines() if "NVRTC" in line)
     assert "crt headers 13.5: not one CUDA release" in line and "==13.0.*" in line
+
+
+def test_this_installation_compiles_with_one_cuda_release():
+    """What `pip install -e .` (and with '.[torch]') installs passes doctor's check: .ci/run runs this in both."""
+    from cudaopt.harness.gpu import nvrtc_version
+
+    check = doctor._nvrtc_check(nvrtc_version(), doctor.header_releases())
+    assert check.ok, check.value

@@ -20,7 +20,7 @@ from cudaopt.wire.tiers import unknown_name
 from cudaopt.optimize import Options, start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs
 from cudaopt.winner.verify import verify
-from tests.conftest import SGEMM
+from tests.conftest import SGEMM, optional
 from tests.scripted import ScriptedEvaluator
 
 KB = SGEMM.parents[1] / "tests" / "fixtures" / "kernelbench"
@@ -71,7 +71,7 @@ def test_a_failed_verify_is_refused(verified, tmp_path):
 
 
 def test_the_torch_module_from_the_winner_imports_without_a_gpu_and_launches_as_recorded(verified, tmp_path):
-    import torch
+    torch = optional("torch")
 
     src = from_run(verified)
     launch = json.loads((verified / "best-launch.json").read_text())
@@ -111,7 +111,7 @@ def test_the_torch_module_from_the_winner_imports_without_a_gpu_and_launches_as_
 @pytest.fixture(scope="module")
 def initial_op(tmp_path_factory):
     """The example's initial kernel exported to torch and imported (by name, as torch.compile needs)."""
-    torch = pytest.importorskip("torch")
+    torch = optional("torch")
     from cudaopt.experiment import load_experiment
 
     src = from_flags(load_experiment(SGEMM / "experiment.json"), kernel=None, entry=None, launch=None, unverified=True)
@@ -246,7 +246,7 @@ def test_flags_need_unverified_and_a_kernel(tmp_path):
 
 @pytest.fixture(scope="module")
 def relu(tmp_path_factory):
-    pytest.importorskip("torch")
+    optional("torch")
     from cudaopt.kernelbench.importer import import_problem
 
     out = tmp_path_factory.mktemp("kb") / "relu"
@@ -255,7 +255,7 @@ def relu(tmp_path_factory):
 
 
 def test_the_kernelbench_targets_of_an_imported_problem(relu, tmp_path):
-    import torch
+    torch = optional("torch")
 
     made = {to: write(relu, to, tmp_path / to) for to in ("torch", "cuda", "kernelbench")}
     (model_new,) = made["kernelbench"]
@@ -279,7 +279,7 @@ def test_the_kernelbench_targets_of_an_imported_problem(relu, tmp_path):
 
 
 def test_model_new_passes_the_model_s_parameters_to_the_kernel(tmp_path):
-    import torch
+    torch = optional("torch")
 
     from cudaopt.kernelbench.importer import import_problem
 
@@ -333,7 +333,7 @@ def test_the_launch_goes_to_the_driver_with_the_computed_config_and_arguments(ve
     import ctypes
     import types
 
-    import torch
+    torch = optional("torch")
     from cuda.bindings import driver
 
     (path,) = write(from_run(verified), "torch", tmp_path)
@@ -395,7 +395,7 @@ def test_the_launch_goes_to_the_driver_with_the_computed_config_and_arguments(ve
 def test_the_torch_module_compiles_as_the_harness_does_host_macros_included(tmp_path):
     """A kernel written for nvcc (INFINITY, uint32_t, <cstdint>) passed the harness through its prelude;
     the exported module compiles it with the same prelude and headers, with NVRTC and no GPU."""
-    pytest.importorskip("torch")
+    optional("torch")
     from cudaopt.experiment import load_experiment
 
     kernel = tmp_path / "nvcc_style.cu"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, SGEMM
+from tests.conftest import ROOT, SGEMM, optional
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
 
@@ -109,7 +109,7 @@ def stop_and_check(parent: subprocess.Popen, signum: int, started: set[int]) -> 
 
 @pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
 def test_an_import_whose_forward_never_returns_leaves_nothing_when_stopped(tmp_path, signum):
-    pytest.importorskip("torch")
+    optional("torch")
     pids = tmp_path / "sleeper.pid"
     forward = textwrap.indent(textwrap.dedent(STARTS_A_SLEEP_AND_HANGS.format(pids=str(pids))), " " * 8)
     problem = tmp_path / "hang.py"

@@ -18,10 +18,10 @@ from cudaopt.experiment import load_experiment
 from cudaopt.exporter import from_flags, write
 from cudaopt.record.bake import bake, bake_launch
 from cudaopt.wire import expr
-from tests.conftest import ROOT, SGEMM
+from tests.conftest import ROOT, SGEMM, optional
 
 pytestmark = pytest.mark.gpu
-torch = pytest.importorskip("torch")
+torch = optional("torch")
 
 KB = ROOT / "tests" / "fixtures" / "kernelbench"
 TUNED = {"BM": 128, "BN": 256, "BK": 8, "TM": 8, "TN": 16, "MINB": 1, "ST": 16, "SK": 64}  # the H200's winner

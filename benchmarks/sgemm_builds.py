@@ -4,7 +4,7 @@ Each build is compiled with CuPy's NVRTC at the example's winning configuration;
 checked against cuBLAS (``err``: max |C - cuBLAS| / max |cuBLAS|) and timed by CUDA events (the
 median of 20 launches, L2 not flushed), the builds one after another on the same operands, cuBLAS
 last. Used to tell kernel revisions apart quickly where ``sgemm_kernel_matrix.py --ref`` would
-take the whole harness (docs/benchmarks.md, sixteenth session).
+take the whole harness (docs/benchmarks.md, "The staged main loop's loads").
 
 Run on a GPU machine: ``python3 benchmarks/sgemm_builds.py FILE[,FILE..] SHAPES [ROUNDS]`` with
 SHAPES comma-separated: ``r`` (splitk2r at 8192x128x4096), ``r2`` (128x8192x4096), ``L`` (the

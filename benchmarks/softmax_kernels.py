@@ -13,8 +13,8 @@ torch.compile. Quicker than ``softmax_winner.py`` (seconds, not minutes) for tel
 apart; the harness's figures stay the ones that count.
 
 ``--ncu`` instead launches each contender twice between ``cudaProfilerStart``/``Stop``, for
-``ncu --profile-from-start off -k regex:"softmax|triton|SoftMax" ...`` (docs/benchmarks.md,
-seventeenth session).
+``ncu --profile-from-start off -k regex:"softmax|triton|SoftMax" ...`` (docs/benchmarks.md, "Short
+rows").
 
 Run on a GPU machine: ``python3 benchmarks/softmax_kernels.py [--source A.cu,B.cu] [--shapes rows32,rows128]
 [--rounds 40]``.

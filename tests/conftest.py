@@ -14,6 +14,17 @@ SGEMM = ROOT / "examples" / "sgemm"
 KERNELS = Path(__file__).resolve().parent / "kernels"
 
 
+# what the README's test command does not install, and how to add it (.ci/run runs those tests too)
+OPTIONAL = {"torch": "PyTorch: pip install -e '.[torch]'", "ray": "Ray: pip install -e '.[ray]'",
+            "cupy": "cupy: pip install cupy-cuda13x"}
+
+
+def optional(name: str):
+    """The optional package ``name``, imported; without it the calling test (or module) skips,
+    saying what to install: the one way a test needs torch, Ray or cupy."""
+    return pytest.importorskip(name, reason=f"needs {OPTIONAL[name]}")
+
+
 @functools.lru_cache(maxsize=1)
 def gpu_present() -> bool:
     """Whether a CUDA device is there, asked without creating a context in the test process."""

@@ -40,7 +40,8 @@ PACKAGE_LAYERS = {
         {"launch", "messages", "stats", "precision"},  # a launch resolved, the worker's messages, statistics; the policy
     ],
     "harness": [
-        {"driver", "device", "lru", "arrays", "inputs", "pp_lines", "host_headers", "landlock", "cubin", "locate"},
+        {"driver", "device", "lru", "arrays", "inputs", "pp_lines", "host_headers", "landlock", "cubin", "locate",
+         "lifeline"},
         {"locked", "leftovers", "launcher", "compare", "sandbox", "math_units"},
         {"gpu", "controls", "nvrtc_build"},
         {"buffers", "answers", "compile_process", "peaks"},
@@ -57,7 +58,8 @@ PACKAGE_LAYERS = {
     "agent": [{"instruments", "model", "nvidia_docs", "prompts", "proposal"}, {"graph", "research"}],
     "report": [{"charts", "roi"}, {"build"}],
     "kernelbench": [{"discriminate", "metrics", "problem"}, {"translate"}, {"glue"}, {"importer"}, {"isolated"}],
-    "exporter": [{"lower", "source"}, {"launch_code"}, {"cuda_target", "torch_target"}, {"kernelbench_target"}],
+    "exporter": [{"lower", "source", "torch_runtime"}, {"launch_code"}, {"cuda_target", "torch_target"},
+                 {"kernelbench_target"}],
     "strategies": [{"base"}, {"agent", "tune"}],
     "winner": [{"replay", "sanitize", "shapes"}, {"crowning", "verify"}],
     "guard": [{"files", "git", "stats"}, {"junit", "load"}, {"check", "record"}],

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaopt.cli import app
-from tests.conftest import SGEMM
+from tests.conftest import SGEMM, optional
 
 runner = CliRunner()
 CONFIG = ["--config", "{d}/experiment.json"]
@@ -245,8 +245,6 @@ CASES = [
      ("cases[0].scalars.CUDAOPT_X", "reserved")),
     ("signature-trailing-junk", ["check", *CONFIG], lambda d: edit(d / "experiment.json", lambda e: e.update(
         signature=e["signature"] + " garbage; int main(){}")), ("experiment.json", "signature", "garbage")),
-    ("roi-case-unknown", ["check", *CONFIG], lambda d: edit(d / "experiment.json", lambda e: e["roi"].update(
-        case="nonexistent")), ("experiment.json", "roi.case", "nonexistent")),
     ("only-holdouts", ["check", *CONFIG], lambda d: edit(d / "input_cases.json", lambda data: [
         c.update(role="holdout") for c in data["cases"]]), ("input_cases.json", "cases", "holdout")),
     ("tier-grid-and-tile", ["check", *CONFIG], tune(lambda t: t["launch"]["tiers"][0].update(grid=[1])),
@@ -282,7 +280,7 @@ def one_line(result) -> str:
 @pytest.mark.parametrize("args, setup, names", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_is_one_line_and_exit_2_before_any_worker(folder, no_worker, args, setup, names):
     if "kernelbench" in args and "--seed" not in args and "/proc/x" not in args:
-        pytest.importorskip("torch")  # the importer needs torch before it reads a problem
+        optional("torch")  # the importer needs torch before it reads a problem
     if setup is not None:
         setup(folder)
     result = runner.invoke(app, [a.replace("{d}", str(folder)) for a in args], env={"COLUMNS": "80"})
@@ -390,7 +388,7 @@ def test_resuming_a_tune_run_asks_for_no_api_key(tmp_path, monkeypatch, no_worke
 
 
 def test_an_import_whose_forward_never_returns_is_stopped_at_its_limit(tmp_path):
-    pytest.importorskip("torch")
+    optional("torch")
     problem = tmp_path / "hang.py"
     problem.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
                        "    def forward(self, x):\n        while True:\n            pass\n\n\n"

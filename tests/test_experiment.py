@@ -114,7 +114,51 @@ def test_missing_reference_file(example):
 def test_unknown_config_field(example):
     folder, edit = example
     edit("experiment.json", lambda d: d.update(max_iteration=3))
-    expect_error(folder, "max_iteration", "Extra inputs are not permitted")
+    text = expect_error(folder, "experiment.json: max_iteration", "not a known key: did you mean 'max_iterations'?")
+    assert "Extra inputs" not in text
+
+
+@pytest.mark.parametrize("change, field, closest", [
+    (lambda d: d["roi"].update(cas="square-256"), "roi.cas", "case"),
+    (lambda d: d["tune"]["launch"]["tiers"][0].update(entri="x"), "tune.launch.tiers[0].entri", "entry"),
+    (lambda d: d["tune"].update(restriction=[]), "tune.restriction", "restrictions"),
+    (lambda d: d.update(vendor={**d["vendor"], "lable": "x"}), "vendor.lable", "label"),
+])
+def test_an_unknown_key_deep_in_the_config_names_the_closest_known_one(example, change, field, closest):
+    folder, edit = example
+    edit("experiment.json", change)
+    expect_error(folder, f"experiment.json: {field}", f"did you mean {closest!r}?")
+
+
+@pytest.mark.parametrize("change, field, closest", [
+    (lambda c: c["cases"][0]["inputs"]["a"].update(shapee=["m", "k"]), "cases[0].inputs.a.shapee", "shape"),
+    (lambda c: c["cases"][1]["outputs"]["c"].update(rtoll=1e-3), "cases[1].outputs.c.rtoll", "rtol"),
+    (lambda c: c["cases"][2].update(rol="performance"), "cases[2].rol", "role"),
+    (lambda c: c["cases"][0]["inputs"]["b"]["init"].update(sdt=1), "cases[0].inputs.b.init.sdt", "std"),
+    (lambda c: c.update(lauch=c["launch"]), "lauch", "launch"),
+])
+def test_an_unknown_key_in_the_input_cases_names_the_closest_known_one(example, change, field, closest):
+    folder, edit = example
+    edit("input_cases.json", change)
+    expect_error(folder, f"input_cases.json: {field}", f"not a known key: did you mean {closest!r}?")
+
+
+def test_an_unknown_key_like_no_known_one_lists_the_known_keys(example):
+    folder, edit = example
+    edit("input_cases.json", lambda c: c["cases"][0]["outputs"]["c"].update(zzzz=1))
+    text = expect_error(folder, "cases[0].outputs.c.zzzz", "not a known key (known: ")
+    assert "rtol" in text and "atol" in text
+
+
+def test_the_example_runs_on_other_cases_than_its_roi_case(example, tmp_path):
+    """roi.case names square-4096; cases without it are taken, and the report says which case stands in."""
+    folder, _ = example
+    cases = json.loads((folder / "input_cases.json").read_text())
+    cases["cases"] = [c for c in cases["cases"] if c["name"] != "square-4096"]
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(cases))
+    exp = load_experiment(folder / "experiment.json", input_cases=other)
+    assert exp.roi.case == "square-4096" and "square-4096" not in [c.name for c in exp.case_specs]
 
 
 def test_the_example_declares_cublas_through_cupy(sgemm):
@@ -143,7 +187,7 @@ def test_vendor_defaults(example):
         ({"function": "f"}, None, "experiment.json: vendor.file", "Field required"),
         ({"file": "lib.py", "function": "f", "arrays": "jax"}, "", "experiment.json: vendor.arrays", "'cupy' or 'torch'"),
         ({"file": "lib.py", "function": "f", "allow_tf32": "maybe"}, "", "vendor.allow_tf32", "valid boolean"),
-        ({"file": "lib.py", "function": "f", "speed": 1}, "", "vendor.speed", "Extra inputs are not permitted"),
+        ({"file": "lib.py", "function": "f", "speed": 1}, "", "vendor.speed", "not a known key (known: allow_tf32, arrays"),
         ({"file": "lib.py", "function": "f"}, "def g(): pass\n", "lib.py: vendor.function", "no function named 'f'"),
         ({"file": "lib.py", "function": "f"}, "def f(:\n", "lib.py: line 1", "not valid Python"),
         ({"file": "lib.py", "function": "f"}, "def f(a, b, c):\n    pass\n", "lib.py: vendor.function",

@@ -20,7 +20,7 @@ from cudaopt.wire.tiers import unknown_name
 from cudaopt.optimize import Options, start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs
 from cudaopt.winner.verify import verify
-from tests.conftest import SGEMM
+from tests.conftest import SGEMM, optional
 from tests.scripted import ScriptedEvaluator
 
 KB = SGEMM.parents[1] / "tests" / "fixtures" / "kernelbench"
@@ -71,7 +71,7 @@ def test_a_failed_verify_is_refused(verified, tmp_path):
 
 
 def test_the_torch_module_from_the_winner_imports_without_a_gpu_and_launches_as_recorded(verified, tmp_path):
-    import torch
+    torch = optional("torch")
 
     src = from_run(verified)
     launch = json.loads((verified / "best-launch.json").read_text())
@@ -106,6 +106,99 @@ def test_the_torch_module_from_the_winner_imports_without_a_gpu_and_launches_as_
     with FakeTensorMode():
         assert torch.ops.cudaopt.matmul_f32(torch.empty(7, 2), torch.empty(2, 9), 7, 9, 2).shape == (7, 9)
     _load(path, "exported_sgemm_again")  # imported twice: no second registration
+
+
+@pytest.fixture(scope="module")
+def initial_op(tmp_path_factory):
+    """The example's initial kernel exported to torch and imported (by name, as torch.compile needs)."""
+    torch = optional("torch")
+    from cudaopt.experiment import load_experiment
+
+    src = from_flags(load_experiment(SGEMM / "experiment.json"), kernel=None, entry=None, launch=None, unverified=True)
+    (path,) = write(src, "torch", tmp_path_factory.mktemp("initial_op"))
+    spec = importlib.util.spec_from_file_location("exported_initial_sgemm", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield torch, module
+    del sys.modules[spec.name]
+
+
+def _bad_calls(torch):
+    a, b, c = torch.ones(3, 4), torch.ones(4, 5), torch.empty(3, 5)
+    return {
+        "1-D input": (lambda f: f(torch.ones(4), b), ValueError,
+                      r"a must be a 2-D tensor of shape \(m, k\), got a 1-D tensor of shape \(4,\)"),
+        "list input": (lambda f: f([[1.0] * 4] * 3, b), TypeError, r"a must be a torch.Tensor of shape \(m, k\), got list"),
+        "negative size": (lambda f: f(a, b, m=-3), ValueError,
+                          r"a would have the shape \(-3, 4\) for m=-3, n=5, k=4: sizes must not be negative"),
+        "size beyond int32": (lambda f: f(a, b, n=2**31), ValueError,
+                              r"scalar n = 2147483648 does not fit its type \(int32: -2147483648..2147483647\)"),
+        "size of any float": (lambda f: f(a, b, n=10**400), ValueError, "scalar n = 1000"),
+        "fractional size": (lambda f: f(a, b, n=2.5), ValueError, r"scalar n = 2.5 does not fit"),
+        "text size": (lambda f: f(a, b, k="4"), TypeError, r"scalar k must be a number \(int32\), got str"),
+        "out not a tensor": (lambda f: f(a, b, out=[1]), TypeError, r"c must be a torch.Tensor of shape \(m, n\), got int"),
+        "out of two": (lambda f: f(a, b, out=(c, c)), ValueError, r"out must hold 1 tensor\(s\) \(c\), got 2"),
+        "out 1-D": (lambda f: f(a, b, out=c.flatten()), ValueError, "c must be a 2-D tensor"),
+        "grad with out": (lambda f: f(a.clone().requires_grad_(), b, out=c), RuntimeError,
+                          r"matmul_f32\(\): functions with out=... arguments don't support automatic "
+                          r"differentiation, but one of the arguments requires grad \(a\)"),
+        "grad into out": (lambda f: f(a, b, out=c.clone().requires_grad_()), RuntimeError, r"requires grad \(c\)"),
+    }
+
+
+@pytest.mark.parametrize("case", ["1-D input", "list input", "negative size", "size beyond int32", "size of any float",
+                                  "fractional size", "text size", "out not a tensor", "out of two", "out 1-D",
+                                  "grad with out", "grad into out"])
+def test_the_exported_op_refuses_bad_arguments_naming_them_before_anything_runs(initial_op, case):
+    torch, module = initial_op
+    call, error, message = _bad_calls(torch)[case]
+    with pytest.raises(error, match=message):
+        call(module.check_arguments)
+    with pytest.raises(error, match=message):  # the entry point checks first: nothing allocated, no GPU touched
+        call(module.matmul_f32)
+
+
+def test_the_checks_give_the_scalars_read_off_the_shapes_and_the_outputs(initial_op):
+    torch, module = initial_op
+    a, b, c = torch.ones(3, 4), torch.ones(4, 5), torch.empty(3, 5)
+    assert module.check_arguments(a, b) == ((3, 5, 4), None)
+    assert module.check_arguments(a, b, k=4, out=c)[1][0] is c
+    assert module.check_arguments(a, b, out=[c])[1][0] is c
+    with torch.no_grad():  # no gradient is asked: the out= call is allowed
+        module.check_arguments(a.clone().requires_grad_(), b, out=c)
+    with pytest.raises(ValueError, match="a is on cpu; the kernel takes CUDA tensors"):  # dtype, device, layout:
+        module.matmul_f32(a, b, out=c)                                                  # before the launch
+    module._DEVICE_TYPE = "cpu"
+    try:
+        with pytest.raises(TypeError, match="a has dtype torch.float64, the kernel takes torch.float32"):
+            module.matmul_f32(a.double(), b, out=c)
+        with pytest.raises(ValueError, match=r"a is not contiguous \(row-major\); pass a.contiguous\(\)"):
+            module.matmul_f32(torch.ones(4, 3).t(), b, out=c)
+        with pytest.raises(ValueError, match=r"a has shape \(3, 4\), expected \(3, 6\) for m=3, n=5, k=6"):
+            module.matmul_f32(a, b, k=6, out=c)
+    finally:
+        module._DEVICE_TYPE = "cuda"
+
+
+def test_the_checks_trace_under_torch_compile_fullgraph(initial_op):
+    """The entry point's checks run on fake tensors as dynamo traces (static and dynamic shapes): one graph
+    calling the op, no break; a 1-D input is refused there too."""
+    torch, module = initial_op
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return lambda *args: (torch.zeros(3, 5),)
+
+    a, b, c = torch.ones(3, 4), torch.ones(4, 5), torch.empty(3, 5)
+    for dynamic in (False, True):
+        torch.compile(lambda a, b: module.matmul_f32(a, b) + 1, fullgraph=True, backend=backend, dynamic=dynamic)(a, b)
+        torch.compile(lambda a, b, c: module.matmul_f32(a, b, out=c), fullgraph=True, backend=backend,
+                      dynamic=dynamic)(a, b, c)
+    assert len(graphs) == 4 and "cudaopt.matmul_f32(" in graphs[0].code and "cudaopt.matmul_f32_out(" in graphs[1].code
+    with pytest.raises(Exception, match="a must be a 2-D tensor"):
+        torch.compile(lambda a, b: module.matmul_f32(a, b), fullgraph=True, backend=backend)(torch.ones(4), b)
 
 
 def test_the_kernel_source_survives_the_python_literal(verified, tmp_path):
@@ -153,7 +246,7 @@ def test_flags_need_unverified_and_a_kernel(tmp_path):
 
 @pytest.fixture(scope="module")
 def relu(tmp_path_factory):
-    pytest.importorskip("torch")
+    optional("torch")
     from cudaopt.kernelbench.importer import import_problem
 
     out = tmp_path_factory.mktemp("kb") / "relu"
@@ -162,7 +255,7 @@ def relu(tmp_path_factory):
 
 
 def test_the_kernelbench_targets_of_an_imported_problem(relu, tmp_path):
-    import torch
+    torch = optional("torch")
 
     made = {to: write(relu, to, tmp_path / to) for to in ("torch", "cuda", "kernelbench")}
     (model_new,) = made["kernelbench"]
@@ -186,7 +279,7 @@ def test_the_kernelbench_targets_of_an_imported_problem(relu, tmp_path):
 
 
 def test_model_new_passes_the_model_s_parameters_to_the_kernel(tmp_path):
-    import torch
+    torch = optional("torch")
 
     from cudaopt.kernelbench.importer import import_problem
 
@@ -240,7 +333,7 @@ def test_the_launch_goes_to_the_driver_with_the_computed_config_and_arguments(ve
     import ctypes
     import types
 
-    import torch
+    torch = optional("torch")
     from cuda.bindings import driver
 
     (path,) = write(from_run(verified), "torch", tmp_path)
@@ -302,7 +395,7 @@ def test_the_launch_goes_to_the_driver_with_the_computed_config_and_arguments(ve
 def test_the_torch_module_compiles_as_the_harness_does_host_macros_included(tmp_path):
     """A kernel written for nvcc (INFINITY, uint32_t, <cstdint>) passed the harness through its prelude;
     the exported module compiles it with the same prelude and headers, with NVRTC and no GPU."""
-    pytest.importorskip("torch")
+    optional("torch")
     from cudaopt.experiment import load_experiment
 
     kernel = tmp_path / "nvcc_style.cu"

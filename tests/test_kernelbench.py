@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 from cudaopt.cli import app
 from cudaopt.errors import ExperimentError
 from cudaopt.experiment import load_experiment
-from tests.conftest import ROOT
+from tests.conftest import ROOT, optional
 
-torch = pytest.importorskip("torch")
+torch = optional("torch")
 
 FIXTURES = ROOT / "tests" / "fixtures" / "kernelbench"
 runner = CliRunner(env={"COLUMNS": "240"})
@@ -247,7 +247,7 @@ def test_without_torch_the_import_says_what_to_install(tmp_path, monkeypatch):
     from cudaopt.kernelbench.importer import import_problem
 
     monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
-    with pytest.raises(ExperimentError, match="needs PyTorch .*pip install torch"):
+    with pytest.raises(ExperimentError, match=r"needs PyTorch .*pip install -e '\.\[torch\]' in cudaopt's"):
         import_problem(FIXTURES / "19_ReLU.py", tmp_path / "out")
 
 

@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 from cudaopt.cli import app
 from cudaopt.cpu_controls import cpu_controls
 from cudaopt.experiment import load_experiment
-from tests.conftest import ROOT
+from tests.conftest import ROOT, optional
 
-torch = pytest.importorskip("torch")
+torch = optional("torch")
 
 FIXTURES = ROOT / "tests" / "fixtures" / "kernelbench"
 runner = CliRunner(env={"COLUMNS": "240"})

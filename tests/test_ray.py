@@ -10,7 +10,9 @@ import time
 
 import pytest
 
-ray = pytest.importorskip("ray")
+from tests.conftest import optional
+
+ray = optional("ray")
 
 from cudaopt.pool.dispatch import WorkerError  # noqa: E402
 from cudaopt.pool.ray_cluster import RayPool, connect  # noqa: E402

@@ -16,7 +16,8 @@ from cudaopt.optimize import start_or_resume
 from cudaopt.record.runs import Budget, ExperimentArgs
 from cudaopt.record.files import ReplayOutcome, VerifyOutcome
 from cudaopt.report.build import verdict
-from cudaopt.report.roi import compute
+from cudaopt.report.build import build
+from cudaopt.report.roi import compute, roi_case
 from tests.conftest import SGEMM
 from tests.fake_openai import FakeOpenAI
 from tests.scripted import ScriptedEvaluator, answer
@@ -33,6 +34,17 @@ def test_roi_arithmetic():
     assert roi.payback_months == pytest.approx(602.0 / 35.0) and not roi.fits_window
     slower = compute(inputs, "big", baseline_us=10.0, best_us=12.0, model_cost_usd=0, gpu_seconds=0)
     assert slower.ms_saved_per_call == 0 and slower.payback_months is None and not slower.fits_window
+
+
+def test_the_roi_case_is_the_one_named_else_the_slowest_with_a_note():
+    latencies = {"small": 10.0, "big": 900.0, "mid": 80.0}
+    assert roi_case("mid", latencies) == "mid" and roi_case(None, latencies) == "big"
+    assert roi_case("square-4096", latencies) == "big" and roi_case("x", {}) is None
+    assert compute(RoiInputs(case="mid"), "mid", 80.0, 40.0, 0.0, 0.0).note is None
+    assert compute(RoiInputs(), "big", 900.0, 450.0, 0.0, 0.0).note is None
+    note = compute(RoiInputs(case="square-4096"), "big", 900.0, 450.0, 0.0, 0.0).note
+    assert note == ("roi.case 'square-4096' is not a timed performance case here: the slowest one, 'big', "
+                    "pays the bill instead")
 
 
 def verified(passed: bool = True) -> VerifyOutcome:
@@ -95,6 +107,16 @@ def test_cudaopt_report_rebuilds_with_roi_inputs_and_verification(run_dir, tmp_p
     html = (copy / "report.html").read_text()
     assert '<div class="verdict">go</div>' in html and "payback: " in html and "within the window" in html
     assert CliRunner().invoke(app, ["report", str(tmp_path / "nothing")]).exit_code == 2
+
+
+def test_a_roi_case_the_run_did_not_time_falls_back_to_the_slowest_case_with_a_note(run_dir, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    build(copy, RoiInputs(case="gone-8192"))
+    html = (copy / "report.html").read_text()
+    roi = html[html.index('<div id="roi">'):]
+    assert "case paying the bill</td><td>square-4096<" in roi  # the slowest performance case
+    assert "roi.case &#39;gone-8192&#39; is not a timed performance case here" in roi
 
 
 @pytest.mark.parametrize("content", ["", "[]", "\udcff not json", '{"lock": 3}'])

@@ -18,7 +18,7 @@ from cudaopt.harness.vendor import BoundVendor
 from cudaopt.wire.protocol import EvalRequest, TimingProtocol, VendorSpec
 from cudaopt.wire.results import CaseResult
 from cudaopt.wire.signature import parse_signature
-from tests.conftest import SGEMM
+from tests.conftest import SGEMM, optional
 
 runner = CliRunner(env={"COLUMNS": "200"})
 SIGNATURE = json.loads((SGEMM / "experiment.json").read_text())["signature"]
@@ -36,7 +36,7 @@ def torch_flags(tmp_path, source: str) -> list[str]:
 
 
 def test_a_torch_reference_is_detected_checked_on_the_cpu_and_its_failures_are_one_line(tmp_path):
-    pytest.importorskip("torch")
+    optional("torch")
     good = "import torch\n\ndef matmul_f32(a, b, *, m, n, k):\n    return a.double() @ b.double()\n"
     result = runner.invoke(app, ["check", *torch_flags(tmp_path, good), "--arch", "sm_90"])
     assert result.exit_code == 0, result.output
@@ -76,7 +76,7 @@ def test_reference_kind_in_the_config_overrides_the_detection(example):
 
 
 def test_call_torch_returns_float64_of_the_case_shapes_and_restores_the_settings():
-    torch = pytest.importorskip("torch")
+    torch = optional("torch")
     from cudaopt.harness.torch_reference import call_torch
 
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
@@ -101,7 +101,7 @@ def test_call_torch_returns_float64_of_the_case_shapes_and_restores_the_settings
 
 
 def test_call_torch_scrubs_what_it_returned_once_copied():
-    torch = pytest.importorskip("torch")
+    torch = optional("torch")
     from cudaopt.harness.torch_reference import call_torch
 
     kept = {}
@@ -123,7 +123,7 @@ def test_call_torch_scrubs_what_it_returned_once_copied():
     ("raise ValueError('no\\n today')", "reference function raised ValueError: no today"),
 ])
 def test_call_torch_failures_are_reference_errors(body, message):
-    torch = pytest.importorskip("torch")
+    torch = optional("torch")
     from cudaopt.harness.torch_reference import call_torch
 
     namespace = {"torch": torch}

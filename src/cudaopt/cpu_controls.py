@@ -226,4 +226,7 @@ def _controls_from_stdin() -> int:
 
 
 if __name__ == "__main__":
+    from .harness import lifeline
+
+    lifeline.hold()
     sys.exit(_controls_from_stdin())

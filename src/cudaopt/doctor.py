@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 
 
 @dataclass
@@ -30,11 +32,7 @@ def run_checks() -> list[Check]:
     checks.append(Check("cuda-core", core is not None, core or "missing", "pip install 'cuda-core[cu13]'"))
     from .harness.gpu import nvrtc_version
 
-    nvrtc = nvrtc_version()
-    wheel = _version("nvidia-cuda-nvrtc")
-    shown = f"{nvrtc} (nvidia-cuda-nvrtc {wheel})" if wheel else f"{nvrtc} (not from a wheel)"
-    checks.append(Check("NVRTC", not nvrtc.startswith("unknown"), shown,
-                        "pip install 'cuda-core[cu13]' (brings the NVRTC wheel)"))
+    checks.append(_nvrtc_check(nvrtc_version(), header_releases()))
     checks.extend(_compile_checks())
     checks.extend(_gpu_checks())
     checks.append(_ncu_check())
@@ -44,6 +42,61 @@ def run_checks() -> list[Check]:
         "export OPENAI_API_KEY=... (or use --base-url with a local OpenAI-compatible server)",
     ))
     return checks
+
+
+def _release(version: str) -> str:
+    """``major.minor`` of a version (``13.5.37`` -> ``13.5``)."""
+    return ".".join(version.split(".")[:2])
+
+
+def header_releases() -> dict[str, str]:
+    """The CUDA release (``13.5``) of each header family NVRTC compiles against, where it can be
+    told: the runtime headers by their ``CUDART_VERSION``, the ``crt/`` headers beside them by the
+    wheel that installed them (a system toolkit's are its runtime's release)."""
+    from .harness.nvrtc_build import header_roots
+
+    root = next((directory for lib, directory, _ in header_roots() if lib == "cudart"), None)
+    if root is None:
+        return {}
+    found = {}
+    try:
+        text = (Path(root) / "cuda_runtime_api.h").read_text(errors="replace")
+    except OSError:
+        text = ""
+    if (match := re.search(r"#define\s+CUDART_VERSION\s+(\d+)", text)) is not None:
+        number = int(match.group(1))
+        found["cudart"] = f"{number // 1000}.{number % 1000 // 10}"
+    crt = (Path(root) / "crt" / "host_config.h").resolve()
+    for dist in metadata.distributions():
+        if not (dist.metadata["Name"] or "").lower().startswith(("nvidia", "cuda")):
+            continue
+        files = [f for f in dist.files or () if str(f).endswith("crt/host_config.h")]
+        if any(Path(dist.locate_file(f)).resolve() == crt for f in files):
+            found["crt"] = _release(dist.version)
+            break
+    else:
+        if crt.is_file() and "cudart" in found:
+            found["crt"] = found["cudart"]
+    return found
+
+
+def _nvrtc_check(nvrtc: str, headers: dict[str, str]) -> Check:
+    """NVRTC's version, and whether the headers it compiles with come from its own CUDA release: a
+    compiler of one release over the headers of another fails on some kernels, or builds them
+    differently from the release either one says."""
+    wheel = _version("nvidia-cuda-nvrtc")
+    shown = f"{nvrtc} (nvidia-cuda-nvrtc {wheel})" if wheel else f"{nvrtc} (not from a wheel)"
+    if nvrtc.startswith("unknown"):
+        return Check("NVRTC", False, shown, "pip install 'cuda-core[cu13]' (brings the NVRTC wheel)")
+    others = {family: release for family, release in headers.items() if release != _release(nvrtc)}
+    if others:
+        said = ", ".join(f"{family} headers {release}" for family, release in others.items())
+        return Check("NVRTC", False, f"{shown}, but {said}: not one CUDA release",
+                     f"install NVRTC and the headers from one release: pip install --force-reinstall "
+                     f"'cuda-toolkit[nvrtc,cudart,cccl,crt,curand]=={_release(nvrtc)}.*' (add PyTorch with "
+                     "pip install -e '.[torch]', which keeps them together)")
+    said = ", ".join(f"{family} {release}" for family, release in headers.items())
+    return Check("NVRTC", True, f"{shown}; headers of the same release ({said})" if said else shown)
 
 
 def _compile_checks() -> list[Check]:

@@ -6,7 +6,10 @@ in one place).
 
 from __future__ import annotations
 
+import difflib
 import re
+import types
+import typing
 from pathlib import Path
 
 
@@ -48,14 +51,63 @@ def _field(loc) -> str:
     return field
 
 
-def validation_message(exc) -> tuple[str, str]:
+def _members(annotation) -> list:
+    """The types an annotation may hold: a union's members, ``Annotated``'s inner type."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _members(typing.get_args(annotation)[0])
+    if origin is typing.Union or origin is types.UnionType:
+        return [m for arg in typing.get_args(annotation) for m in _members(arg)]
+    return [annotation]
+
+
+def _step(annotation, part) -> list:
+    """The types found one location part below ``annotation`` (a model's field, a list's item,
+    a dict's value)."""
+    found = []
+    for member in _members(annotation):
+        origin, args = typing.get_origin(member), typing.get_args(member)
+        if isinstance(member, type) and hasattr(member, "model_fields"):
+            if isinstance(part, str) and part in member.model_fields:
+                found.append(member.model_fields[part].annotation)
+        elif origin in (list, tuple) and isinstance(part, int) and args:
+            found.append(args[0])
+        elif origin is dict and isinstance(part, str) and len(args) == 2:
+            found.append(args[1])
+    return found
+
+
+def known_keys(model, loc) -> list[str]:
+    """The keys a file may hold where ``loc`` (a pydantic error's location) points, read from the
+    schema ``model``: what an unknown key is compared with."""
+    current = [model]
+    for part in loc:
+        if not _is_type_tag(part):
+            current = [t for c in current for t in _step(c, part)]
+    return sorted({name for c in current for m in _members(c)
+                   if isinstance(m, type) and hasattr(m, "model_fields") for name in m.model_fields})
+
+
+def _unknown_key(loc, model) -> str:
+    """An unknown key (the field names it) said with the closest known one, else the known ones."""
+    known = known_keys(model, loc[:-1]) if model is not None else []
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    if close:
+        return f"not a known key: did you mean {close[0]!r}?"
+    return f"not a known key (known: {', '.join(known)})" if known else "not a known key"
+
+
+def validation_message(exc, model=None) -> tuple[str, str]:
     """The field and message of a pydantic ``ValidationError``'s first problem, in plain words:
     the alternatives of a union are said together (``an integer, a number or a string``), never
-    as the validator's type names."""
+    as the validator's type names; an unknown key names the closest key ``model`` (the schema
+    validated against) knows there."""
     errors = exc.errors()
     field = _field(errors[0]["loc"])
     same = [e for e in errors if _field(e["loc"]) == field]
-    if len(same) > 1 and all(e["type"].endswith(("_type", "_parsing")) for e in same):
+    if errors[0]["type"] == "extra_forbidden":
+        message = _unknown_key(errors[0]["loc"], model)
+    elif len(same) > 1 and all(e["type"].endswith(("_type", "_parsing")) for e in same):
         kinds = []
         for err in same:
             tag = next((p for p in reversed(err["loc"]) if _is_type_tag(p)), None)

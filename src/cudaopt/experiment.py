@@ -192,7 +192,7 @@ def _read_cases(path: Path, signature: Signature) -> tuple[list[CaseSpec], froze
     try:
         cases = CasesFile.model_validate(read_json_file(path, "input cases file"), strict=True)
     except ValidationError as exc:
-        raise ExperimentError(path, *validation_message(exc)) from None
+        raise ExperimentError(path, *validation_message(exc, CasesFile)) from None
     check_cases(path, cases, signature)
     own = frozenset(case.name for case in cases.cases if case.launch is not None)
     return [_resolved(case, path.parent, cases.launch) for case in cases.cases], own
@@ -260,10 +260,6 @@ def load_experiment(
     if not any(case.role in ("correctness", "performance") for case in cases):
         raise ExperimentError(cases_path, "cases", "no correctness or performance case: evaluate and optimize "
                                                    "would have nothing to check or time (holdout cases are for verify)")
-    timed = [c.name for c in cases if c.role == "performance"]
-    if model.roi.case is not None and model.roi.case not in timed:
-        raise ExperimentError(origin, "roi.case", f"{model.roi.case!r} is not a performance case of "
-                                                  f"{cases_path.name} ({', '.join(timed) or 'it has none'})")
     tuning = _load_tuning(model.tune, base, origin, sig, cases) if model.tune else None
     tf32 = "tf32" in allowed_math(model.limits, sig)  # a kernel that may use TF32 is measured against a vendor that may
     vendors = _load_vendors(model.vendor, base, origin, sig, tf32)
@@ -297,7 +293,7 @@ def _read_config(config: Path | None) -> tuple[ExperimentConfig, Path, str]:
     try:
         model = ExperimentConfig.model_validate(raw, strict=True)
     except ValidationError as exc:
-        field, message = validation_message(exc)
+        field, message = validation_message(exc, ExperimentConfig)
         if isinstance(raw, dict) and isinstance(raw.get("vendor"), dict):  # one vendor, written as an object
             field = field.replace("vendor[0]", "vendor", 1)
         raise ExperimentError(config, field, message) from None
@@ -352,7 +348,7 @@ def _load_tuning(tune: TuneSection, base: Path, origin: str, sig: Signature, cas
         try:
             space = TuneSpace(tunables=tune.tunables, restrictions=tune.restrictions)
         except ValidationError as exc:
-            field, message = validation_message(exc)
+            field, message = validation_message(exc, TuneSpace)
             raise ExperimentError(origin, f"tune.{field}" if field else "tune", message) from None
     elif in_source is not None:
         space = in_source
@@ -410,5 +406,5 @@ def load_launch(text: str) -> LaunchSpec:
     try:
         launch = LaunchFile.model_validate(data, strict=True)
     except ValidationError as exc:
-        raise ExperimentError(source, *validation_message(exc)) from None
+        raise ExperimentError(source, *validation_message(exc, LaunchFile)) from None
     return LaunchSpec(**launch.model_dump(exclude={"schema_version"}))

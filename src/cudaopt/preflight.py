@@ -289,4 +289,7 @@ def _run_reference_from_stdin() -> int:
 
 
 if __name__ == "__main__":
+    from .harness import lifeline
+
+    lifeline.hold()
     sys.exit(_run_reference_from_stdin())

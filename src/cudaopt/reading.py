@@ -50,7 +50,7 @@ def read_model_file(path: Path, model, what: str):
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ExperimentError(path, *validation_message(exc)) from None
+        raise ExperimentError(path, *validation_message(exc, model)) from None
 
 
 def read_text_file(path: Path, field: str) -> str:

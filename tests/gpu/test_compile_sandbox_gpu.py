@@ -1,5 +1,5 @@
-"""The compile sandbox through a GPU worker: the hidden include of issue 26 (a comment spanning
-lines between '#' and 'include') and a __has_include probe are refused, and nothing of the
+"""The compile sandbox through a GPU worker: a hidden include (a comment spanning lines between
+'#' and 'include') and a __has_include probe are refused, and nothing of the
 planted file reaches the result."""
 
 from __future__ import annotations

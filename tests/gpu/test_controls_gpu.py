@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from cudaopt.cli import app
 from cudaopt.experiment import load_experiment
 from cudaopt.wire.protocol import LaunchSpec
-from tests.conftest import ROOT, kernel_source
+from tests.conftest import ROOT, kernel_source, optional
 from tests.gpu.conftest import FAST
 
 pytestmark = pytest.mark.gpu
@@ -95,7 +95,7 @@ def test_the_example_sgemm_cases_pass_their_controls(supervisor, sgemm):
 
 @pytest.fixture(scope="module")
 def kernelbench(tmp_path_factory):
-    pytest.importorskip("torch")
+    optional("torch")
     folder = tmp_path_factory.mktemp("kernelbench")
     for stem in ("22_Tanh_small_inputs", "23_Softmax_large"):
         result = runner.invoke(app, ["import", "kernelbench", str(FIXTURES / f"{stem}.py"), "--out",

@@ -18,10 +18,10 @@ from cudaopt.experiment import load_experiment
 from cudaopt.exporter import from_flags, write
 from cudaopt.record.bake import bake, bake_launch
 from cudaopt.wire import expr
-from tests.conftest import ROOT, SGEMM
+from tests.conftest import ROOT, SGEMM, optional
 
 pytestmark = pytest.mark.gpu
-torch = pytest.importorskip("torch")
+torch = optional("torch")
 
 KB = ROOT / "tests" / "fixtures" / "kernelbench"
 TUNED = {"BM": 128, "BN": 256, "BK": 8, "TM": 8, "TN": 16, "MINB": 1, "ST": 16, "SK": 64}  # the H200's winner
@@ -111,6 +111,37 @@ def test_bad_inputs_are_clear_errors_on_the_gpu(sgemm):
         module.matmul_f32(torch.randn(4, 8, device="cuda").t(), torch.randn(4, 3, device="cuda"))
     with pytest.raises(TypeError, match="dtype torch.float16"):
         module.matmul_f32(a.half(), torch.randn(4, 3, device="cuda"))
+    b = torch.randn(4, 3, device="cuda")
+    with pytest.raises(ValueError, match=r"a must be a 2-D tensor of shape \(m, k\), got a 1-D tensor"):
+        module.matmul_f32(a.flatten(), b)
+    with pytest.raises(TypeError, match="a must be a torch.Tensor of shape \\(m, k\\), got list"):
+        module.matmul_f32(a.tolist(), b)
+    with pytest.raises(ValueError, match="sizes must not be negative"):
+        module.matmul_f32(a, b, m=-8)
+    before = torch.cuda.memory_allocated()
+    with pytest.raises(ValueError, match=r"scalar m = 2147483648 does not fit its type \(int32"):
+        module.matmul_f32(a, b, m=2**31)
+    assert torch.cuda.memory_allocated() == before  # refused before the output was allocated
+    with pytest.raises(ValueError, match="a is on cpu; the kernel takes CUDA tensors"):
+        module.matmul_f32(a.cpu(), b)
+
+
+def test_gradients_the_op_cannot_give_are_refused(sgemm):
+    """out= with an argument that requires grad is refused as torch.matmul(out=) refuses it; without out=
+    the forward runs and backward says the op has no autograd formula."""
+    _, _, module, _ = sgemm
+    a, b = torch.randn(8, 4, device="cuda", requires_grad=True), torch.randn(4, 3, device="cuda")
+    out = torch.empty(8, 3, device="cuda")
+    with pytest.raises(RuntimeError, match=r"matmul_f32\(\): functions with out=... arguments don't support "
+                                           r"automatic differentiation.*\(a\)"):
+        module.matmul_f32(a, b, out=out)
+    with torch.no_grad():
+        assert module.matmul_f32(a, b, out=out) is out
+    torch.testing.assert_close(out, a.detach() @ b, rtol=1e-4, atol=1e-4)
+    c = module.matmul_f32(a, b)
+    torch.testing.assert_close(c.detach(), out)
+    with pytest.raises(RuntimeError, match="no autograd formula"):
+        c.sum().backward()
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")

@@ -11,12 +11,12 @@ from typer.testing import CliRunner
 from cudaopt.cli import app
 from cudaopt.experiment import load_experiment
 from cudaopt.wire.protocol import LaunchSpec
-from tests.conftest import ROOT, SGEMM, kernel_source
+from tests.conftest import ROOT, SGEMM, kernel_source, optional
 from tests.fake_openai import FakeOpenAI
 from tests.gpu.conftest import FAST
 
 pytestmark = pytest.mark.gpu
-torch = pytest.importorskip("torch")
+torch = optional("torch")
 
 FIXTURES = ROOT / "tests" / "fixtures" / "kernelbench"
 SMALL = {"odd-31x37x29", "square-256", "rect-384x256x320"}

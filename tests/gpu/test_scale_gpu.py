@@ -13,7 +13,7 @@ from cudaopt.cli import app
 from cudaopt.pool.devices import visible_devices
 from cudaopt.fleet.files import AuditReport
 from cudaopt.record.files import Environment, History, ReplayOutcome, Summary, VerifyOutcome
-from tests.conftest import ROOT, SGEMM
+from tests.conftest import ROOT, SGEMM, optional
 
 pytestmark = pytest.mark.gpu
 runner = CliRunner(env={"COLUMNS": "200", "OPENAI_API_KEY": ""})
@@ -64,7 +64,7 @@ def test_evaluate_verify_and_replay_on_every_gpu(swept):
 
 
 def test_a_tune_sweep_through_a_local_ray_cluster(tmp_path):
-    pytest.importorskip("ray")
+    optional("ray")
     result = runner.invoke(app, ["optimize", "--config", CONFIG, "--strategy", "tune", "--max-evals", "4",
                                  "--ray", "local", "--no-cache", "--results-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output

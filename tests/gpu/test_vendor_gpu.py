@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import kernel_source
+from tests.conftest import kernel_source, optional
 from tests.gpu.conftest import FAST
 
 pytestmark = pytest.mark.gpu
@@ -20,7 +20,7 @@ def request_with(sgemm, vendor):
 
 
 def test_cublas_through_cupy_is_checked_and_timed_interleaved_with_the_candidate(supervisor, sgemm):
-    pytest.importorskip("cupy")
+    optional("cupy")
     result = supervisor.evaluate(request_with(sgemm, sgemm.vendors[0]))
     assert result.status == "ok", result.reason
     for case in result.cases:
@@ -43,7 +43,7 @@ def test_cublas_through_cupy_is_checked_and_timed_interleaved_with_the_candidate
 
 
 def test_cublas_through_torch(supervisor, sgemm):
-    pytest.importorskip("torch")
+    optional("torch")
     source = "import torch\n\ndef sgemm(a, b, c, *, m, n, k):\n    torch.matmul(a, b, out=c)\n"
     vendor = sgemm.vendors[0].model_copy(update={"source": source, "arrays": "torch", "label": "cuBLAS (torch)"})
     result = supervisor.evaluate(request_with(sgemm, vendor))
@@ -62,7 +62,7 @@ def test_cublas_through_torch(supervisor, sgemm):
     ],
 )
 def test_a_failing_vendor_is_reported_and_never_fails_the_candidate(supervisor, sgemm, body, status, reason):
-    pytest.importorskip("cupy")
+    optional("cupy")
     source = f"import cupy\n\ndef sgemm(a, b, c, *, m, n, k):\n    {body}\n"
     result = supervisor.evaluate(request_with(sgemm, sgemm.vendors[0].model_copy(update={"source": source})))
     assert result.status == "ok", result.reason

@@ -28,19 +28,20 @@ from ..wire.protocol import CaseSpec
 from ..wire.results import CaseResult, DeviceInfo, EvalResult, Roofline
 from ..wire.signature import Signature
 from ..record.files import Roi
-from ..report.roi import compute
+from ..report.roi import compute, roi_case
 from .files import Headroom
 
 
-def roi_case(cases: list[CaseResult], wanted: str | None) -> CaseResult | None:
-    """The case whose latency the calls pay: the one named, else the slowest timed performance case."""
-    timed = [c for c in cases if c.role == "performance" and c.median_us is not None]
-    return next((c for c in timed if c.name == wanted), None) or max(timed, key=lambda c: c.median_us, default=None)
+def _roi_case(cases: list[CaseResult], wanted: str | None, latency) -> CaseResult | None:
+    """The timed performance case whose latency the calls pay (report/roi.py: ``roi_case``)."""
+    timed = {c.name: c for c in cases if c.role == "performance" and latency(c) is not None}
+    name = roi_case(wanted, {n: latency(c) for n, c in timed.items()})
+    return timed[name] if name is not None else None
 
 
 def estimate(result: EvalResult, inputs: RoiInputs, roof_target: float) -> Headroom | None:
     """The kernel's headroom on its ROI case; None when it failed or nothing was timed."""
-    case = roi_case(result.cases, inputs.case) if result.ok else None
+    case = _roi_case(result.cases, inputs.case, lambda c: c.median_us) if result.ok else None
     if case is None:
         return None
     kernel = case.median_us
@@ -63,9 +64,7 @@ def estimate(result: EvalResult, inputs: RoiInputs, roof_target: float) -> Headr
 def estimate_vendor(result: EvalResult, cases: list[CaseSpec], signature: Signature, inputs: RoiInputs,
                     roof_target: float) -> Headroom | None:
     """The vendor's headroom on the ROI case of a vendor-only measurement; None when it was not timed."""
-    timed = [c for c in result.cases if c.role == "performance" and c.vendor_median_us(0) is not None]
-    case = next((c for c in timed if c.name == inputs.case), None) or \
-        max(timed, key=lambda c: c.vendor_median_us(0), default=None)
+    case = _roi_case(result.cases, inputs.case, lambda c: c.vendor_median_us(0))
     if case is None or not result.ok:
         return None
     vendor = case.vendor_median_us(0)

@@ -130,7 +130,7 @@ def _kernel_at(ref: str, path: Path, baseline: GuardBaseline, experiment: Experi
         try:
             recorded = GuardBaseline.model_validate_json(old_guard).kernel
         except ValidationError as exc:
-            field_name, message = validation_message(exc)
+            field_name, message = validation_message(exc, GuardBaseline)
             notes.append(f"{shown(path)} at {ref} is unreadable ({field_name}: {message}); the old kernel runs "
                          "with this guard's entry and launch")
     file = folder / recorded.file

@@ -31,10 +31,10 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 
 from ..wire.protocol import KernelSpec
 from ..wire.results import CompileInfo
+from . import lifeline
 from .nvrtc_build import CompileError
 from .sandbox import worker_environment
 
@@ -50,10 +50,11 @@ class CompilerProcess:
     """One confined compiler process and the pipe to it."""
 
     def __init__(self, workdir: str):
-        self.proc = subprocess.Popen(
+        line = lifeline.spawn(worker_environment(dict(os.environ)))
+        self.proc = lifeline.track(subprocess.Popen(
             [sys.executable, "-m", "cudaopt.harness.compile_process"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir, env=worker_environment(dict(os.environ)),
-        )
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir, env=line.env, pass_fds=line.pass_fds,
+        ))
         self.lines: queue.Queue[bytes | None] = queue.Queue()
         self.stderr: list[bytes] = []
         threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines.put), daemon=True).start()
@@ -100,6 +101,7 @@ class CompilerProcess:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+        lifeline.forget(self.proc)
 
 
 class Compilers:
@@ -190,21 +192,12 @@ def _serve() -> None:
         hello["landlock"] = landlock.confine(nvrtc_build.include_dirs())
     except landlock.LandlockUnavailable as exc:
         hello["landlock"], hello["why"] = None, str(exc)
-    threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
     out = sys.stdout.buffer
     out.write(json.dumps(hello).encode() + b"\n")
     out.flush()
     for line in sys.stdin.buffer:
         out.write(json.dumps(_handle(json.loads(line))).encode() + b"\n")
         out.flush()
-
-
-def _exit_with(parent: int) -> None:
-    """End this process when the one it compiles for has gone (killed, say, by its supervisor),
-    even in the middle of a compilation that would never end."""
-    while os.getppid() == parent:
-        time.sleep(1.0)
-    os._exit(0)
 
 
 def _handle(request: dict) -> dict:
@@ -219,6 +212,8 @@ def _handle(request: dict) -> dict:
 
 if __name__ == "__main__":
     # A Ctrl-C in a terminal reaches the whole process group: the process this one compiles for
-    # decides what an interrupt ends, and this one ends with it (_exit_with, or its stdin closing).
+    # decides what an interrupt ends, and this one ends with it (the lifeline, or its stdin closing),
+    # even in the middle of a compilation that would never end.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    lifeline.hold()
     _serve()

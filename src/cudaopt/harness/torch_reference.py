@@ -30,7 +30,7 @@ def import_torch():
         import torch
     except ImportError as exc:
         raise ReferenceFailure(f"the reference uses PyTorch, which this worker cannot import ({exc}): "
-                               "pip install torch") from None
+                               "pip install -e '.[torch]' in cudaopt's checkout") from None
     return torch
 
 

@@ -155,8 +155,8 @@ def _library(arrays: str, allow_tf32: bool):
         torch.backends.cudnn.allow_tf32 = allow_tf32
         return torch
     except ImportError as exc:
-        package = "cupy-cuda13x" if arrays == "cupy" else "torch"
-        raise VendorError(f"the vendor baseline needs {arrays} ({exc}): pip install {package}") from None
+        how = "pip install cupy-cuda13x" if arrays == "cupy" else "pip install -e '.[torch]' in cudaopt's checkout"
+        raise VendorError(f"the vendor baseline needs {arrays} ({exc}): {how}") from None
     except Exception as exc:
         raise VendorError(f"cannot set up {arrays}: {exc.__class__.__name__}: {exc}") from None
 

@@ -67,4 +67,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from . import lifeline
+
+    lifeline.hold()
     sys.exit(main())

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..harness import lifeline
 from ..harness.inputs import shape_of
 from ..wire.messages import Done, Fatal, read_message
 from ..wire.protocol import CaseSpec, EvalRequest, TimingProtocol
@@ -136,14 +137,18 @@ def profile(request: EvalRequest, ncu: str, *, device: int = 0, timeout_s: float
     with tempfile.TemporaryDirectory(prefix="cudaopt-ncu-") as tmp:
         log_file = Path(tmp) / "ncu.csv"
         cmd = command(ncu, request, log_file)
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=env, start_new_session=True, text=True)
+        line = lifeline.spawn(env, group=True, direct=False)  # the profiled worker's parent is ncu
+        proc = lifeline.track(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                               stderr=subprocess.PIPE, env=line.env, pass_fds=line.pass_fds,
+                                               start_new_session=True, text=True), group=True)
         try:
             out, err = proc.communicate(request.to_json() + "\n", timeout=timeout_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # ncu and the worker it started
             proc.communicate()
             raise ProfileError(f"ncu ran past its {timeout_s:g} s timeout and was killed") from None
+        finally:
+            lifeline.forget(proc)
         log = log_file.read_text(errors="replace") if log_file.is_file() else ""
     if PERMISSION_ERROR in log or PERMISSION_ERROR in err or PERMISSION_ERROR in out:
         raise NsightUnavailable(PERMISSION_FIX)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from ..wire.precision import dtype_classes
 from ..wire.protocol import Limits
 from .discriminate import discriminate
 from .glue import reference_source, vendor_source
-from .problem import Problem
+from .problem import Layout, Problem
 from .translate import Translation, translate
 
 KERNELBENCH_TOLERANCE = 1e-2  # KernelBench's atol and rtol
@@ -39,15 +40,17 @@ class Imported:
 
 
 def import_problem(path: Path, out: Path, *, name: str | None = None, seed: int = 42, rtol: float | None = None,
-                   atol: float | None = None, force: bool = False) -> Imported:
+                   atol: float | None = None, force: bool = False,
+                   on_layout: Callable[[Layout], None] | None = None) -> Imported:
     """Translate the problem at ``path`` and write its experiment into ``out``. Tolerances not
     given come from the problem's ``TASK_CONFIG`` (``atol``, ``rtol``) where it has one, else
-    KernelBench's 1e-2."""
+    KernelBench's 1e-2. ``on_layout`` is told the problem's sizes as they become known: its inputs
+    (before ``forward`` runs), then everything that crosses the boundary (isolated.py's limit)."""
     try:
         import torch
     except ImportError as exc:
-        raise ExperimentError(path, "", f"importing a KernelBench problem needs PyTorch ({exc}): pip install torch") \
-            from None
+        raise ExperimentError(path, "", f"importing a KernelBench problem needs PyTorch ({exc}): "
+                                        "pip install -e '.[torch]' in cudaopt's checkout") from None
     if not path.is_file():
         raise ExperimentError(path, "", "not found")
     if out.exists() and not out.is_dir():
@@ -56,11 +59,13 @@ def import_problem(path: Path, out: Path, *, name: str | None = None, seed: int 
     if present and not force:
         raise ExperimentError("--out", "", f"{out} already holds {', '.join(present)} (--force replaces them)")
     problem = Problem(path, torch)
+    if on_layout is not None and (inputs := problem.input_layout(problem.defaults)) is not None:
+        on_layout(inputs)
     declared = problem.namespace.get("TASK_CONFIG")
     declared = declared if isinstance(declared, dict) else {}
     rtol, atol = (given if given is not None else _tolerance(path, declared, key)
                   for given, key in ((rtol, "rtol"), (atol, "atol")))
-    t = translate(problem, name=name or path.stem, seed=seed, rtol=rtol, atol=atol)
+    t = translate(problem, name=name or path.stem, seed=seed, rtol=rtol, atol=atol, on_layout=on_layout)
     out.mkdir(parents=True, exist_ok=True)
     reference = reference_source(problem, t, seed)
     (out / "reference.py").write_text(reference)

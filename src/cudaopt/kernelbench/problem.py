@@ -70,6 +70,7 @@ class Layout:
     state: list[Tensor]  # the model's parameters and buffers, by module path
     outputs: list[Tensor]
     matmul_flops: int = 0  # matrix-product flops (torch's flop counter), 0 when there are none
+    flops: int = 0  # every operation torch's flop counter counts (matrix products, convolutions, attention)
 
     def nbytes(self) -> int:
         return sum(int(np.prod(t.shape, dtype=np.int64)) * ITEMSIZE.get(t.dtype, 4)
@@ -258,7 +259,17 @@ class Problem:
         return Layout(inputs=[Tensor(f"#{i}", _dtype(t), tuple(t.shape)) for i, t in enumerate(inputs)],
                       state=[Tensor(name, _dtype(t), tuple(t.shape)) for name, t in state],
                       outputs=[Tensor(f"#{i}", _dtype(t), tuple(t.shape)) for i, t in enumerate(outputs)],
-                      matmul_flops=int(flops))
+                      matmul_flops=int(flops), flops=int(sum(counts.values())))
+
+    def input_layout(self, values: dict[str, int]) -> Layout | None:
+        """The inputs alone at these sizes, made on the meta device (nothing computed, ``forward``
+        not run); None when ``get_inputs()`` cannot run there."""
+        try:
+            made = self.inputs(values, "meta")
+        except ExperimentError:
+            return None
+        return Layout(inputs=[Tensor(f"#{i}", _dtype(t), tuple(t.shape)) for i, t in enumerate(made)], state=[],
+                      outputs=[])
 
     def _cpu_can_hold(self, values: dict[str, int], why: ExperimentError) -> None:
         """Refuse a CPU run whose inputs (made on the meta device) would not fit in CPU_BYTES."""

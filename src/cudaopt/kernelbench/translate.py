@@ -23,6 +23,7 @@ from __future__ import annotations
 import inspect
 import keyword
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -84,9 +85,13 @@ class Translation:
     notes: list[str] = field(default_factory=list)
 
 
-def translate(problem: Problem, *, name: str, seed: int, rtol: float, atol: float) -> Translation:
-    """The problem's experiment; ExperimentError (one line) for a problem that cannot be a kernel."""
+def translate(problem: Problem, *, name: str, seed: int, rtol: float, atol: float,
+              on_layout: Callable[[Layout], None] | None = None) -> Translation:
+    """The problem's experiment; ExperimentError (one line) for a problem that cannot be a kernel.
+    ``on_layout`` is told what crosses the boundary at the problem's own sizes, as soon as it is known."""
     base = problem.layout(problem.defaults)
+    if on_layout is not None:
+        on_layout(base)
     # a random forward is refused before the probes, when the problem's own sizes are cheap to run
     checked = base.nbytes() <= EARLY_CHECK_BYTES and problem.check_deterministic(problem.defaults, seed)
     follows = _follows(problem, base)

@@ -11,7 +11,7 @@ to run on another GPU (dispatch.py); a worker that cannot start takes its GPU ou
 ``address``: a cluster's address, ``auto`` (the cluster this machine belongs to) or ``local``
 (a cluster started here for this process, stopped with it; secrets are kept out of its
 environment). Every node needs this version of cudaopt installed. Ray is imported here only,
-when a pool is opened (``pip install 'cudaopt[ray]'``).
+when a pool is opened (``pip install -e '.[ray]'`` in cudaopt's checkout).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _ray():
     try:
         import ray
     except ImportError:
-        raise ExperimentError("--ray", "", "Ray is not installed: pip install 'cudaopt[ray]'") from None
+        raise ExperimentError("--ray", "", "Ray is not installed: pip install -e '.[ray]' in cudaopt's checkout") from None
     return ray
 
 

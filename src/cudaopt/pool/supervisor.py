@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from ..harness import lifeline
 from ..harness.sandbox import worker_environment
 from ..wire.messages import (
     CaseDone,
@@ -66,16 +67,18 @@ class Worker:
         env.pop("CUDA_DEVICE_ORDER", None)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (*_package_roots(), env.get("PYTHONPATH", "")) if p)
         self._workdir = tempfile.TemporaryDirectory(prefix="cudaopt-worker-")
+        line = lifeline.spawn(env)  # the worker, and what it starts, end with this process
         log = open(self.log_path, "ab")
         try:
-            self.proc = subprocess.Popen(
+            self.proc = lifeline.track(subprocess.Popen(
                 self.command,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
-                env=env,
+                env=line.env,
+                pass_fds=line.pass_fds,
                 cwd=self._workdir.name,
-            )
+            ))
         finally:
             log.close()
         self._buffer = b""
@@ -102,6 +105,7 @@ class Worker:
             if self.proc.poll() is None:
                 self.proc.kill()
             self.proc.wait()
+            lifeline.forget(self.proc)
             for stream in (self.proc.stdin, self.proc.stdout):
                 if stream:
                     stream.close()

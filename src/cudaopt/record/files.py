@@ -124,6 +124,7 @@ class Roi(WireModel):
     monthly_saving_usd: float
     payback_months: float | None  # None: nothing is saved, the pilot never pays back
     fits_window: bool
+    note: str | None = None  # roi.case named a case not timed here: the slowest one stands in
 
 
 class CaseVendor(WireModel):

@@ -23,7 +23,7 @@ from ..record.rundir import RunDir, write_atomic
 from ..record.runs import load_run_experiment, model_calls, read_run_json
 from ..record.files import Environment, History, ReplayOutcome, Roi, Summary, VerifyOutcome
 from . import charts
-from .roi import compute
+from .roi import compute, roi_case
 
 
 def verdict(verify: VerifyOutcome | None, replay: ReplayOutcome | None, roi: Roi | None) -> tuple[str, list[str]]:
@@ -111,8 +111,8 @@ def build(path: Path, roi_inputs: RoiInputs | None = None) -> Path:
     roi = None
     timed = [c for c in summary.cases if c.baseline_median_us and c.best_median_us]
     if timed:
-        target = next((c for c in timed if c.name == roi_inputs.case), None) or max(
-            timed, key=lambda c: c.baseline_median_us)
+        name = roi_case(roi_inputs.case, {c.name: c.baseline_median_us for c in timed})
+        target = next(c for c in timed if c.name == name)
         roi = compute(roi_inputs, target.name, target.baseline_median_us, target.best_median_us,
                       summary.totals.cost_usd, summary.totals.gpu_seconds)
     verify, replay = _optional(run, "verify.json", VerifyOutcome), _optional(run, "replay.json", ReplayOutcome)

@@ -24,7 +24,8 @@ LAYERS = [
     {"engine"},
     {"agent", "report", "kernelbench", "exporter"},
     {"strategies", "winner", "guard"},
-    {"optimize", "api", "fleet", "schemas"},
+    {"optimize", "fleet", "schemas"},
+    {"api"},
     {"cli"},
     {"__main__"},
 ]
@@ -60,11 +61,18 @@ PACKAGE_LAYERS = {
     "exporter": [{"lower", "source"}, {"launch_code"}, {"cuda_target", "torch_target"}, {"kernelbench_target"}],
     "strategies": [{"base"}, {"agent", "tune"}],
     "winner": [{"replay", "sanitize", "shapes"}, {"verify"}],
-    "guard": [{"files", "git", "stats"}, {"junit", "load"}, {"check", "record"}],
+    "guard": [{"files", "git", "stats"}, {"junit", "load", "summaries"}, {"check", "record"}],
     "fleet": [{"files"}, {"headroom", "page"}, {"audit"}],
+    "api": [
+        {"arguments", "workers"},  # the checks on every argument; the GPU workers a function measures on
+        {"experiments"},  # how an experiment is given; check, evaluate
+        {"from_python"},  # an experiment built in Python
+        {"guards", "kernelbench", "optimizing", "shipping", "tools", "winners"},  # one group of commands each
+        {"fleets"},  # the fleet audit, which optimises too
+    ],
     "cli": [
-        {"flags", "render_cells", "render_experiments", "render_kernelbench", "render_tools"},
-        {"app", "render_audit", "render_guard", "render_runs"},  # app: errors -> exit statuses, the pool
+        {"app", "options", "render_cells", "render_kernelbench", "render_tools"},  # app: errors -> exit statuses
+        {"progress", "render_audit", "render_experiments", "render_guard", "render_runs"},
         {"audit", "experiments", "export", "guard", "kernelbench", "runs", "tools"},  # one group of commands each
     ],
 }
@@ -78,6 +86,11 @@ def unit_of(module: str) -> str:
 def module_name(path: Path) -> str:
     parts = path.relative_to(SRC.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_module(dotted: str) -> bool:
+    place = SRC.parent / Path(*dotted.split("."))
+    return place.with_suffix(".py").is_file() or (place / "__init__.py").is_file()
 
 
 def imports(path: Path) -> set[str]:
@@ -97,9 +110,8 @@ def imports(path: Path) -> set[str]:
                 target = node.module or ""
             if target.startswith("cudaopt"):
                 found.add(target)
-                # "from . import agent" names a module, not an attribute
-                found |= {f"{target}.{a.name}" for a in node.names
-                          if (SRC.parent / Path(*f"{target}.{a.name}".split("."))).with_suffix(".py").is_file()}
+                # "from . import agent" names a module (or a package), not an attribute
+                found |= {f"{target}.{a.name}" for a in node.names if is_module(f"{target}.{a.name}")}
     return found - {module}
 
 
@@ -124,6 +136,16 @@ def test_each_side_of_the_process_boundary_imports_only_what_it_may(unit, allowe
         if unit_of(module) == unit:
             outside = sorted(t for t in imports(path) if unit_of(t) not in allowed)
             assert not outside, f"{module} imports {outside}"
+
+
+def test_the_command_line_reaches_the_core_only_through_the_api():
+    """One door: cli/ imports nothing of cudaopt but the API, the errors and its own modules, so
+    every check the API runs holds whichever door a user takes."""
+    for module, path in MODULES.items():
+        if unit_of(module) == "cli":
+            outside = sorted(t for t in imports(path)
+                             if t not in ("cudaopt", "cudaopt.api", "cudaopt.errors") and unit_of(t) != "cli")
+            assert not outside, f"{module} imports {outside}: reach the core through cudaopt.api"
 
 
 def test_every_package_orders_its_modules():
@@ -278,7 +300,7 @@ def _where_to_add() -> dict[str, str]:
     ("A trust check", "wire/results.py", "STATUSES"),
     ("A check before the GPU", "crosschecks.py", "def check_launch"),
     ("A check before the GPU", "preflight.py", "def preflight"),
-    ("A check before the GPU", "cli/flags.py", "def "),
+    ("A check before the GPU", "api/arguments.py", "RANGES"),
     ("A vendor baseline kind", "harness/vendor.py", "def "),
     ("A vendor baseline kind", "wire/protocol.py", "class VendorSpec"),
     ("A vendor baseline kind", "crosschecks.py", "def check_vendor_function"),

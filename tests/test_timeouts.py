@@ -69,7 +69,7 @@ def test_the_experiment_sets_the_policy(example):
         ({"check_s": 0}, "timeouts.check_s", "greater than 0"),
         ({"timing_s": float("inf")}, "timeouts.timing_s", "finite number"),
         ({"multiple": 0.5}, "timeouts.multiple", "greater than or equal to 1"),
-        ({"floor": 3}, "timeouts.floor", "Extra inputs are not permitted"),
+        ({"floor": 3}, "timeouts.floor", "not a field of this file (did you mean 'floor_s'?)"),
     ],
 )
 def test_a_bad_timeouts_section_names_its_field(example, timeouts, field, message):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import platform
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -21,13 +22,13 @@ from .cpu_controls import refuse_results
 from .engine.recorder import Recorder
 from .errors import ExperimentError
 from .pool.dispatch import Evaluator, GpuRef
-from .experiment import Experiment
+from .experiment import Experiment, ExperimentArgs
 from .wire.results import DeviceInfo
 from .record.cache import ResultCache
 from .record.dispatch_table import write_dispatch
 from .record.events import OnProgress, ignore
 from .record.rundir import RunDir
-from .record.runs import Budget, ExperimentArgs, RunSettings, open_resumable, open_run, read_run_json
+from .record.runs import Budget, RunSettings, open_resumable, open_run, read_run_json
 from .record.files import Environment, Summary
 from .report.build import build as build_report
 from .strategies.tune import TuneStrategy, need_tuning
@@ -92,10 +93,12 @@ def stored_strategy(path: Path) -> str:
 
 def start_or_resume(args: ExperimentArgs, settings, budget: Budget, results: Path, evaluator: Evaluator,
                     options: Options | None = None, *, resume: Path | None = None, experiment: Experiment | None = None,
-                    on_progress: OnProgress = ignore) -> tuple[RunDir, Summary]:
+                    keep: Path | None = None, on_progress: OnProgress = ignore) -> tuple[RunDir, Summary]:
     """Run a strategy to a stop reason. On --resume, the stored experiment, strategy and lock are used.
     ``settings`` is the model's (agent.model.ModelSettings); ``experiment`` is ``args`` loaded, when
-    the caller has loaded it already (it is loaded once)."""
+    the caller has loaded it already (it is loaded once); ``keep``: a folder of experiment files
+    (``args`` names its config) copied into the run's ``experiment/``, from where the run loads it
+    again (an experiment built in Python, kept in a cache that may be cleared)."""
     options = options or Options()
     # every check that needs no GPU first; then the worker starts, before anything is written
     proposals = options.proposals
@@ -118,6 +121,9 @@ def start_or_resume(args: ExperimentArgs, settings, budget: Budget, results: Pat
     device = evaluator.device_info()
     if resume is None:
         run = RunDir.create(results)
+        if keep is not None:
+            shutil.copytree(keep, run.file("experiment"))
+            args = ExperimentArgs(config=str(run.file("experiment") / Path(args.config).name))
         run.write_model("lock.json", experiment.lock())
         run.write_model("settings.json", RunSettings(experiment=args, strategy=name, research=options.research,
                                                      use_nsight=options.use_nsight, proposals=proposals,

@@ -13,7 +13,8 @@ from pathlib import Path
 from pydantic import TypeAdapter
 
 from .config import CasesFile, ExperimentConfig
-from .experiment import ExperimentLock, LaunchFile
+from .experiment import ExperimentLock
+from .reading import LaunchFile
 from .fleet.files import AuditReport
 from .guard.files import GuardBaseline, GuardReport
 from .wire.messages import WorkerMessage

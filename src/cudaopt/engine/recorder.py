@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..pool.dispatch import Evaluator, GpuRef, Measured
-from ..experiment import Experiment, LaunchFile
+from ..experiment import Experiment
+from ..reading import LaunchFile
 from ..wire.messages import PhaseStarted, WorkerMessage
 from ..wire.protocol import LaunchSpec, Timeouts
 from ..wire.results import EvalResult

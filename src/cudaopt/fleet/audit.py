@@ -25,9 +25,9 @@ from .. import strategies
 from ..reading import read_text_file
 from ..errors import ExperimentError
 from ..pool.dispatch import Evaluator
-from ..experiment import Experiment
+from ..experiment import Experiment, ExperimentArgs
 from ..optimize import Options, start_or_resume
-from ..record.runs import Budget, ExperimentArgs
+from ..record.runs import Budget
 from ..record.files import Summary
 from ..report.roi import compute
 from .files import AuditEntry, AuditPlan, AuditReport, OptimizedRun

@@ -15,8 +15,7 @@ from pydantic import ValidationError
 
 from ..crosschecks import check_kernel_entry, check_launch
 from ..errors import ExperimentError, validation_message
-from ..experiment import Experiment, kernel_file
-from ..record.runs import ExperimentArgs
+from ..experiment import Experiment, ExperimentArgs, kernel_file
 from ..trial import Trial
 from ..wire.protocol import CaseSpec, EvalRequest, TimingProtocol
 from .files import GuardBaseline, GuardKernel, absolute_args, read_guard

@@ -19,7 +19,8 @@ from pydantic import Field
 
 from ..errors import ExperimentError
 from ..record.runs import open_run, read_run_json
-from ..record.files import Summary, VerifyOutcome, version_field
+from ..record.files import Summary, VerifyOutcome
+from ..wire.fields import version_field
 from ..wire.protocol import WireModel
 
 Baseline = Literal["eager", "compile"]
@@ -60,6 +61,8 @@ def run_dirs(paths: list[Path]) -> list[Path]:
     """Run directories: each path itself, or the ``run-NNN`` directories inside it (a results folder)."""
     found = []
     for path in paths:
+        if not path.exists():
+            raise ExperimentError(path, "", "not found (give run directories or results folders)")
         if (path / "summary.json").is_file():
             found.append(path)
         elif path.is_dir() and sorted(path.glob("run-*/summary.json")):

@@ -30,7 +30,7 @@ from ..config import DispatchClass
 from ..wire import expr
 from ..wire.protocol import WireModel
 from .runs import read_run_json
-from .files import version_field
+from ..wire.fields import version_field
 
 MARGIN = 0.02  # the table must beat the single winner's geometric mean by more than this
 FILE = "dispatch.json"

@@ -29,14 +29,9 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from ..pool.dispatch import GpuRef
+from ..wire.fields import version_field
 from ..wire.protocol import LaunchSpec, WireModel
 from ..wire.results import STATUSES, CaseResult, CompileInfo, DeviceInfo
-
-
-def version_field(current: int):
-    """A ``schema_version`` field: files written before versioning read as the current shape;
-    a newer one is refused."""
-    return Field(current, ge=1, le=current, description=f"the file's schema version (this cudaopt writes {current})")
 
 
 class Attempt(WireModel):

@@ -14,10 +14,11 @@ from pydantic import Field
 
 from ..reading import read_json_file, read_model_file
 from ..errors import ExperimentError
-from ..experiment import Experiment, ExperimentLock, load_experiment
+from ..experiment import Experiment, ExperimentArgs, ExperimentLock
 from ..wire.protocol import LaunchSpec, WireModel
 from .rundir import RunDir
-from .files import Attempt, History, ModelCall, Summary, version_field
+from ..wire.fields import version_field
+from .files import Attempt, History, ModelCall, Summary
 
 
 class Budget(WireModel):
@@ -29,24 +30,6 @@ class Budget(WireModel):
     time_limit_s: float | None = None
     patience: int | None = None  # stop after this many attempts without a new best
     max_model_errors: int = 3  # stop after this many model errors in a row
-
-
-class ExperimentArgs(WireModel):
-    """How the experiment was given (paths as absolute strings), so --resume can load it again."""
-
-    config: str | None = None
-    description: str | None = None
-    signature: str | None = None
-    reference: str | None = None
-    initial_kernel: str | None = None
-    input_cases: str | None = None
-    max_iterations: int | None = None
-
-    def load(self) -> Experiment:
-        p = lambda v: Path(v) if v else None
-        return load_experiment(p(self.config), description=self.description, signature=self.signature,
-                               reference=p(self.reference), initial_kernel=p(self.initial_kernel),
-                               input_cases=p(self.input_cases), max_iterations=self.max_iterations)
 
 
 class RunSettings(WireModel):
@@ -76,10 +59,13 @@ def model_calls(run: RunDir) -> list[ModelCall]:
 
 
 def open_run(path: Path) -> RunDir:
+    """A run directory to read; bad input naming it when it is missing or holds no run."""
+    if not path.exists():
+        raise ExperimentError(path, "", "not found (give a run directory, results/run-NNN)")
     try:
         return RunDir.open(path)
-    except FileNotFoundError as exc:
-        raise ExperimentError(path, "", str(exc)) from None
+    except FileNotFoundError:
+        raise ExperimentError(path, "", "is not a run directory (no history.json)") from None
 
 
 def load_run_experiment(run: RunDir) -> Experiment:

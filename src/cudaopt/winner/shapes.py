@@ -76,7 +76,7 @@ def load_shapes(path: Path, experiment: Experiment) -> list[CaseSpec]:
     try:
         spec = ShapesFile.model_validate(read_json_file(path, "shapes file"), strict=True)
     except ValidationError as exc:
-        raise ExperimentError(path, *validation_message(exc)) from None
+        raise ExperimentError(path, *validation_message(exc, ShapesFile)) from None
     cases = experiment.case_specs
     if spec.template is None:
         template = next((c for c in cases if c.role == "performance"), None)

@@ -148,6 +148,49 @@ def test_the_command_line_reaches_the_core_only_through_the_api():
             assert not outside, f"{module} imports {outside}: reach the core through cudaopt.api"
 
 
+# Where a function may import a module of cudaopt, and why; everywhere else every import is at the
+# top. (``import cudaopt`` and ``cudaopt.api`` load their names on first use through importlib, so
+# that the command line and a script start fast: no import statement is deferred for that.)
+LAZY_IMPORTS = {
+    "harness": "the worker's side: the host loads harness modules (a NumPy reference, the compile kit) "
+               "without the GPU and compiler parts their functions reach",
+}
+
+
+def function_imports(path: Path) -> set[str]:
+    """The cudaopt modules ``path`` imports inside a function."""
+    found = set()
+    for fn in ast.walk(ast.parse(path.read_text())):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("cudaopt")):
+                    found.add("." * node.level + (node.module or ""))
+                elif isinstance(node, ast.Import):
+                    found |= {a.name for a in node.names if a.name.startswith("cudaopt")}
+    return found
+
+
+def test_function_local_imports_only_where_the_architecture_says_why():
+    for module, path in MODULES.items():
+        if unit_of(module) not in LAZY_IMPORTS:
+            assert not function_imports(path), (f"{module} imports {sorted(function_imports(path))} inside a "
+                                                "function: import at the top, or say why in LAZY_IMPORTS")
+
+
+def test_the_command_line_starts_without_loading_the_core():
+    """`cudaopt --help` parses flags only: the API's modules, and the core behind them, load when a
+    command calls the API."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import cudaopt.cli; "
+            "print(sorted(m for m in sys.modules if m.startswith('cudaopt.') and m.split('.')[1] not in "
+            "('cli', 'api', 'errors')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(SRC.parent)}).stdout.strip()
+    assert out == "[]", out
+
+
 def test_every_package_orders_its_modules():
     packages = {p.parent.name for p in SRC.glob("*/__init__.py")}
     assert packages == set(PACKAGE_LAYERS), f"PACKAGE_LAYERS: rank the modules of {sorted(packages - set(PACKAGE_LAYERS))}"
@@ -278,7 +321,8 @@ def test_every_path_and_identifier_architecture_md_names_exists():
         elif DOTTED.fullmatch(token):
             owner, _, attr = token.rpartition(".")
             owner = owner.rsplit(".", 1)[-1]  # a module (its file) or a class (the file defining it)
-            files = [p for p in sources if p.stem == owner or re.search(rf"^class {owner}\b", sources[p], re.M)]
+            files = [p for p in sources if p.stem == owner or (p.stem == "__init__" and p.parent.name == owner)
+                     or re.search(rf"^class {owner}\b", sources[p], re.M)]
             if re.search(rf"^    {owner}: ", sources[SRC / "config.py"], re.M):  # a field of the user's files: tune.launch
                 files.append(SRC / "config.py")
             if not files or not _named(attr, {p: sources[p] for p in files}):

@@ -142,7 +142,7 @@ def test_optimize(folder, pool, tmp_path):
     by_cli = json.loads((tmp_path / "cli" / "run-001" / "summary.json").read_text())
     by_api = json.loads((run.path / "summary.json").read_text())
     assert by_cli["best_score_us"] == by_api["best_score_us"] and by_cli["attempts"] == by_api["attempts"]
-    assert f"audit pack: {tmp_path / 'cli' / 'run-001'}" in result.output
+    assert f"run directory: {tmp_path / 'cli' / 'run-001'}" in result.output
 
 
 def test_a_model_without_credentials_is_refused_by_both_doors_before_any_gpu(folder, pool, tmp_path):

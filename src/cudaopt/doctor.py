@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from .harness.gpu import Gpu, call, nvrtc_version
+from .harness.compile_process import COMPILERS, CompilerUnavailable
+from .harness.nvrtc_build import HEADER_LIBS, header_roots
+from .harness.peaks import measure, save
 import os
 import shutil
 import subprocess
@@ -28,7 +32,6 @@ def run_checks() -> list[Check]:
     checks = [Check("cudaopt", True, _version("cudaopt") or "source tree")]
     core = _version("cuda-core")
     checks.append(Check("cuda-core", core is not None, core or "missing", "pip install 'cuda-core[cu13]'"))
-    from .harness.gpu import nvrtc_version
 
     nvrtc = nvrtc_version()
     wheel = _version("nvidia-cuda-nvrtc")
@@ -48,9 +51,6 @@ def run_checks() -> list[Check]:
 
 def _compile_checks() -> list[Check]:
     """Where NVRTC's headers come from, and what confines the compiler process."""
-    from .harness.compile_process import COMPILERS, CompilerUnavailable
-    from .harness.nvrtc_build import HEADER_LIBS, header_roots
-
     roots = header_roots()
     found = {lib for lib, _, _ in roots}
     wheels = all(how == "site-packages" for _, _, how in roots)
@@ -77,7 +77,6 @@ def _gpu_checks() -> list[Check]:
     try:
         from cuda.core import Device
 
-        from .harness.gpu import call
 
         device = Device(0)
         device.set_current()
@@ -134,9 +133,6 @@ def measure_peaks(device: int = 0) -> tuple[list[PeakRow], str]:
     Returns the rows and the cache file. The spec FP32/FP64 figures are the matrix-unit rates the
     speed-of-light floor uses; the measured ones are FMA rates on the CUDA cores.
     """
-    from .harness.gpu import Gpu
-    from .harness.peaks import measure, save
-
     gpu = Gpu(device)
     found = measure(gpu)
     path = save(found)

@@ -25,7 +25,7 @@ from .record.runs import RunSettings
 from .record.files import Environment, History, ModelCall, ReplayOutcome, Summary, VerifyOutcome
 from .record.dispatch_table import DispatchTable
 
-# file name pattern -> its model; the audit pack first, then what a user writes, then the wire
+# file name pattern -> its model; the run directory first, then what a user writes, then the wire
 FILES = {
     "history.json": History,
     "summary.json": Summary,

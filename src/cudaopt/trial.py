@@ -125,10 +125,10 @@ def winner_trial(run_dir: Path | RunDir, *, what: str = "measure", **options) ->
     run = run_dir if isinstance(run_dir, RunDir) else open_run(run_dir)
     experiment = load_run_experiment(run)
     best = winner(run, what)  # the run has one
-    launch = run.file("best-launch.json")
-    trial = prepare_trial(experiment, run.file("best.cu"), launch=str(launch) if launch.is_file() else None,
-                          origin="best-launch.json", kernel_field="", **options)
-    return replace(trial, args=read_run_json(run, "settings.json", RunSettings).experiment, attempt=best.attempt)
+    launch = run.file(RunDir.BEST_LAUNCH)
+    trial = prepare_trial(experiment, run.file(RunDir.BEST), launch=str(launch) if launch.is_file() else None,
+                          origin=RunDir.BEST_LAUNCH, kernel_field="", **options)
+    return replace(trial, args=read_run_json(run, RunDir.SETTINGS, RunSettings).experiment, attempt=best.attempt)
 
 
 def recorded_trial(run_dir: Path | RunDir, *, what: str = "verify") -> Trial:
@@ -140,7 +140,7 @@ def recorded_trial(run_dir: Path | RunDir, *, what: str = "verify") -> Trial:
     best = winner(run, what)
     return Trial(experiment=experiment, kernel=run.file(best.attempt.source_file), source=best.source,
                  protocol=experiment.protocol(), launch=best.launch, defines=best.defines, attempt=best.attempt,
-                 args=read_run_json(run, "settings.json", RunSettings).experiment)
+                 args=read_run_json(run, RunDir.SETTINGS, RunSettings).experiment)
 
 
 def run_trial(experiment: Experiment) -> Trial:

@@ -26,7 +26,7 @@ _WHERE = {
     "guard_record": ".guards", "guard_check": ".guards", "audit": ".fleets", "Audited": ".fleets",
     "import_kernelbench": ".kernelbench", "fast_p": ".kernelbench", "docs": ".tools", "doctor": ".tools",
     "DocsAnswer": ".tools", "DoctorReport": ".tools", "gpus": ".workers", "SEED_MAX": ".arguments",
-    "prepare_trial": "..trial", "Trial": "..trial", "Experiment": "..experiment", "ExperimentArgs": "..experiment",
+    "prepare_trial": ".experiments", "Trial": "..trial", "Experiment": "..experiment", "ExperimentArgs": "..experiment",
     "Checked": "..preflight", "Evaluation": "..evaluate", "Summary": "..record.files",
     "VerifyOutcome": "..record.files", "ReplayOutcome": "..record.files", "Recorded": "..guard.record",
     "GuardReport": "..guard.files", "AuditReport": "..fleet.files", "Imported": "..kernelbench.importer",

@@ -21,7 +21,8 @@ from ..pool.dispatch import Evaluator
 from ..preflight import Checked, preflight
 from ..record.events import OnProgress, PhaseProgress, StepProgress, ignore
 from ..record.rundir import write_atomic
-from ..trial import LaunchGiven, Trial, as_launch, launch_origin, prepare_trial
+from ..trial import LaunchGiven, Trial, as_launch, launch_origin
+from ..trial import prepare_trial as prepare
 from ..wire.messages import PhaseStarted
 from .arguments import check as check_arguments
 from .arguments import path_of
@@ -77,14 +78,25 @@ def check(experiment: Given, *, kernel: PathArg | None = None, entry: str | None
     return preflight(exp, kernel=path, entry=entry, arch=arch, launch=spec, launch_origin=origin)
 
 
+def prepare_trial(experiment: Given, kernel: PathArg | None = None, *, entry: str | None = None,
+                  launch: LaunchGiven = None, warmup: int | None = None, iterations: int | None = None,
+                  on_progress: OnProgress = ignore) -> Trial:
+    """A kernel (default: the initial kernel) on the experiment, with its launch and your warm-up and
+    iterations, every check of ``cudaopt evaluate`` done once: hand it to ``evaluate``, ``verify``,
+    ``guard_record``."""
+    check_arguments({"entry": entry, "warmup": warmup, "iterations": iterations})
+    return trial_of(experiment, kernel, entry=entry, launch=launch, warmup=warmup, iterations=iterations,
+                    on_progress=on_progress)
+
+
 def trial_of(experiment: Given | Trial, kernel: PathArg | None = None, *, entry: str | None = None,
              launch: LaunchGiven = None, warmup: int | None = None, iterations: int | None = None,
              outputs=(), on_progress: OnProgress = ignore) -> Trial:
     """A Trial prepared once (:func:`~cudaopt.trial.prepare_trial`), or the one given as it is."""
     if not isinstance(experiment, Trial):
         given = experiment if isinstance(experiment, (Experiment, ExperimentArgs)) else experiment_of(experiment)
-        return prepare_trial(given, path_of(kernel), entry=entry, launch=launch, warmup=warmup,
-                             iterations=iterations, outputs=outputs, on_progress=on_progress)
+        return prepare(given, path_of(kernel), entry=entry, launch=launch, warmup=warmup, iterations=iterations,
+                       outputs=outputs, on_progress=on_progress)
     extra = [name for name, v in (("--kernel", kernel), ("--entry", entry), ("--launch", launch), ("--warmup", warmup),
                                   ("--iterations", iterations)) if v is not None]
     if extra:

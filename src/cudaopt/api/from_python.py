@@ -4,7 +4,7 @@ example inputs and the kernel's signature; no JSON to write.
 
 It writes the files a user would have written (``experiment.json``, ``input_cases.json``,
 ``reference.py``, the kernel, ``vendor.py``) and loads them as every experiment is loaded, so
-everything downstream is the same: the checks, the requests, the lock, the audit pack (a run of an
+everything downstream is the same: the checks, the requests, the lock, the run directory (a run of an
 experiment kept in cudaopt's cache copies its files into the run, so it stays replayable).
 
 How the examples become cases: each example (a mapping of the signature's names to an input array
@@ -103,19 +103,22 @@ def experiment(reference: Callable, inputs: Mapping[str, Any] | Sequence[Mapping
                                  returns=True, pytorch=kind)
                    for kind, label in (("eager", "PyTorch eager"), ("compile", "torch.compile"))]
     spec = as_launch(launch)
-    tune = None
+    if spec is None:
+        raise ExperimentError("launch", "", "missing: how every case launches the kernel (grid and block, "
+                                            "expressions over the scalars: {\"grid\": [\"cdiv(n, 256)\"], "
+                                            "\"block\": [256]})")
+    tune, cases_launch = None, spec
     if tunables:
-        if spec is None:
-            raise ExperimentError("launch", "", "a tunable kernel needs its launch (expressions over the scalars "
-                                                "and the tunables)")
         tune = TuneSection(kernel=f"{sig.name}.cu", tunables={k: list(v) for k, v in tunables.items()},
                            restrictions=list(restrictions), launch=spec)
+        # the kernel as given (no tunable defined) launches with each tunable's first value
+        cases_launch = spec.model_copy(update={"let": {**{k: v[0] for k, v in tunables.items()}, **(spec.let or {})}})
     config = ExperimentConfig(description=description or (inspect.getdoc(reference) or ""), signature=str(sig),
                               reference="reference.py", reference_entry=reference.__name__,
                               reference_kind="torch" if torch_kind else "numpy",
                               initial_kernel=f"{sig.name}.cu" if source is not None else None,
                               input_cases="input_cases.json", vendor=vendors, tune=tune)
-    files["input_cases.json"] = CasesFile(launch=None if tune else spec, cases=cases).to_json(indent=2) + "\n"
+    files["input_cases.json"] = CasesFile(launch=cases_launch, cases=cases).to_json(indent=2) + "\n"
     files["experiment.json"] = json.dumps(config.model_dump(mode="json", exclude_defaults=True), indent=2) + "\n"
     where = Path(folder) if folder is not None else _cache_folder(files)
     where.mkdir(parents=True, exist_ok=True)

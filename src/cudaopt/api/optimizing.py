@@ -28,12 +28,12 @@ from .arguments import path_of
 from .experiments import Given, PathArg, experiment_of
 from .from_python import made_in_cache
 from .workers import Devices, chosen, workers
+from ..agent.research import default_library
 
 
 @dataclass(frozen=True)
 class RunResult:
-    """A finished run: its directory (the audit pack) and its summary (``summary.json``)."""
-
+    """A finished run: its run directory and its summary (``summary.json``)."""
     path: Path
     summary: Summary
 
@@ -108,7 +108,7 @@ def optimize(experiment: Given | None = None, *, strategy: str = "auto", model: 
              evaluator: Evaluator | None = None, device: int | None = None, devices: Devices = None,
              ray: str | None = None, on_progress: OnProgress = ignore) -> RunResult:
     """Run ``strategy`` (``auto``: ``agent+tune`` with the model's credentials, ``tune`` without;
-    ``agent``, ``agent+tune``, ``tune``) on the experiment until a budget runs out; the audit pack
+    ``agent``, ``agent+tune``, ``tune``) on the experiment until a budget runs out; the run directory
     lands in ``results/run-NNN`` (or the run ``resume`` names goes on). Every check of ``cudaopt
     check``, the model's credentials and the budgets are checked before any GPU work.
     ``chat_model``: a LangChain chat model to use instead of building one from ``model``."""
@@ -146,8 +146,6 @@ def optimize(experiment: Given | None = None, *, strategy: str = "auto", model: 
             raise ExperimentError("--model", "", problem)
         check_model(settings)
         if nvidia_research:
-            from ..agent.research import default_library  # the network is tried once, only for a run that searches
-
             for notice in default_library().notices:  # fetched before the run, so notices precede the progress
                 on_progress(Notice(notice))
     if exp is not None:

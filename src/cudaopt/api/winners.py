@@ -78,7 +78,7 @@ def replay(target: PathArg, *, repeats: int = 5, evaluator: Evaluator | None = N
 
 def _refresh(run: RunDir | None) -> None:
     """The run's report.html rebuilt: its verdict reads verify.json and replay.json."""
-    if run is not None and run.file("summary.json").is_file():
+    if run is not None and run.file(RunDir.SUMMARY).is_file():
         build(run.path)
 
 
@@ -93,13 +93,13 @@ def report(run: PathArg, *, engineer_hours: float | None = None, engineer_rate_u
     path = Path(run)
     if not path.exists():
         raise ExperimentError(path, "", "not found")
-    if not (path / "summary.json").is_file() or not (path / "history.json").is_file():
-        raise ExperimentError(path, "", "not a run directory (no summary.json)")
+    if not (path / RunDir.SUMMARY).is_file() or not (path / RunDir.HISTORY).is_file():
+        raise ExperimentError(path, "", f"not a run directory (no {RunDir.SUMMARY})")
     if not writable(path):
-        raise ExperimentError(path, "", "not writable: report.html is written in the run directory")
+        raise ExperimentError(path, "", f"not writable: {RunDir.REPORT} is written in the run directory")
     opened = open_run(path)
     if roi_case is not None:
-        cases = [c.name for c in read_run_json(opened, "summary.json", Summary).cases]
+        cases = [c.name for c in read_run_json(opened, RunDir.SUMMARY, Summary).cases]
         if roi_case not in cases:
             raise ExperimentError("--roi-case", "", f"{roi_case!r} is not a case of the run ({', '.join(cases)})")
     given["case"] = roi_case
@@ -113,4 +113,4 @@ def report(run: PathArg, *, engineer_hours: float | None = None, engineer_rate_u
     try:
         return build(path, inputs)
     except PermissionError as exc:  # writable by the check above, yet refused (a mount's rules, say)
-        raise ExperimentError(path, "", f"report.html cannot be written: {exc.strerror}") from None
+        raise ExperimentError(path, "", f"{RunDir.REPORT} cannot be written: {exc.strerror}") from None

@@ -144,6 +144,6 @@ def optimize(
     out.print(summary_table(run.summary))
     for line in summary_lines(run.summary):
         say(out, line)
-    say(out, f"audit pack: {run.path}")
+    say(out, f"run directory: {run.path}")
     if run.model_failure is not None:
         raise ModelFailed(f"the run stopped on a model failure: {run.model_failure}")

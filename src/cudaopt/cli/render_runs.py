@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rich.table import Table
 
 from .render_cells import num
@@ -59,7 +57,7 @@ def timed_table(outcome) -> Table:
     return table
 
 
-def verify_lines(outcome, run_dir: Path) -> list[str]:
+def verify_lines(outcome) -> list[str]:
     lines = [f"{c.name}: {' '.join(c.reason.split())}" for c in outcome.cases if c.status != "ok"]
     lines += [f"{c.name}: {c.status}: {' '.join(c.reason.split())}" for c in outcome.timed if c.status != "ok"]
     lines += [f"{c.name}: vendor {c.vendor_status}: {' '.join(c.vendor_reason.split())}"
@@ -74,6 +72,5 @@ def verify_lines(outcome, run_dir: Path) -> list[str]:
     for tool in outcome.sanitize or []:
         detail = "no errors" if tool.passed else (
             f"{tool.errors} error(s)" if tool.errors else f"evaluation {tool.status}: {tool.reason}")
-        lines.append(f"compute-sanitizer {tool.tool}: {'ok' if tool.passed else 'FAILED'} ({detail}); "
-                     f"log: {run_dir / 'sanitize' / ('sanitize-' + tool.tool + '.log')}")
+        lines.append(f"compute-sanitizer {tool.tool}: {'ok' if tool.passed else 'FAILED'} ({detail}); log: {tool.log}")
     return lines

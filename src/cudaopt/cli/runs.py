@@ -65,7 +65,7 @@ def verify(
     out.print(verify_table(outcome))
     if outcome.timed:
         out.print(timed_table(outcome))
-    for line in verify_lines(outcome, run_dir):
+    for line in verify_lines(outcome):
         say(out, line)
     if not outcome.passed:
         raise typer.Exit(EXIT_FAILED)

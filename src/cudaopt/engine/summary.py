@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from ..wire.protocol import CaseSpec, VendorSpec
 from ..wire.results import CaseResult
 from ..wire.stats import geomean
+from ..record.rundir import RunDir
 from ..record.files import (
     Attempt,
     CaseSummary,
@@ -71,7 +72,7 @@ def summarise(facts: RunFacts, attempts: Sequence[Attempt], calls: Sequence[Mode
     return Summary(
         run=facts.run, strategy=facts.strategy, description=facts.description,
         signature=facts.signature, model=facts.model, baseline_attempt=0,
-        best_attempt=best.id if best else None, best_source_file="best.cu" if best else None,
+        best_attempt=best.id if best else None, best_source_file=RunDir.BEST if best else None,
         best_defines=best.defines if best else {},
         cases=cases, baseline=facts.baseline_label, baseline_score_us=base_score, best_score_us=best_score,
         speedup=(base_score / best_score) if base_score and best_score else None,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import ExperimentError
 from ..experiment import Experiment
+from ..record.rundir import RunDir
 from ..record.runs import open_run, read_run_json
 from ..trial import Trial, prepare_trial, winner_trial
 from ..record.files import Environment, Summary, VerifyOutcome
@@ -105,16 +106,16 @@ def from_run(path: Path, *, unverified: bool = False) -> ExportSource:
     """A run's winner as shipped; refused when verify did not pass it (unless ``unverified``)."""
     run = open_run(path)
     trial = winner_trial(run, what="export", checks=False)  # checked when the run recorded it
-    summary = read_run_json(run, "summary.json", Summary)
+    summary = read_run_json(run, RunDir.SUMMARY, Summary)
     verdict = _verdict(run, trial.attempt.id)
     if verdict is not None and not unverified:
-        raise ExperimentError(run.file("verify.json"), "passed", f"{verdict}; run `cudaopt verify {path}` first, or "
+        raise ExperimentError(run.file(RunDir.VERIFY), "passed", f"{verdict}; run `cudaopt verify {path}` first, or "
                                                                  "give --unverified to export it anyway")
-    env = read_run_json(run, "env.json", Environment) if run.file("env.json").is_file() else None
+    env = read_run_json(run, RunDir.ENV, Environment) if run.file(RunDir.ENV).is_file() else None
     gpu = env.gpu if env else None
     provenance = Provenance(
         origin=f"run {run.path.resolve()} (attempt {trial.attempt.id}, {summary.strategy})",
-        verified=verdict or "passed (verify.json: every case, holdout included)",
+        verified=verdict or f"passed ({RunDir.VERIFY}: every case, holdout included)",
         lock=_lock_hashes(trial.experiment),
         gpu=f"{gpu.name} ({gpu.arch}, {gpu.sm_count} SMs)" if gpu else "",
         figures=_figures(summary))
@@ -154,11 +155,11 @@ def _lock_hashes(experiment: Experiment) -> dict[str, str]:
 
 def _verdict(run, attempt: int) -> str | None:
     """None when verify passed this attempt; else why the export needs --unverified."""
-    if not run.file("verify.json").is_file():
-        return "the winner was never verified (no verify.json)"
-    outcome = read_run_json(run, "verify.json", VerifyOutcome)
+    if not run.file(RunDir.VERIFY).is_file():
+        return f"the winner was never verified (no {RunDir.VERIFY})"
+    outcome = read_run_json(run, RunDir.VERIFY, VerifyOutcome)
     if outcome.attempt != attempt:
-        return f"verify.json is about attempt {outcome.attempt}, the winner is attempt {attempt}"
+        return f"{RunDir.VERIFY} is about attempt {outcome.attempt}, the winner is attempt {attempt}"
     if not outcome.passed:
         return f"the winner failed verify ({outcome.status}{': ' + outcome.reason if outcome.reason else ''})"
     return None

@@ -204,10 +204,6 @@ def _scalar(name, value, low, high):
 '''
 
 
-def _quote_block(text: str) -> str:
-    return "\n".join("# " + line if line else "#" for line in text.splitlines())
-
-
 def _literal(text: str) -> str:
     """The kernel source as a readable raw string where it can be one, else as repr() writes it."""
     if "'''" in text or text.endswith("\\") or "\r" in text:

@@ -218,10 +218,6 @@ class CaseBuffers:
 
     # --- reading back ---------------------------------------------------------------------
 
-    def read_output(self, name: str, dtype: str, from_slot: int | None = None) -> np.ndarray:
-        raw = self.gpu.download(self.output_ptr(name, from_slot), self.outputs[name].nbytes)
-        return raw.view(DTYPES[dtype].numpy).reshape(self.output_shapes[name])
-
     def guard_violations(self) -> list[str]:
         """Names of arguments whose guard bands were written, with where."""
         found = []

@@ -18,13 +18,13 @@ from ..children import run_child
 from ..errors import ExperimentError, shortened
 from ..experiment import load_experiment
 from ..wire.protocol import WireModel
+from .importer import FILES, Imported, import_problem
 
 IMPORT_TIMEOUT_S = 300.0  # what one problem may take to import (its forward runs on the CPU at several sizes)
 
 
 class ImportJob(WireModel):
     """What the child is asked to import, and where it writes its answer."""
-
     path: str
     out: str
     name: str | None = None
@@ -37,7 +37,6 @@ class ImportJob(WireModel):
 
 class ImportAnswer(WireModel):
     """The child's answer: the notes of a done import, or the bad input that stopped it."""
-
     notes: list[str] = []
     error: tuple[str, str, str] | None = None  # file, field, message
 
@@ -46,8 +45,6 @@ def import_isolated(path: Path, out: Path, *, name: str | None = None, seed: int
                     atol: float | None = None, force: bool = False, timeout_s: float = IMPORT_TIMEOUT_S):
     """:func:`~.importer.import_problem` in a child process stopped after ``timeout_s``; the
     experiment it wrote, loaded here (an :class:`~.importer.Imported`)."""
-    from .importer import Imported
-
     if not path.is_file():
         raise ExperimentError(path, "", "not found")
     with tempfile.TemporaryDirectory(prefix="cudaopt-import-") as tmp:
@@ -86,8 +83,6 @@ def import_isolated(path: Path, out: Path, *, name: str | None = None, seed: int
 def _discarded(path: Path, out: Path, error: ExperimentError) -> ExperimentError:
     """An experiment written from the problem that does not load (its sizes, say): the problem's
     fault, named as such, and no half-made experiment kept in ``out``."""
-    from .importer import FILES
-
     for written in FILES:
         (out / written).unlink(missing_ok=True)
     return ExperimentError(path, "", f"the experiment made from it does not load, so none was kept in {out}: {error}")
@@ -96,8 +91,6 @@ def _discarded(path: Path, out: Path, error: ExperimentError) -> ExperimentError
 def _child() -> int:
     """The child's side: import, and answer with the notes or the bad input (anything else is a
     bug: its traceback goes to standard error)."""
-    from .importer import import_problem
-
     job = ImportJob.model_validate_json(sys.stdin.read())
     try:
         imported = import_problem(Path(job.path), Path(job.out), name=job.name, seed=job.seed, rtol=job.rtol,

@@ -1,7 +1,7 @@
 """Progress events: what a command tells the terminal while it works (the CLI's progress line and
 spinner are listeners; a Python caller passes its own ``on_progress``).
 
-In memory only; every fact they carry is also in the audit pack or the returned result.
+In memory only; every fact they carry is also in the run directory or the returned result.
 """
 
 from __future__ import annotations

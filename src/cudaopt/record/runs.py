@@ -54,7 +54,7 @@ def read_run_json(run: RunDir, name: str, model: type[WireModel] | None = None) 
 
 def model_calls(run: RunDir) -> list[ModelCall]:
     """The run's model-NNN.json files, in call order."""
-    calls = [read_run_json(run, p.name, ModelCall) for p in run.path.glob("model-*.json")]
+    calls = [read_run_json(run, p.name, ModelCall) for p in run.path.glob(RunDir.MODEL_CALLS)]
     return sorted(calls, key=lambda c: c.id)
 
 
@@ -65,16 +65,16 @@ def open_run(path: Path) -> RunDir:
     try:
         return RunDir.open(path)
     except FileNotFoundError:
-        raise ExperimentError(path, "", "is not a run directory (no history.json)") from None
+        raise ExperimentError(path, "", f"is not a run directory (no {RunDir.HISTORY})") from None
 
 
 def load_run_experiment(run: RunDir) -> Experiment:
     """A run's experiment, refused when what defines right and wrong changed since the run started."""
-    settings = read_run_json(run, "settings.json", RunSettings)
-    lock = read_run_json(run, "lock.json", ExperimentLock)
+    settings = read_run_json(run, RunDir.SETTINGS, RunSettings)
+    lock = read_run_json(run, RunDir.LOCK, ExperimentLock)
     experiment = settings.experiment.load()
     if lock.lock != experiment.lock().lock:
-        raise ExperimentError(run.file("lock.json"), "lock",
+        raise ExperimentError(run.file(RunDir.LOCK), "lock",
                               "the reference, the input cases or the harness changed since this run started; "
                               "start a new run")
     return experiment
@@ -84,8 +84,8 @@ def open_resumable(path: Path) -> tuple[RunDir, RunSettings, Experiment]:
     """A run directory to continue: its files readable, its experiment unchanged (bad input otherwise)."""
     run = open_run(path)
     experiment = load_run_experiment(run)
-    read_run_json(run, "history.json", History)
-    return run, read_run_json(run, "settings.json", RunSettings), experiment
+    read_run_json(run, RunDir.HISTORY, History)
+    return run, read_run_json(run, RunDir.SETTINGS, RunSettings), experiment
 
 
 @dataclass
@@ -105,12 +105,12 @@ class Winner:
 
 
 def winner(run: RunDir, what: str = "verify") -> Winner:
-    summary = read_run_json(run, "summary.json", Summary)
+    summary = read_run_json(run, RunDir.SUMMARY, Summary)
     if summary.best_attempt is None:
-        raise ExperimentError(run.file("summary.json"), "best_attempt", f"the run has no winner to {what}")
-    history = read_run_json(run, "history.json", History)
+        raise ExperimentError(run.file(RunDir.SUMMARY), "best_attempt", f"the run has no winner to {what}")
+    history = read_run_json(run, RunDir.HISTORY, History)
     attempt = next((a for a in history.attempts if a.id == summary.best_attempt), None)
     if attempt is None or attempt.source_file is None:
-        raise ExperimentError(run.file("history.json"), "attempts",
+        raise ExperimentError(run.file(RunDir.HISTORY), "attempts",
                               f"attempt {summary.best_attempt} (the summary's best) is missing")
     return Winner(attempt, run.file(attempt.source_file).read_text())

@@ -337,3 +337,48 @@ def test_a_path_that_does_not_exist_is_not_found_before_any_gpu_work(call, pool,
     message = api_refusal(call, tmp_path)
     assert "nope" in message and "not found" in message, message
     assert not pool
+
+
+# --- the same, on a fake GPU that runs the real harness (tests/fake_pool.py) ------------------------
+
+
+def relu(x, n):
+    import numpy as np
+
+    return np.maximum(x, 0)
+
+
+@pytest.fixture
+def on_the_fake_device(monkeypatch, tmp_path):
+    """A small experiment built in Python (a NumPy reference), every pool a fake GPU running the harness."""
+    import numpy as np
+
+    from cudaopt.pool import pools
+    from tests.fake_pool import FakePool
+
+    monkeypatch.setattr(pools, "open_pool", lambda devices, ray=None, log_dir=None: FakePool(
+        {"relu": lambda x, n: {"y": np.maximum(x, 0)}}))
+    x = np.random.default_rng(1).normal(size=4096).astype(np.float32)
+    kernel = ('extern "C" __global__ void relu(const float* x, float* y, int n) {\n'
+              "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] = fmaxf(x[i], 0.0f);\n}\n")
+    return api.experiment(relu, {"x": x, "n": x.size}, kernel=kernel, folder=tmp_path / "relu",
+                          signature='extern "C" __global__ void relu(const float* x, float* y, int n)',
+                          launch={"grid": ["cdiv(n, BLOCK)"], "block": ["BLOCK"]}, tunables={"BLOCK": [128, 256]})
+
+
+def test_evaluate_verify_and_guard_on_the_fake_device(on_the_fake_device, tmp_path):
+    config = on_the_fake_device.args.config
+    result = cli("evaluate", "--config", config, "--json", tmp_path / "cli.json")
+    assert result.exit_code == 0, result.output
+    measured = api.evaluate(config)
+    by_cli = json.loads((tmp_path / "cli.json").read_text())["candidate"]
+    assert by_cli["status"] == measured.candidate.status == "ok"
+    assert [c["timing"]["median_us"] for c in by_cli["cases"]] == [c.timing.median_us for c in measured.candidate.cases]
+    run = api.optimize(config, strategy="tune", results=tmp_path / "results").path
+    result = cli("verify", run, "--seed", "5")
+    assert result.exit_code == 0, result.output
+    assert json.loads((run / "verify.json").read_text())["cases"] == json.loads(api.verify(run, seed=5).to_json())["cases"]
+    result = cli("guard", "record", run, "--out", tmp_path / "guard.json", "--seed", "2", "--repeats", "2")
+    assert result.exit_code == 0, result.output
+    recorded = api.guard_record(run, out=tmp_path / "api-guard.json", seed=2, repeats=2)
+    assert json.loads((tmp_path / "guard.json").read_text())["cases"] == json.loads(recorded.baseline.to_json())["cases"]

@@ -54,7 +54,8 @@ def takes_experiment(fn):
     """Give a command the experiment flags; it receives them as ``experiment``: an
     ``ExperimentArgs`` (paths as typed, so errors name them so), or None when none was given."""
     signature = inspect.signature(fn, eval_str=True)  # typer reads the annotations as objects
-    kept = [p for p in signature.parameters.values() if p.name != "experiment"]
+    kept = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in signature.parameters.values()
+            if p.name != "experiment"]  # typer passes every value by name
     added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
              for name, kind in EXPERIMENT_OPTIONS.items()]
 
@@ -65,7 +66,7 @@ def takes_experiment(fn):
         kwargs["experiment"] = api.ExperimentArgs(**text) if any(v is not None for v in given.values()) else None
         return fn(*args, **kwargs)
 
-    run.__signature__ = signature.replace(parameters=[*kept, *added])
+    run.__signature__ = signature.replace(parameters=[*added, *kept])  # the experiment's flags listed first
     run.__annotations__ = {p.name: p.annotation for p in run.__signature__.parameters.values()}
     return run
 

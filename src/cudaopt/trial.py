@@ -7,8 +7,9 @@ experiment loaded, the kernel file read and held to the signature, the launch re
 with the caller's overrides, the output paths checked, then the checks of ``cudaopt check``
 (preflight.py). A run's winner becomes a Trial with :func:`winner_trial` (as shipped: best.cu and
 best-launch.json) or :func:`recorded_trial` (as the run recorded it: the attempt's source, tunable
-values and launch); every request a Trial's kernel is measured with comes from
-:meth:`Trial.request`.
+values and launch); kernel text already checked where it came from (a guard file's kernel, a
+benchmark's) with :func:`source_trial`. Every Trial is made here, and every request a Trial's
+kernel is measured with comes from :meth:`Trial.request`.
 """
 
 from __future__ import annotations
@@ -143,9 +144,19 @@ def recorded_trial(run_dir: Path | RunDir, *, what: str = "verify") -> Trial:
                  args=read_run_json(run, RunDir.SETTINGS, RunSettings).experiment)
 
 
+def source_trial(experiment: Experiment, source: str | None, *, kernel: Path | None = None, entry: str | None = None,
+                 launch: LaunchSpec | None = None, protocol: TimingProtocol | None = None,
+                 args: ExperimentArgs | None = None) -> Trial:
+    """Kernel text taken as it is given, already checked where it came from (a guard file's kernel,
+    now or at a git commit; a benchmark's): nothing read, no pre-flight; the experiment's protocol
+    unless ``protocol``."""
+    protocol = (protocol or experiment.protocol()).model_copy()
+    return Trial(experiment=experiment, kernel=kernel, source=source, protocol=protocol, entry=entry, launch=launch,
+                 args=args)
+
+
 def run_trial(experiment: Experiment) -> Trial:
     """The run engine's Trial: the experiment and its protocol, with the initial kernel (when there is
     one) as its kernel; each candidate is a :meth:`Trial.variant` of it."""
     path = experiment.initial_kernel_path
-    return Trial(experiment=experiment, kernel=path, source=path.read_text() if path else None,
-                 protocol=experiment.protocol())
+    return source_trial(experiment, path.read_text() if path else None, kernel=path)

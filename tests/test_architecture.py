@@ -191,6 +191,20 @@ def test_the_command_line_starts_without_loading_the_core():
     assert out == "[]", out
 
 
+def test_one_place_makes_each_object_a_concept_has():
+    """A Trial is made only in trial.py; a run directory's file names are spelled only in
+    record/rundir.py (a new file gets its name there)."""
+    names = re.compile(r'"(?:summary|history|settings|lock|env|verify|replay|dispatch)\.json"|"best\.cu"'
+                       r'|"best-launch\.json"|"report\.html"|"heatmap\.(?:svg|png)"|"run\.log"')
+    for module, path in MODULES.items():
+        text = path.read_text()
+        calls = {n.func.id for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        if module != "cudaopt.trial":
+            assert "Trial" not in calls, f"{module} makes a Trial: use a maker of trial.py"
+        if module != "cudaopt.record.rundir":
+            assert not names.search(text), f"{module} spells a run directory's file name: {names.search(text).group()}"
+
+
 def test_every_package_orders_its_modules():
     packages = {p.parent.name for p in SRC.glob("*/__init__.py")}
     assert packages == set(PACKAGE_LAYERS), f"PACKAGE_LAYERS: rank the modules of {sorted(packages - set(PACKAGE_LAYERS))}"

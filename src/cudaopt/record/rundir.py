@@ -71,6 +71,7 @@ class RunDir:
     HEATMAP_SVG = "heatmap.svg"
     LOG = "run.log"
     CANDIDATES = "candidates"
+    PROFILES = "profiles/attempt-*.json"  # Nsight Compute's cards, one per attempt profiled
     SANITIZE = "sanitize"  # compute-sanitizer's logs
     EXPERIMENT = "experiment"  # the files of an experiment built in Python, kept with the run
     ABLATION = "ablation"  # the tune-only run of --ablation
@@ -86,6 +87,10 @@ class RunDir:
     @staticmethod
     def model_call(number: int) -> str:
         return f"model-{number:03d}.json"
+
+    @staticmethod
+    def profile(attempt: int) -> str:
+        return f"profiles/attempt-{attempt}.json"
 
     @staticmethod
     def candidate(attempt: int) -> str:

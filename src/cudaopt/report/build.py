@@ -79,8 +79,8 @@ def _diff(run: RunDir, attempt, parent) -> str:
 
 def _profiles(run: RunDir) -> list[dict]:
     """The bottleneck cards of the profiled attempts (``profiles/attempt-N.json``, from --use-nsight)."""
-    paths = sorted(run.path.glob("profiles/attempt-*.json"), key=lambda p: int(p.stem.split("-")[1]))
-    records = [read_run_json(run, f"profiles/{p.name}", ProfileRecord) for p in paths]
+    paths = sorted(run.path.glob(RunDir.PROFILES), key=lambda p: int(p.stem.split("-")[1]))
+    records = [read_run_json(run, str(p.relative_to(run.path)), ProfileRecord) for p in paths]
     return [{"why": r.why, **r.card.model_dump()} for r in records]
 
 

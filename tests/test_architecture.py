@@ -24,7 +24,8 @@ LAYERS = [
     {"engine"},
     {"agent", "report", "kernelbench", "exporter"},
     {"strategies", "winner", "guard"},
-    {"optimize", "api", "fleet", "schemas"},
+    {"optimize", "fleet", "schemas"},
+    {"api"},
     {"cli"},
     {"__main__"},
 ]
@@ -62,11 +63,18 @@ PACKAGE_LAYERS = {
                  {"kernelbench_target"}],
     "strategies": [{"base"}, {"agent", "tune"}],
     "winner": [{"replay", "sanitize", "shapes"}, {"crowning", "verify"}],
-    "guard": [{"files", "git", "stats"}, {"junit", "load"}, {"check", "record"}],
+    "guard": [{"files", "git", "stats"}, {"junit", "load", "summaries"}, {"check", "record"}],
     "fleet": [{"files"}, {"headroom", "page"}, {"audit"}],
+    "api": [
+        {"arguments", "workers"},  # the checks on every argument; the GPU workers a function measures on
+        {"experiments"},  # how an experiment is given; check, evaluate
+        {"from_python"},  # an experiment built in Python
+        {"guards", "kernelbench", "optimizing", "shipping", "tools", "winners"},  # one group of commands each
+        {"fleets"},  # the fleet audit, which optimises too
+    ],
     "cli": [
-        {"flags", "render_cells", "render_experiments", "render_kernelbench", "render_tools"},
-        {"app", "render_audit", "render_guard", "render_runs"},  # app: errors -> exit statuses, the pool
+        {"app", "options", "render_cells", "render_kernelbench", "render_tools"},  # app: errors -> exit statuses
+        {"progress", "render_audit", "render_experiments", "render_guard", "render_runs"},
         {"audit", "experiments", "export", "guard", "kernelbench", "runs", "tools"},  # one group of commands each
     ],
 }
@@ -80,6 +88,11 @@ def unit_of(module: str) -> str:
 def module_name(path: Path) -> str:
     parts = path.relative_to(SRC.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_module(dotted: str) -> bool:
+    place = SRC.parent / Path(*dotted.split("."))
+    return place.with_suffix(".py").is_file() or (place / "__init__.py").is_file()
 
 
 def imports(path: Path) -> set[str]:
@@ -99,9 +112,8 @@ def imports(path: Path) -> set[str]:
                 target = node.module or ""
             if target.startswith("cudaopt"):
                 found.add(target)
-                # "from . import agent" names a module, not an attribute
-                found |= {f"{target}.{a.name}" for a in node.names
-                          if (SRC.parent / Path(*f"{target}.{a.name}".split("."))).with_suffix(".py").is_file()}
+                # "from . import agent" names a module (or a package), not an attribute
+                found |= {f"{target}.{a.name}" for a in node.names if is_module(f"{target}.{a.name}")}
     return found - {module}
 
 
@@ -126,6 +138,73 @@ def test_each_side_of_the_process_boundary_imports_only_what_it_may(unit, allowe
         if unit_of(module) == unit:
             outside = sorted(t for t in imports(path) if unit_of(t) not in allowed)
             assert not outside, f"{module} imports {outside}"
+
+
+def test_the_command_line_reaches_the_core_only_through_the_api():
+    """One door: cli/ imports nothing of cudaopt but the API, the errors and its own modules, so
+    every check the API runs holds whichever door a user takes."""
+    for module, path in MODULES.items():
+        if unit_of(module) == "cli":
+            outside = sorted(t for t in imports(path)
+                             if t not in ("cudaopt", "cudaopt.api", "cudaopt.errors") and unit_of(t) != "cli")
+            assert not outside, f"{module} imports {outside}: reach the core through cudaopt.api"
+
+
+# Where a function may import a module of cudaopt, and why; everywhere else every import is at the
+# top. (``import cudaopt`` and ``cudaopt.api`` load their names on first use through importlib, so
+# that the command line and a script start fast: no import statement is deferred for that.)
+LAZY_IMPORTS = {
+    "harness": "the worker's side: the host loads harness modules (a NumPy reference, the compile kit) "
+               "without the GPU and compiler parts their functions reach",
+}
+
+
+def function_imports(path: Path) -> set[str]:
+    """The cudaopt modules ``path`` imports inside a function."""
+    found = set()
+    for fn in ast.walk(ast.parse(path.read_text())):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("cudaopt")):
+                    found.add("." * node.level + (node.module or ""))
+                elif isinstance(node, ast.Import):
+                    found |= {a.name for a in node.names if a.name.startswith("cudaopt")}
+    return found
+
+
+def test_function_local_imports_only_where_the_architecture_says_why():
+    for module, path in MODULES.items():
+        if unit_of(module) not in LAZY_IMPORTS:
+            assert not function_imports(path), (f"{module} imports {sorted(function_imports(path))} inside a "
+                                                "function: import at the top, or say why in LAZY_IMPORTS")
+
+
+def test_the_command_line_starts_without_loading_the_core():
+    """`cudaopt --help` parses flags only: the API's modules, and the core behind them, load when a
+    command calls the API."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import cudaopt.cli; "
+            "print(sorted(m for m in sys.modules if m.startswith('cudaopt.') and m.split('.')[1] not in "
+            "('cli', 'api', 'errors')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(SRC.parent)}).stdout.strip()
+    assert out == "[]", out
+
+
+def test_one_place_makes_each_object_a_concept_has():
+    """A Trial is made only in trial.py; a run directory's file names are spelled only in
+    record/rundir.py (a new file gets its name there)."""
+    names = re.compile(r'"(?:summary|history|settings|lock|env|verify|replay|dispatch)\.json"|"best\.cu"'
+                       r'|"best-launch\.json"|"report\.html"|"heatmap\.(?:svg|png)"|"run\.log"')
+    for module, path in MODULES.items():
+        text = path.read_text()
+        calls = {n.func.id for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        if module != "cudaopt.trial":
+            assert "Trial" not in calls, f"{module} makes a Trial: use a maker of trial.py"
+        if module != "cudaopt.record.rundir":
+            assert not names.search(text), f"{module} spells a run directory's file name: {names.search(text).group()}"
 
 
 def test_every_package_orders_its_modules():
@@ -258,7 +337,8 @@ def test_every_path_and_identifier_architecture_md_names_exists():
         elif DOTTED.fullmatch(token):
             owner, _, attr = token.rpartition(".")
             owner = owner.rsplit(".", 1)[-1]  # a module (its file) or a class (the file defining it)
-            files = [p for p in sources if p.stem == owner or re.search(rf"^class {owner}\b", sources[p], re.M)]
+            files = [p for p in sources if p.stem == owner or (p.stem == "__init__" and p.parent.name == owner)
+                     or re.search(rf"^class {owner}\b", sources[p], re.M)]
             if re.search(rf"^    {owner}: ", sources[SRC / "config.py"], re.M):  # a field of the user's files: tune.launch
                 files.append(SRC / "config.py")
             if not files or not _named(attr, {p: sources[p] for p in files}):
@@ -280,7 +360,7 @@ def _where_to_add() -> dict[str, str]:
     ("A trust check", "wire/results.py", "STATUSES"),
     ("A check before the GPU", "crosschecks.py", "def check_launch"),
     ("A check before the GPU", "preflight.py", "def preflight"),
-    ("A check before the GPU", "cli/flags.py", "def "),
+    ("A check before the GPU", "api/arguments.py", "RANGES"),
     ("A vendor baseline kind", "harness/vendor.py", "def "),
     ("A vendor baseline kind", "wire/protocol.py", "class VendorSpec"),
     ("A vendor baseline kind", "crosschecks.py", "def check_vendor_function"),

@@ -367,7 +367,7 @@ def test_report_refuses_a_folder_it_cannot_write_and_an_unknown_roi_case(tmp_pat
                              tmp_path / "results", ScriptedEvaluator(), Options(strategy="tune", max_evals=2))
     result = runner.invoke(app, ["report", str(run.path), "--roi-case", "nope"])
     assert result.exit_code == 2 and "--roi-case" in one_line(result) and "square-256" in one_line(result)
-    monkeypatch.setattr("cudaopt.cli.runs.writable", lambda folder: False)
+    monkeypatch.setattr("cudaopt.api.winners.writable", lambda folder: False)
     result = runner.invoke(app, ["report", str(run.path)])
     assert result.exit_code == 2 and "not writable" in one_line(result)
 

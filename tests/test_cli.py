@@ -112,7 +112,7 @@ def test_piped_tables_keep_whole_case_names(monkeypatch):
     assert name in captured.get() and "…" not in captured.get()
 
 
-def test_audit_pack_files_are_readable_like_any_other(tmp_path):
+def test_a_run_s_files_are_readable_like_any_other(tmp_path):
     import os
 
     from cudaopt.record.rundir import write_json
@@ -172,3 +172,52 @@ def test_an_unexpected_error_is_one_line_naming_its_traceback_log(monkeypatch, c
     assert "unexpected RuntimeError: a bug over two lines" in err
     (log,) = (tmp_path / "crashes").iterdir()
     assert str(log) in err.replace("\n", "") and "Traceback" in log.read_text() and "a bug" in log.read_text()
+
+
+def test_help_shows_no_value_beside_a_flag_and_a_reference_may_be_pytorch():
+    verify = runner.invoke(app, ["verify", "--help"])
+    assert verify.exit_code == 0 and "--sanitize" in verify.output and "<bool>" not in verify.output
+    check = runner.invoke(app, ["check", "--help"])
+    assert "PyTorch" in check.output and "--launch" in check.output and "<bool>" not in check.output
+
+
+def test_an_unknown_flag_names_the_closest_one():
+    result = runner.invoke(app, ["optimize", "--modle", "openai:gpt-5"])
+    assert result.exit_code == 2
+    assert error_line(result).startswith("error: No such option: --modle; did you mean --model? (see ")
+    result = runner.invoke(app, ["check", "--bogus"])
+    assert result.exit_code == 2 and "did you mean" not in error_line(result)
+
+
+def test_a_file_from_a_newer_cudaopt_says_to_upgrade(example, tmp_path):
+    from cudaopt import api
+    from cudaopt.record.files import Summary
+    from tests.scripted import ScriptedEvaluator
+
+    folder, _ = example
+    run = api.optimize(folder / "experiment.json", strategy="tune", max_evals=2, results=tmp_path / "results",
+                       evaluator=ScriptedEvaluator()).path
+    data = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**data, "schema_version": 99}))
+    result = runner.invoke(app, ["report", str(run)])
+    readable = Summary.model_fields["schema_version"].default
+    assert result.exit_code == 2
+    assert error_line(result) == (f"error: {run / 'summary.json'}: schema_version: made by a newer cudaopt "
+                                  f"(schema_version 99; this one reads up to {readable}): upgrade cudaopt")
+
+
+def test_a_crash_on_text_that_is_no_utf8_is_exit_4_with_its_log(monkeypatch, capsys, tmp_path):
+    from cudaopt import cli
+
+    def broken(**kwargs):
+        raise OSError(f"cannot open {tmp_path}/k\udcff.cu")  # a file name in another encoding, as Python holds it
+
+    monkeypatch.setenv("CUDAOPT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cli, "app", broken)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main()
+    assert exit_.value.code == 4
+    err = capsys.readouterr().err
+    assert len([line for line in err.splitlines() if line.strip()]) == 1 and "k\\udcff.cu" in err
+    (log,) = (tmp_path / "crashes").iterdir()
+    assert "k\\udcff.cu" in log.read_text() and "Traceback" in log.read_text()

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from cudaopt.errors import ExperimentError
-from cudaopt.experiment import load_experiment, load_launch
+from cudaopt.experiment import load_experiment
+from cudaopt.reading import load_launch
 from tests.conftest import SGEMM
 
 

@@ -238,10 +238,9 @@ def test_flags_need_unverified_and_a_kernel(tmp_path):
         from_flags(exp, kernel=None, entry=None, launch=None)
     src = from_flags(exp, kernel=None, entry=None, launch=None, unverified=True)
     assert src.launch.grid == ["cdiv(n, 16)", "cdiv(m, 16)"] and "initial.cu" in src.provenance.origin
-    tunable = from_flags(exp, kernel=SGEMM / "tunable.cu", entry=None, launch=json.dumps(
-        {"grid": ["cdiv(n, BN)"], "block": [256]}), unverified=True)
-    with pytest.raises(ExperimentError, match="launch: .*'BN', which is neither a scalar"):
-        files(tunable, "torch")
+    with pytest.raises(ExperimentError, match="--launch: grid.0.: case 'odd-31x37x29': unknown name 'BN'"):
+        from_flags(exp, kernel=SGEMM / "tunable.cu", entry=None, launch=json.dumps(
+            {"grid": ["cdiv(n, BN)"], "block": [256]}), unverified=True)  # checked on every case, as every command
 
 
 @pytest.fixture(scope="module")
@@ -430,4 +429,4 @@ def test_a_run_without_its_winner_s_source_is_one_line(verified, tmp_path):
     (copy / "best.cu").unlink()
     with pytest.raises(ExperimentError) as refused:
         from_run(copy)
-    assert refused.value.field == "best.cu" and "No such file" in refused.value.message
+    assert refused.value.file == str(copy / "best.cu") and refused.value.message == "not found"

@@ -142,7 +142,7 @@ def test_fast_p_refuses_a_run_without_pytorch_baselines(tmp_path):
     result = runner.invoke(app, ["fast-p", str(run.path)])
     assert result.exit_code == 2 and "summary.json: kernelbench: the run has no PyTorch eager vendor" in result.output
     result = runner.invoke(app, ["fast-p", str(tmp_path / "nothing")])
-    assert result.exit_code == 2 and "not a run directory" in result.output
+    assert result.exit_code == 2 and "nothing: not found" in result.output
 
 
 def test_a_summary_with_one_vendor_in_flat_fields_still_reads(tmp_path):

@@ -237,7 +237,8 @@ def rewrite(path, change):
 
 
 @pytest.mark.parametrize("change,field,words", [
-    (lambda d: d.update(schema_version=2), "schema_version", "less than or equal to 1"),
+    (lambda d: d.update(schema_version=2), "schema_version",
+     "made by a newer cudaopt (schema_version 2; this one reads up to 1): upgrade cudaopt"),
     (lambda d: d["kernel"].pop("sha256"), "kernel.sha256", "Field required"),
     (lambda d: d["cases"][0].update(medians_us=[1.0]), "cases[0].medians_us", "at least 2"),
     (lambda d: d.update(surprise=1), "surprise", "not a known key (known: "),

@@ -46,7 +46,7 @@ def history(run):
     return History.model_validate(run.read_json("history.json")).attempts
 
 
-def test_an_improving_trajectory_leaves_a_complete_audit_pack(tmp_path):
+def test_an_improving_trajectory_leaves_a_complete_run_directory(tmp_path):
     script = [answer("ok 0.8", "bigger tiles"), answer("ok 0.5", "register blocking"), answer("ok 0.9", "worse")]
     run, summary, server, evaluator = run_agent(tmp_path, script)
     assert run.path.name == "run-001"

@@ -94,9 +94,9 @@ def test_the_worker_tells_requests_from_prefetches(sgemm):
 def test_history_before_schema_2_still_reads():
     """history.json version 1 wrote {} for a launch or roofline that was not there."""
     old = {"name": "a", "role": "correctness", "status": "crashed", "launch": {}, "occupancy": {},
-           "roofline": {}, "audit": {}, "clocks": {}}
+           "roofline": {}, "audit": {}, "clocks": {}}  # history.json 1 (and "audit", the scan's old name)
     case = CaseResult.model_validate(old)
-    assert case.launch is None and case.roofline is None and case.audit is None
+    assert case.launch is None and case.roofline is None and case.scan is None
 
 
 def test_the_published_json_schemas_match_the_models(tmp_path):
@@ -110,7 +110,7 @@ def test_the_published_json_schemas_match_the_models(tmp_path):
     assert not stale, f"regenerate docs/schemas (python -m cudaopt.schemas docs/schemas): {stale}"
 
 
-def test_every_audit_pack_file_carries_a_schema_version():
+def test_every_file_of_a_run_carries_a_schema_version():
     from cudaopt.schemas import FILES
 
     versioned = [name for name, model in FILES.items() if "schema_version" in getattr(model, "model_fields", {})]

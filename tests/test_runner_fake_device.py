@@ -79,7 +79,7 @@ def test_an_honest_kernel_passes_every_check_and_is_timed_as_scripted(device):
     assert out.timing.median_us == pytest.approx(float(np.median(timed)))
     assert out.timing.min_us == pytest.approx(10.0) and out.timing.max_us == pytest.approx(40.0)
     assert "gated queue" in out.timing.method and "L2 flushed" in out.timing.method
-    assert out.audit.launches_scanned == 12 and len(out.audit.checked_launches) == 2
+    assert out.scan.launches_scanned == 12 and len(out.scan.checked_launches) == 2
     assert device.flushes == 10 and device.gates_closed == 3  # one flush per timed launch, chunks of 4
     assert device.wipes.poisons == 3 + 12  # before every launch of the candidate
     assert tuple(out.launch.grid) == (4, 1, 1) and out.occupancy.blocks_per_sm == 8
@@ -211,7 +211,7 @@ def test_a_kernel_wrong_only_while_timed_is_caught_by_the_hidden_checked_launche
 
     result = run(device, body=wrong_when_timed)
     bad = next(c for c in result.cases[0].checks if not c.ok)
-    assert result.status == "mismatch" and bad.phase == "timed" and bad.launch in result.cases[0].audit.checked_launches
+    assert result.status == "mismatch" and bad.phase == "timed" and bad.launch in result.cases[0].scan.checked_launches
 
 
 def test_inputs_learned_in_one_case_do_not_mark_the_checked_launches_of_the_next(device):
@@ -234,7 +234,7 @@ def test_inputs_learned_in_one_case_do_not_mark_the_checked_launches_of_the_next
     result = run(device, request(case("first", n=1000), case("second", n=1200)), body=fingerprint_cheat)
     second = result.cases[1]
     bad = next(c for c in second.checks if not c.ok)
-    assert result.status == "mismatch" and bad.phase == "timed" and bad.launch in second.audit.checked_launches
+    assert result.status == "mismatch" and bad.phase == "timed" and bad.launch in second.scan.checked_launches
 
 
 def test_a_kernel_that_rewrites_the_copy_fixed_inputs_are_staged_from_is_caught(device):

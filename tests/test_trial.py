@@ -58,9 +58,9 @@ def test_no_kernel_at_all_names_the_callers_field(example, steps):
     folder, edit = example
     edit("experiment.json", lambda config: config.pop("initial_kernel"))
     with pytest.raises(ExperimentError) as error:
-        prepare_trial(ExperimentArgs(config=str(folder / "experiment.json")), kernel_field="kernel")
-    assert (error.value.file, error.value.message) == ("kernel", "no kernel given and the experiment has no "
-                                                                 "initial kernel")
+        prepare_trial(ExperimentArgs(config=str(folder / "experiment.json")))
+    assert (error.value.file, error.value.message) == ("--kernel", "no kernel given and the experiment has no "
+                                                                   "initial kernel")
 
 
 def test_a_kernel_whose_entry_is_missing_names_the_file(example, steps):
@@ -117,13 +117,16 @@ def test_a_python_caller_prepares_once_and_passes_the_trial_to_evaluate_verify_a
         api.evaluate(trial, folder / "initial.cu", evaluator=ScriptedEvaluator())
 
 
-def test_a_guard_needs_to_know_how_the_experiment_was_given(example, steps):
+def test_a_guard_of_a_loaded_experiment_records_how_it_was_given(example, steps):
     from cudaopt import api
+    from cudaopt.guard.files import read_guard
+    from tests.scripted import ScriptedEvaluator
 
     folder, _ = example
-    trial = prepare_trial(api.load(folder / "experiment.json"))
-    with pytest.raises(ExperimentError, match="ExperimentArgs"):
-        api.guard_record(trial, out=folder / "guard.json")
+    trial = prepare_trial(api.load(str(folder / "experiment.json")))
+    done = api.guard_record(trial, out=folder / "guard.json", repeats=2, evaluator=ScriptedEvaluator())
+    assert done.baseline is not None
+    assert read_guard(folder / "guard.json").experiment.config == "experiment.json"  # relative to the guard file
 
 
 def test_a_candidate_of_a_run_is_a_variant_of_the_run_trial(example):

@@ -225,7 +225,7 @@ def test_space_from_a_kernel_comment_block():
         from_source('/* cudaopt-tune {"tunables": {"B": []}} */')
 
 
-def test_exhaustive_tuning_leaves_the_audit_pack(tmp_path, experiment):
+def test_exhaustive_tuning_leaves_the_run_directory(tmp_path, experiment):
     run, summary, evaluator = tune(tmp_path, experiment(SMALL), max_evals=100)
     tuned = [a for a in attempts(run) if a.kind == "tune"]
     assert len(tuned) == 8 and summary.stop_reason == "search space exhausted"

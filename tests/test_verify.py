@@ -253,7 +253,7 @@ def test_a_vendor_that_fails_on_a_shape_says_why_and_never_fails_the_winner(tmp_
     for case in outcome.timed:
         assert case.vendor_us is None and case.speedup_vs_baseline == pytest.approx(2.0)
         assert case.vendor_status == "error" and "no compiler" in case.vendor_reason
-    assert "holdout-515x261x1031: vendor error: cuBLAS (broken): RuntimeError: no compiler" in verify_lines(outcome, run.path)
+    assert "holdout-515x261x1031: vendor error: cuBLAS (broken): RuntimeError: no compiler" in verify_lines(outcome)
     assert "(error)" in list(timed_table(outcome).columns[4].cells)
     build(run.path)
     assert "<td>(error)</td>" in (run.path / "report.html").read_text()

@@ -1,8 +1,8 @@
 """cudaopt: turn a workload description into a fast CUDA kernel you can trust.
 
-The Python API is :mod:`cudaopt.api` (docs/api.md): ``from cudaopt import api``, or ``cudaopt.api``
-after ``import cudaopt``; it is loaded on first use, so ``import cudaopt`` stays fast and needs no GPU.
-(Its functions keep their module: ``cudaopt.evaluate``, ``cudaopt.winner.verify``, ... are the core modules.)
+The one door is :mod:`cudaopt.api` (docs/api.md): ``from cudaopt import api``, or ``cudaopt.api``
+after ``import cudaopt``; the command line is a shell over it. It is loaded on first use, so
+``import cudaopt`` stays fast and needs no GPU. The other modules are the core the API calls.
 """
 
 __version__ = "0.1.0"

@@ -25,11 +25,13 @@ from .children import run_child
 from .errors import ExperimentError
 from .experiment import Experiment
 from .harness.controls import ControlSet, judge, negative_controls
-from .harness.inputs import shape_of
+from .harness.inputs import InputError, generate, shape_of
 from .wire.precision import allowed_math
 from .wire.protocol import CaseSpec, ReferenceSpec, WireModel
 from .wire.results import CaseResult, Controls
-from .wire.signature import Signature
+from .wire.signature import Signature, parse_signature
+from .harness.reference import ReferenceFailure, call_python, load_python
+from .harness.torch_reference import call_torch, import_torch
 
 CPU_ELEMENTS = 1 << 23  # inputs and outputs of one input set: above this a case is controlled on the GPU
 CONTROLS_TIMEOUT_S = 120.0
@@ -38,7 +40,6 @@ CONTROLS_TIMEOUT_S = 120.0
 @dataclass
 class CpuControls:
     """What the CPU found: each case's controls, and the cases left to the GPU with why."""
-
     done: dict[str, Controls] = field(default_factory=dict)
     on_gpu: dict[str, str] = field(default_factory=dict)
     shrunk: dict[str, str] = field(default_factory=dict)  # case -> the sizes it ran at on the CPU
@@ -70,7 +71,6 @@ class CpuControls:
 
 class ControlsCall(WireModel):
     """What the subprocess of :func:`cpu_controls` is given."""
-
     reference: ReferenceSpec
     cases: list[CaseSpec]
     signature: str
@@ -79,7 +79,6 @@ class ControlsCall(WireModel):
 
 class CaseControls(WireModel):
     """One line of the subprocess's answer."""
-
     case: str
     controls: Controls
 
@@ -176,15 +175,10 @@ def reference_sets(fn, kind: str, signature: Signature, case: CaseSpec, allow_tf
                    count: int = 2) -> list[ControlSet]:
     """``count`` independent input sets of ``case`` (as the worker draws its first ones) and the
     answers of the NumPy or PyTorch reference ``fn`` for them, on the CPU."""
-    from .harness.inputs import generate
-    from .harness.reference import call_python
-
     shapes = {a.name: shape_of(case.outputs[a.name].shape, case.scalars, a.name) for a in signature.outputs}
     sets = []
     for inputs in generate(case, signature, min(count, 2)):  # sets 0 and 1: independent draws
         if kind == "torch":
-            from .harness.torch_reference import call_torch, import_torch
-
             torch = import_torch()
             tensors = {n: cpu_tensor(torch, t) for n, t in inputs.items()}
             answers = {n: v.numpy() for n, v in call_torch(torch, fn, signature, tensors, case.scalars, shapes,
@@ -205,10 +199,6 @@ def cpu_tensor(torch, tensor):
 
 def _controls_from_stdin() -> int:
     """The subprocess side: one JSON line per case as it is done (smallest first)."""
-    from .harness.inputs import InputError
-    from .harness.reference import ReferenceFailure, load_python
-    from .wire.signature import parse_signature
-
     request = ControlsCall.model_validate_json(sys.stdin.read())
     ref, signature = request.reference, parse_signature(request.signature)
     answers = sys.stdout  # the reference's own prints go to stderr: this pipe carries the answers alone

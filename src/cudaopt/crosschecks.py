@@ -20,7 +20,7 @@ from .errors import ExperimentError
 from .wire import expr
 from .wire.launch import DEVICE_NAMES, NOMINAL_DEVICE, LaunchError, resolve_launch
 from .wire.protocol import CaseSpec, LaunchSpec
-from .wire.signature import Signature, SignatureError, find_entry, other_entry_problem
+from .wire.signature import DTYPES, Signature, SignatureError, find_entry, other_entry_problem
 from .wire.tiers import choose_tier, unknown_name
 
 # Limits every CUDA GPU of compute capability 5.0 or later shares.
@@ -189,7 +189,6 @@ def check_npy(path: Path, field: str, file: Path, shape: tuple[int, ...], dtype:
     converts from without losing its kind (read from its header only)."""
     import numpy as np
 
-    from .wire.signature import DTYPES
 
     if not file.is_file():
         raise ExperimentError(path, field, f"{file.name} not found")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from .harness.gpu import Gpu, call, nvrtc_version
+from .harness.compile_process import COMPILERS, CompilerUnavailable
+from .harness.nvrtc_build import HEADER_LIBS, header_roots
+from .harness.peaks import measure, save
 import os
 import re
 import shutil
@@ -30,7 +34,6 @@ def run_checks() -> list[Check]:
     checks = [Check("cudaopt", True, _version("cudaopt") or "source tree")]
     core = _version("cuda-core")
     checks.append(Check("cuda-core", core is not None, core or "missing", "pip install 'cuda-core[cu13]'"))
-    from .harness.gpu import nvrtc_version
 
     checks.append(_nvrtc_check(nvrtc_version(), header_releases()))
     checks.extend(_compile_checks())
@@ -101,9 +104,6 @@ def _nvrtc_check(nvrtc: str, headers: dict[str, str]) -> Check:
 
 def _compile_checks() -> list[Check]:
     """Where NVRTC's headers come from, and what confines the compiler process."""
-    from .harness.compile_process import COMPILERS, CompilerUnavailable
-    from .harness.nvrtc_build import HEADER_LIBS, header_roots
-
     roots = header_roots()
     found = {lib for lib, _, _ in roots}
     wheels = all(how == "site-packages" for _, _, how in roots)
@@ -130,7 +130,6 @@ def _gpu_checks() -> list[Check]:
     try:
         from cuda.core import Device
 
-        from .harness.gpu import call
 
         device = Device(0)
         device.set_current()
@@ -187,9 +186,6 @@ def measure_peaks(device: int = 0) -> tuple[list[PeakRow], str]:
     Returns the rows and the cache file. The spec FP32/FP64 figures are the matrix-unit rates the
     speed-of-light floor uses; the measured ones are FMA rates on the CUDA cores.
     """
-    from .harness.gpu import Gpu
-    from .harness.peaks import measure, save
-
     gpu = Gpu(device)
     found = measure(gpu)
     path = save(found)

@@ -1,7 +1,9 @@
 """The errors a user can act on, each with its exit status (``cli/app.py``'s ``command`` maps them,
-in one place).
+in one place; the README's table lists them).
 
-``ExperimentError`` is bad input: a file, a field and what is wrong with it, on one line.
+``ExperimentError`` is bad input (exit 2): a file, or an argument named as its command's flag
+(``--launch``), a field and what is wrong with it, on one line. ``WorkerError`` is no GPU worker
+(exit 3). Both are raised the same way whichever door a user takes, the Python API or the CLI.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import difflib
 import re
 import types
 import typing
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -19,6 +22,21 @@ class ExperimentError(Exception):
     def __init__(self, file: str | Path, field: str, message: str):
         self.file, self.field, self.message = str(file), field, message
         super().__init__(f"{file}: {field}: {message}" if field else f"{file}: {message}")
+
+
+class WorkerError(RuntimeError):
+    """A GPU worker that could not start or stopped answering."""
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'timing'?)`` for the known name closest to a mistyped one; empty when none is close."""
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def newer_schema(found, readable: int) -> str:
+    """What a file made by a newer cudaopt is told: which version it is, which this one reads."""
+    return f"made by a newer cudaopt (schema_version {found}; this one reads up to {readable}): upgrade cudaopt"
 
 
 def shortened(text: str, limit: int = 300) -> str:
@@ -97,16 +115,27 @@ def _unknown_key(loc, model) -> str:
     return f"not a known key (known: {', '.join(known)})" if known else "not a known key"
 
 
+def _special(error, model) -> str | None:
+    """A message of our own for what pydantic words for its own reader: an unknown key (with the
+    closest known one) and a file from a newer cudaopt."""
+    loc = error["loc"]
+    if error["type"] == "extra_forbidden" and loc:
+        return _unknown_key(loc, model)
+    if error["type"] == "less_than_equal" and loc and loc[-1] == "schema_version":
+        return newer_schema(error.get("input"), error["ctx"]["le"])
+    return None
+
+
 def validation_message(exc, model=None) -> tuple[str, str]:
     """The field and message of a pydantic ``ValidationError``'s first problem, in plain words:
     the alternatives of a union are said together (``an integer, a number or a string``), never
-    as the validator's type names; an unknown key names the closest key ``model`` (the schema
-    validated against) knows there."""
+    as the validator's type names; an unknown field of ``model`` names the closest known one."""
     errors = exc.errors()
     field = _field(errors[0]["loc"])
     same = [e for e in errors if _field(e["loc"]) == field]
-    if errors[0]["type"] == "extra_forbidden":
-        message = _unknown_key(errors[0]["loc"], model)
+    special = _special(errors[0], model)
+    if special is not None:
+        message = special
     elif len(same) > 1 and all(e["type"].endswith(("_type", "_parsing")) for e in same):
         kinds = []
         for err in same:

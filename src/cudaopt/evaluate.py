@@ -12,7 +12,7 @@ from .pool.dispatch import Evaluator, GpuRef, OnEvent
 from .experiment import Experiment
 from .wire.protocol import LaunchSpec, WireModel, TimingProtocol
 from .wire.results import EvalResult
-from .trial import Trial
+from .trial import Trial, source_trial
 
 
 class Evaluation(WireModel):
@@ -55,6 +55,5 @@ def evaluate_kernel(experiment: Experiment, source: str, evaluator: Evaluator, *
                     **options) -> Evaluation:
     """:func:`evaluate_trial` on kernel text not read from a file (a benchmark's, a test's);
     ``options`` as its."""
-    trial = Trial(experiment=experiment, kernel=None, source=source, protocol=protocol or experiment.protocol(),
-                  entry=entry, launch=launch)
-    return evaluate_trial(trial, evaluator, **options)
+    return evaluate_trial(source_trial(experiment, source, entry=entry, launch=launch, protocol=protocol), evaluator,
+                          **options)

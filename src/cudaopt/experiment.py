@@ -43,8 +43,9 @@ from .config import (
     VendorSection,
     space_in_source,
 )
-from .errors import ExperimentError, shortened, validation_message
+from .errors import ExperimentError, validation_message
 from .reading import missing_file, read_json_file, read_text_file
+from .wire.fields import version_field
 from .wire.launch import tunable_clashes
 from .wire.protocol import (
     HARNESS_VERSION,
@@ -69,7 +70,7 @@ CHECKED_CONFIGURATIONS = 256  # a tune launch is checked on every configuration 
 class ExperimentLock(WireModel):
     """``lock.json``: hashes of everything that defines right and wrong; a resumed run must match."""
 
-    schema_version: int = LOCK_SCHEMA_VERSION
+    schema_version: int = version_field(LOCK_SCHEMA_VERSION)
     harness_version: str
     signature: str
     reference: str
@@ -89,8 +90,36 @@ class Tuning:
     dispatch: list[DispatchClass] = field(default_factory=list)  # shape classes for a winner per class
 
 
+class ExperimentArgs(WireModel):
+    """How an experiment was given: a config file and/or the seed-style fields (as the flags give
+    them), so that a run (``settings.json``) and a guard file can load it again."""
+
+    config: str | None = None
+    description: str | None = None
+    signature: str | None = None
+    reference: str | None = None
+    initial_kernel: str | None = None
+    input_cases: str | None = None
+    max_iterations: int | None = None
+
+    def load(self) -> Experiment:
+        p = lambda v: Path(v) if v else None
+        experiment = load_experiment(p(self.config), description=self.description, signature=self.signature,
+                                     reference=p(self.reference), initial_kernel=p(self.initial_kernel),
+                                     input_cases=p(self.input_cases), max_iterations=self.max_iterations)
+        experiment.args = self
+        return experiment
+
+    def resolved(self) -> ExperimentArgs:
+        """The same, every path absolute (what a run keeps: it is loaded again from anywhere)."""
+        absolute = lambda v: str(Path(v).resolve()) if v else v
+        return self.model_copy(update={k: absolute(getattr(self, k))
+                                       for k in ("config", "reference", "initial_kernel", "input_cases")})
+
+
 class Experiment:
-    """A validated experiment with every file read and hashed."""
+    """A validated experiment with every file read and hashed; ``args`` says how it was given,
+    when it was loaded from :class:`ExperimentArgs`."""
 
     def __init__(self, *, description: str, signature: Signature, reference_path: Path, reference_entry: str,
                  initial_kernel_path: Path | None, cases_path: Path, cases: list[CaseSpec],
@@ -117,6 +146,7 @@ class Experiment:
         self.reference_kind = reference_kind or ("cu" if reference_path.suffix == ".cu" else "py")
         self.kernelbench = kernelbench  # KernelBench's own checks, when imported from it
         self.own_launches = own_launches  # the cases that give a launch of their own (the others take the file's)
+        self.args: ExperimentArgs | None = None
 
     def extra_cases(self, path: Path) -> list[CaseSpec]:
         """Cases from another input-cases file (for verification), checked against the signature."""
@@ -381,30 +411,3 @@ def kernel_file(path: Path, entry: str, sig: Signature, field: str = "--kernel")
     source = read_text_file(path, field)
     check_kernel_entry(path, source, entry, sig)
     return source
-
-
-class LaunchFile(LaunchSpec):
-    """``best-launch.json`` and ``--launch``: a launch configuration with its schema version."""
-
-    schema_version: int = 1
-
-
-def load_launch(text: str) -> LaunchSpec:
-    """A launch configuration from a JSON string or a JSON file (``--launch``)."""
-    path = Path(text)
-    source = "--launch"
-    if not text.lstrip().startswith("{"):
-        data = read_json_file(path, "launch file")
-        source = str(path)
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ExperimentError(source, "", f"not valid JSON: {exc.msg}") from None
-        except (ValueError, RecursionError) as exc:  # a number of thousands of digits, nesting thousands deep
-            raise ExperimentError(source, "", f"not valid JSON: {shortened(str(exc), 120)}") from None
-    try:
-        launch = LaunchFile.model_validate(data, strict=True)
-    except ValidationError as exc:
-        raise ExperimentError(source, *validation_message(exc, LaunchFile)) from None
-    return LaunchSpec(**launch.model_dump(exclude={"schema_version"}))

@@ -1,15 +1,20 @@
-"""``cudaopt optimize``: start or resume a run and leave its audit pack in ``results/run-NNN/``.
+"""A run from start to stop (the core of ``api.optimize``): start or resume it, and leave its audit
+pack in ``results/run-NNN/``.
 
-The order is the same for every strategy: every check that needs no GPU, the workers, the run
-directory, the baseline (once per run), the strategy until it returns a stop reason, the
-finalists measured again on one GPU (the best alone too), the crowning audit of the winner, the
-summary, the heatmap and the report.
+The API has checked everything that needs no GPU (the experiment, the model's credentials, the
+budgets) and started the workers. The order here is the same for every strategy: the strategy's
+own check of the experiment, the run directory (settings, lock and environment written before
+anything is measured), the baseline (once per run, refused when a case does not discriminate),
+the strategy until it returns a stop reason, the finalists measured again on one GPU (the best
+alone too), the crowning audit of the winner, the dispatch table, the summary, the heatmap and
+the report.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import platform
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -21,13 +26,13 @@ from .cpu_controls import refuse_results
 from .engine.recorder import Recorder
 from .errors import ExperimentError
 from .pool.dispatch import Evaluator, GpuRef
-from .experiment import Experiment
+from .experiment import Experiment, ExperimentArgs
 from .wire.results import DeviceInfo
 from .record.cache import ResultCache
 from .record.dispatch_table import write_dispatch
 from .record.events import OnProgress, ignore
 from .record.rundir import RunDir
-from .record.runs import Budget, ExperimentArgs, RunSettings, open_resumable, open_run, read_run_json
+from .record.runs import Budget, RunSettings, open_resumable, open_run, read_run_json
 from .record.files import Environment, Summary
 from .report.build import build as build_report
 from .strategies.tune import TuneStrategy, need_tuning
@@ -82,20 +87,22 @@ class Options:
 
 def stored_iterations(path: Path) -> int:
     """The iteration budget a run was started with (what --resume continues towards)."""
-    return read_run_json(open_run(path), "settings.json", RunSettings).budget.max_iterations
+    return read_run_json(open_run(path), RunDir.SETTINGS, RunSettings).budget.max_iterations
 
 
 def stored_strategy(path: Path) -> str:
     """The strategy a run was started with: a resume needs what it needs (a tune run, no model)."""
-    return read_run_json(open_run(path), "settings.json", RunSettings).strategy
+    return read_run_json(open_run(path), RunDir.SETTINGS, RunSettings).strategy
 
 
 def start_or_resume(args: ExperimentArgs, settings, budget: Budget, results: Path, evaluator: Evaluator,
                     options: Options | None = None, *, resume: Path | None = None, experiment: Experiment | None = None,
-                    on_progress: OnProgress = ignore) -> tuple[RunDir, Summary]:
+                    keep: Path | None = None, on_progress: OnProgress = ignore) -> tuple[RunDir, Summary]:
     """Run a strategy to a stop reason. On --resume, the stored experiment, strategy and lock are used.
     ``settings`` is the model's (agent.model.ModelSettings); ``experiment`` is ``args`` loaded, when
-    the caller has loaded it already (it is loaded once)."""
+    the caller has loaded it already (it is loaded once); ``keep``: a folder of experiment files
+    (``args`` names its config) copied into the run's ``experiment/``, from where the run loads it
+    again (an experiment built in Python, kept in a cache that may be cleared)."""
     options = options or Options()
     # every check that needs no GPU first; then the worker starts, before anything is written
     proposals = options.proposals
@@ -118,11 +125,14 @@ def start_or_resume(args: ExperimentArgs, settings, budget: Budget, results: Pat
     device = evaluator.device_info()
     if resume is None:
         run = RunDir.create(results)
-        run.write_model("lock.json", experiment.lock())
-        run.write_model("settings.json", RunSettings(experiment=args, strategy=name, research=options.research,
+        if keep is not None:
+            shutil.copytree(keep, run.file(RunDir.EXPERIMENT))
+            args = ExperimentArgs(config=str(run.file(RunDir.EXPERIMENT) / Path(args.config).name))
+        run.write_model(RunDir.LOCK, experiment.lock())
+        run.write_model(RunDir.SETTINGS, RunSettings(experiment=args, strategy=name, research=options.research,
                                                      use_nsight=options.use_nsight, proposals=proposals,
                                                      model=settings.public(), budget=budget))
-        run.write_model("env.json", environment(device, evaluator.gpus(), evaluator.backend))
+        run.write_model(RunDir.ENV, environment(device, evaluator.gpus(), evaluator.backend))
     cache = ResultCache(results / "cache", device) if options.use_cache else None
     uses_model = strategy.needs_model
     recorder = Recorder(experiment, run, evaluator, strategy=name,
@@ -140,10 +150,10 @@ def start_or_resume(args: ExperimentArgs, settings, budget: Budget, results: Pat
         if options.ablation and name != "tune":
             summary = _ablation(recorder, context)
     finally:
-        env = read_run_json(run, "env.json", Environment)
+        env = read_run_json(run, RunDir.ENV, Environment)
         env.finished_at = _now()
-        run.write_model("env.json", env)
-        if run.file("summary.json").is_file():
+        run.write_model(RunDir.ENV, env)
+        if run.file(RunDir.SUMMARY).is_file():
             build_report(run.path, experiment.roi)
     return run, summary
 
@@ -170,14 +180,14 @@ def _run(strategy, context: strategies.Context) -> Summary:
 
 def _ablation(recorder: Recorder, context: strategies.Context) -> Summary:
     """Tune-only on the same experiment (in ``ablation/``), to show what the agent added beyond tuning."""
-    sub = RunDir.create_at(recorder.run.path / "ablation")
+    sub = RunDir.create_at(recorder.run.file(RunDir.ABLATION))
     tuned = Recorder(recorder.exp, sub, recorder.evaluator, strategy="tune", model={"model": None}, prices={},
                      cache=recorder.cache, on_progress=recorder.on_progress)
     tune_summary = _run(TuneStrategy(), strategies.Context(
         recorder=tuned, budget=context.budget, max_evals=context.max_evals, seed=context.seed))
     final, tuned_best = recorder.best, tuned.best
     recorder.ablation = {
-        "run": "ablation",
+        "run": RunDir.ABLATION,
         "tune_only_best_score_us": tune_summary.best_score_us,
         "tune_only_best_defines": tune_summary.best_defines,
         "final_best_score_us": final.score_us if final else None,

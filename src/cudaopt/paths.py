@@ -3,7 +3,9 @@ whether a path a user names can take what cudaopt writes there."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+import traceback
 from pathlib import Path
 
 from .errors import ExperimentError
@@ -48,3 +50,32 @@ def check_output_path(path: Path, option: str) -> None:
         raise ExperimentError(option, "", f"{path}: folder {folder} does not exist")
     if not writable(folder) or (path.exists() and not os.access(path, os.W_OK)):
         raise ExperimentError(option, "", f"{path}: not writable")
+
+
+def check_writable_folder(path: Path, option: str) -> None:
+    """Refuse, before any work, a folder that will be created (with its parents) and written: one
+    in /proc, /sys or /dev, a file, or one whose nearest existing folder is not writable (a
+    read-only mount is not)."""
+    resolved = path.expanduser().resolve()
+    if in_system_tree(resolved):
+        raise ExperimentError(option, "", f"{path}: a system folder, not one to write results in")
+    existing = resolved
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ExperimentError(option, "", f"{path}: {existing} exists and is not a folder")
+    if not writable(existing):
+        raise ExperimentError(option, "", f"{path}: {existing} is not writable")
+
+
+def crash_log(exc: BaseException, command: list[str]) -> Path:
+    """Write the traceback of ``exc`` (an unexpected error: a bug) to a new file under the cache
+    root; its path. Text that is no valid UTF-8 (a file name in another encoding) is written
+    escaped, so writing the log never fails on it."""
+    folder = cache_root() / "crashes"
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = folder / f"crash-{stamp}-{os.getpid()}.log"
+    text = f"cudaopt {' '.join(command)}\n" + "".join(traceback.format_exception(exc))
+    path.write_text(text, encoding="utf-8", errors="backslashreplace")
+    return path

@@ -34,14 +34,17 @@ from .reading import read_text_file
 from .cpu_controls import cpu_controls, cpu_tensor
 from .errors import ExperimentError
 from .experiment import Experiment
-from .harness.case_data import memory_text
+from .harness.case_data import case_bytes, memory_text
 from .harness.compiler import DEFAULT_ARCH, CompileError, compile_kernel
 from .harness.cubin import kept_state
-from .harness.inputs import shape_of
+from .harness.inputs import InputError, generate, shape_of
 from .harness.math_units import precision_refusal
 from .wire.launch import NOMINAL_DEVICE, device_defines
 from .wire.precision import allowed_math, math_text
-from .wire.protocol import CaseSpec, KernelSpec, LaunchSpec, ReferenceSpec, WireModel
+from .wire.protocol import CaseSpec, KernelSpec, LaunchSpec, Limits, ReferenceSpec, WireModel
+from .wire.signature import DTYPES, parse_signature
+from .harness.reference import ReferenceFailure, call_python, load_python
+from .harness.torch_reference import call_torch, import_torch
 
 REFERENCE_TIMEOUT_S = 120.0
 DEFAULT_GPU_MEMORY = 80 * 2**30  # the memory assumed when no GPU says how much it has
@@ -163,9 +166,6 @@ def check_memory(experiment: Experiment, cases: list[CaseSpec], path: Path, fiel
 
 def case_memory(experiment: Experiment, case) -> int:
     """Bytes of device memory the worker holds for one case at its peak (harness/case_data.py)."""
-    from .harness.case_data import case_bytes
-    from .wire.signature import DTYPES
-
     inputs, outputs = [], []
     for arg in experiment.signature.args:
         spec = case.inputs.get(arg.name) or case.outputs.get(arg.name)
@@ -229,7 +229,6 @@ def smallest_case(experiment: Experiment) -> CaseSpec:
 
 class ReferenceCall(WireModel):
     """What the subprocess of :func:`call_reference` is given."""
-
     reference: ReferenceSpec
     case: CaseSpec
     signature: str
@@ -260,10 +259,6 @@ def call_reference(experiment: Experiment, case: CaseSpec, timeout_s: float = RE
 
 def _run_reference_from_stdin() -> int:
     """The subprocess side of :func:`call_reference`: one line of error on failure, exit 1."""
-    from .harness.inputs import InputError, generate
-    from .harness.reference import ReferenceFailure, call_python, load_python
-    from .wire.signature import parse_signature
-
     request = ReferenceCall.model_validate_json(sys.stdin.read())
     ref, case, signature = request.reference, request.case, parse_signature(request.signature)
     try:
@@ -271,8 +266,6 @@ def _run_reference_from_stdin() -> int:
         shapes = {a.name: shape_of(case.outputs[a.name].shape, case.scalars, a.name) for a in signature.outputs}
         fn = load_python(ref.source, ref.path, ref.entry)
         if ref.kind == "torch":
-            from .harness.torch_reference import call_torch, import_torch
-
             torch = import_torch()
             tensors = {n: cpu_tensor(torch, t) for n, t in inputs.items()}
             call_torch(torch, fn, signature, tensors, case.scalars, shapes, request.allow_tf32)

@@ -1,6 +1,7 @@
 """Reading the user's files: missing, unreadable, not text or not JSON is bad input naming the
 file (and the field). experiment.py reads an experiment's files with these and hands what it
-read to crosschecks.py; the run directory, guard files and request files are read with them too.
+read to crosschecks.py; the run directory, guard files, request files and launch files
+(``--launch``, ``best-launch.json``) are read with them too.
 """
 
 from __future__ import annotations
@@ -9,7 +10,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .errors import ExperimentError, shortened
+from pydantic import ValidationError
+
+from .errors import ExperimentError, shortened, validation_message
+from .wire.fields import version_field
+from .wire.protocol import LaunchSpec
 
 
 def missing_file(path: Path) -> str | None:
@@ -42,10 +47,6 @@ def read_json_file(path: Path, what: str) -> Any:
 def read_model_file(path: Path, model, what: str):
     """A JSON file validated as ``model``; missing, unreadable, broken or invalid is bad input
     naming the file and the field."""
-    from pydantic import ValidationError
-
-    from .errors import validation_message
-
     data = read_json_file(path, what)
     try:
         return model.model_validate(data)
@@ -65,3 +66,30 @@ def read_text_file(path: Path, field: str) -> str:
         line = text[:text.index("\0")].count("\n") + 1
         raise ExperimentError(path, field, f"holds a NUL byte (line {line}): not a text file")
     return text
+
+
+class LaunchFile(LaunchSpec):
+    """``best-launch.json`` and ``--launch``: a launch configuration with its schema version."""
+
+    schema_version: int = version_field(1)
+
+
+def load_launch(text: str) -> LaunchSpec:
+    """A launch configuration from a JSON string or a JSON file (``--launch``)."""
+    path = Path(text)
+    source = "--launch"
+    if not text.lstrip().startswith("{"):
+        data = read_json_file(path, "launch file")
+        source = str(path)
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ExperimentError(source, "", f"not valid JSON: {exc.msg}") from None
+        except (ValueError, RecursionError) as exc:  # a number of thousands of digits, nesting thousands deep
+            raise ExperimentError(source, "", f"not valid JSON: {shortened(str(exc), 120)}") from None
+    try:
+        launch = LaunchFile.model_validate(data, strict=True)
+    except ValidationError as exc:
+        raise ExperimentError(source, *validation_message(exc, LaunchFile)) from None
+    return LaunchSpec(**launch.model_dump(exclude={"schema_version"}))

@@ -13,32 +13,34 @@ from pathlib import Path
 from pydantic import TypeAdapter
 
 from .config import CasesFile, ExperimentConfig
-from .experiment import ExperimentLock, LaunchFile
+from .experiment import ExperimentLock
+from .reading import LaunchFile
 from .fleet.files import AuditReport
 from .guard.files import GuardBaseline, GuardReport
 from .wire.messages import WorkerMessage
 from .wire.protocol import EvalRequest
 from .wire.results import EvalResult
 from .insight.card import ProfileRecord
+from .record.rundir import RunDir
 from .record.runs import RunSettings
 from .record.files import Environment, History, ModelCall, ReplayOutcome, Summary, VerifyOutcome
 from .record.dispatch_table import DispatchTable
 
-# file name pattern -> its model; the audit pack first, then what a user writes, then the wire
+# file name pattern -> its model; the run directory first, then what a user writes, then the wire
 FILES = {
-    "history.json": History,
-    "summary.json": Summary,
+    RunDir.HISTORY: History,
+    RunDir.SUMMARY: Summary,
     "model-NNN.json": ModelCall,
-    "settings.json": RunSettings,
-    "lock.json": ExperimentLock,
-    "env.json": Environment,
-    "verify.json": VerifyOutcome,
-    "replay.json": ReplayOutcome,
+    RunDir.SETTINGS: RunSettings,
+    RunDir.LOCK: ExperimentLock,
+    RunDir.ENV: Environment,
+    RunDir.VERIFY: VerifyOutcome,
+    RunDir.REPLAY: ReplayOutcome,
     "guard.json": GuardBaseline,
     "guard-check.json": GuardReport,
     "best-case-N.json": EvalRequest,
-    "best-launch.json": LaunchFile,
-    "dispatch.json": DispatchTable,
+    RunDir.BEST_LAUNCH: LaunchFile,
+    RunDir.DISPATCH: DispatchTable,
     "profiles-attempt-N.json": ProfileRecord,
     "cache-result.json": EvalResult,
     "audit.json": AuditReport,

@@ -7,27 +7,28 @@ experiment loaded, the kernel file read and held to the signature, the launch re
 with the caller's overrides, the output paths checked, then the checks of ``cudaopt check``
 (preflight.py). A run's winner becomes a Trial with :func:`winner_trial` (as shipped: best.cu and
 best-launch.json) or :func:`recorded_trial` (as the run recorded it: the attempt's source, tunable
-values and launch); every request a Trial's kernel is measured with comes from
-:meth:`Trial.request`.
+values and launch); kernel text already checked where it came from (a guard file's kernel, a
+benchmark's) with :func:`source_trial`. Every Trial is made here, and every request a Trial's
+kernel is measured with comes from :meth:`Trial.request`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .errors import ExperimentError
-from .experiment import Experiment, kernel_file, load_launch
+from .experiment import Experiment, ExperimentArgs, kernel_file
+from .reading import load_launch
 from .wire.protocol import CaseSpec, EvalRequest, LaunchSpec, TimingProtocol, Timeouts
 from .paths import check_output_path
 from .preflight import preflight
 from .record.rundir import RunDir
+from .record.events import OnProgress, StepProgress, ignore
 from .record.files import Attempt
-from .record.runs import ExperimentArgs, RunSettings, load_run_experiment, open_run, read_run_json, winner
+from .record.runs import RunSettings, load_run_experiment, open_run, read_run_json, winner
 
 LaunchGiven = LaunchSpec | dict | str | None  # the model, its data, or JSON text / a JSON file (as --launch)
 
@@ -87,19 +88,20 @@ def as_launch(launch: LaunchGiven) -> LaunchSpec | None:
 
 def prepare_trial(experiment: Experiment | ExperimentArgs, kernel: Path | None = None, *, entry: str | None = None,
                   launch: LaunchGiven = None, origin: str | None = None, warmup: int | None = None,
-                  iterations: int | None = None, outputs: Sequence[tuple[Path, str]] = (),
-                  kernel_field: str = "--kernel",
-                  checking: Callable[[], AbstractContextManager] = contextlib.nullcontext) -> Trial:
+                  iterations: int | None = None, outputs: Sequence[tuple[Path, str]] = (), checks: bool = True,
+                  kernel_field: str = "--kernel", on_progress: OnProgress = ignore) -> Trial:
     """Load and check everything a measurement of ``kernel`` (default: the initial kernel) needs, in
     one order; raise :class:`ExperimentError` (file or flag, and field) at the first problem.
     ``origin`` names the launch in errors (default: the flag, or the file it was read from);
-    ``outputs`` are (path, flag) pairs that must take a file; ``kernel_field`` names the kernel in
-    errors (the flag, or the API's argument); ``checking`` frames the preflight (a spinner)."""
-    args = experiment if isinstance(experiment, ExperimentArgs) else None
-    exp = args.load() if args is not None else experiment
+    ``outputs`` are (path, flag) pairs that must take a file; ``checks`` False leaves out the
+    checks of ``cudaopt check`` (a run's winner, checked when the run recorded it); the step they
+    run in is said to ``on_progress``; ``kernel_field`` names the kernel file's field in errors
+    (the flag that gave it; none for a run's own file)."""
+    args = experiment if isinstance(experiment, ExperimentArgs) else experiment.args
+    exp = args.load() if isinstance(experiment, ExperimentArgs) else experiment
     path = kernel or exp.initial_kernel_path
     if path is None:
-        raise ExperimentError(kernel_field, "", "no kernel given and the experiment has no initial kernel")
+        raise ExperimentError("--kernel", "", "no kernel given and the experiment has no initial kernel")
     source = kernel_file(path, entry or exp.signature.name, exp.signature, field=kernel_field)
     spec = as_launch(launch)
     protocol = exp.protocol()
@@ -111,7 +113,8 @@ def prepare_trial(experiment: Experiment | ExperimentArgs, kernel: Path | None =
         check_output_path(out, flag)
     if origin is None:
         origin = launch_origin(launch if isinstance(launch, str) else None)
-    with checking():
+    if checks:
+        on_progress(StepProgress("checking the experiment", 0, 0))
         preflight(exp, kernel=path, entry=entry, tune=False, launch=spec, launch_origin=origin)
     return Trial(experiment=exp, kernel=path, source=source, protocol=protocol, entry=entry, launch=spec, args=args)
 
@@ -119,14 +122,14 @@ def prepare_trial(experiment: Experiment | ExperimentArgs, kernel: Path | None =
 def winner_trial(run_dir: Path | RunDir, *, what: str = "measure", **options) -> Trial:
     """A run's winner as shipped (best.cu, best-launch.json) on the experiment the run holds, its
     lock checked; ``what`` says what a run without a winner cannot have done (in the error);
-    ``options`` as :func:`prepare_trial`'s (warm-up, iterations, outputs, checking)."""
+    ``options`` as :func:`prepare_trial`'s (warm-up, iterations, outputs, checks, on_progress)."""
     run = run_dir if isinstance(run_dir, RunDir) else open_run(run_dir)
     experiment = load_run_experiment(run)
     best = winner(run, what)  # the run has one
-    launch = run.file("best-launch.json")
-    trial = prepare_trial(experiment, run.file("best.cu"), launch=str(launch) if launch.is_file() else None,
-                          origin="best-launch.json", **options)
-    return replace(trial, args=read_run_json(run, "settings.json", RunSettings).experiment, attempt=best.attempt)
+    launch = run.file(RunDir.BEST_LAUNCH)
+    trial = prepare_trial(experiment, run.file(RunDir.BEST), launch=str(launch) if launch.is_file() else None,
+                          origin=RunDir.BEST_LAUNCH, kernel_field="", **options)
+    return replace(trial, args=read_run_json(run, RunDir.SETTINGS, RunSettings).experiment, attempt=best.attempt)
 
 
 def recorded_trial(run_dir: Path | RunDir, *, what: str = "verify") -> Trial:
@@ -138,12 +141,22 @@ def recorded_trial(run_dir: Path | RunDir, *, what: str = "verify") -> Trial:
     best = winner(run, what)
     return Trial(experiment=experiment, kernel=run.file(best.attempt.source_file), source=best.source,
                  protocol=experiment.protocol(), launch=best.launch, defines=best.defines, attempt=best.attempt,
-                 args=read_run_json(run, "settings.json", RunSettings).experiment)
+                 args=read_run_json(run, RunDir.SETTINGS, RunSettings).experiment)
+
+
+def source_trial(experiment: Experiment, source: str | None, *, kernel: Path | None = None, entry: str | None = None,
+                 launch: LaunchSpec | None = None, protocol: TimingProtocol | None = None,
+                 args: ExperimentArgs | None = None) -> Trial:
+    """Kernel text taken as it is given, already checked where it came from (a guard file's kernel,
+    now or at a git commit; a benchmark's): nothing read, no pre-flight; the experiment's protocol
+    unless ``protocol``."""
+    protocol = (protocol or experiment.protocol()).model_copy()
+    return Trial(experiment=experiment, kernel=kernel, source=source, protocol=protocol, entry=entry, launch=launch,
+                 args=args)
 
 
 def run_trial(experiment: Experiment) -> Trial:
     """The run engine's Trial: the experiment and its protocol, with the initial kernel (when there is
     one) as its kernel; each candidate is a :meth:`Trial.variant` of it."""
     path = experiment.initial_kernel_path
-    return Trial(experiment=experiment, kernel=path, source=path.read_text() if path else None,
-                 protocol=experiment.protocol())
+    return source_trial(experiment, path.read_text() if path else None, kernel=path)

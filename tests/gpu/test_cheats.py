@@ -42,7 +42,7 @@ def test_working_on_a_few_launches_is_caught_by_the_hidden_checks(gpu, monkeypat
     assert result.status == "mismatch", result.reason
     bad = [c for c in failing_case(result).checks if not c.ok][0]
     assert bad.phase == "timed" and bad.input_set == -1 and bad.launch is not None
-    assert bad.launch in (failing_case(result).audit.checked_launches if failing_case(result).audit else [bad.launch])
+    assert bad.launch in (failing_case(result).scan.checked_launches if failing_case(result).scan else [bad.launch])
 
 
 def test_skipping_launches_is_caught_by_the_per_launch_audit(gpu, monkeypatch, supervisor, small_request):
@@ -62,10 +62,10 @@ def test_which_launches_are_checked_changes_with_the_seed(supervisor, small_requ
                                 cases={"square-256"})
         result = supervisor.evaluate(request)
         assert result.status == "ok" and result.seed == seed
-        picks.add(tuple(result.cases[0].audit.checked_launches))
+        picks.add(tuple(result.cases[0].scan.checked_launches))
     assert len(picks) > 1
     again = supervisor.evaluate(request)  # the same seed draws the same launches
-    assert tuple(again.cases[0].audit.checked_launches) in picks
+    assert tuple(again.cases[0].scan.checked_launches) in picks
 
 
 def test_a_tunable_may_not_shadow_a_case_scalar(supervisor, small_request):
@@ -118,7 +118,7 @@ def test_timed_checks_are_reproducible_with_the_recorded_seed(supervisor, small_
     first = supervisor.evaluate(request)
     request.protocol.seed = first.seed
     second = supervisor.evaluate(request)
-    assert first.cases[0].audit.checked_launches == second.cases[0].audit.checked_launches
+    assert first.cases[0].scan.checked_launches == second.cases[0].scan.checked_launches
     errors = lambda r: [c.max_abs_error for c in r.cases[0].checks if c.phase == "timed"]  # noqa: E731
     assert errors(first) == errors(second)  # the same fresh inputs, the same answers
     assert json.loads(first.to_json())["seed"] == first.seed

@@ -32,9 +32,9 @@ def test_correct_kernels_pass_every_case(supervisor, sgemm, name):
         assert {(c.phase, c.input_set) for c in case.checks} >= {("check", 0), ("check", 1), ("check", 2)}
         if case.role == "performance":
             timed = [c for c in case.checks if c.phase == "timed"]
-            assert [c.launch for c in timed] == case.audit.checked_launches and len(timed) == 3
+            assert [c.launch for c in timed] == case.scan.checked_launches and len(timed) == 3
             assert all(c.input_set == -1 for c in timed)
-            assert case.audit.launches_scanned == 2 + 10  # every warm-up and timed launch
+            assert case.scan.launches_scanned == 2 + 10  # every warm-up and timed launch
             t = case.timing
             assert t.n == 10 and t.min_us <= t.p10_us <= t.median_us <= t.p90_us <= t.max_us
             assert "L2 flushed" in t.method and "gated" in t.method

@@ -39,7 +39,7 @@ def test_cublas_through_cupy_is_checked_and_timed_interleaved_with_the_candidate
             assert "gate timed out" not in method  # cupy queued behind the gate, no host sync
         # the candidate's own timed outputs were checked, not the vendor's
         timed = [c for c in case.checks if c.phase == "timed"]
-        assert [c.launch for c in timed] == case.audit.checked_launches and {c.input_set for c in timed} == {-1}
+        assert [c.launch for c in timed] == case.scan.checked_launches and {c.input_set for c in timed} == {-1}
 
 
 def test_cublas_through_torch(supervisor, sgemm):

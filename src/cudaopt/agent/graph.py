@@ -17,13 +17,13 @@ of turn i of the previous round, or improves the best. A round records its model
 order, then its rejected answers, then its candidates.
 
 The graph's state holds what the loop decides on (the proposals waiting to be evaluated, a
-fatal model error, the stop reason); the recorder holds what happened (the audit pack).
+fatal model error, the stop reason); the recorder holds what happened (the run directory).
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypedDict
 
 from ..engine.recorder import Candidate, Recorder
@@ -58,19 +58,18 @@ class State(TypedDict, total=False):
     stop_reason: str
 
 
+@dataclass
 class Optimizer:
     """Runs the graph over a recorder, with a model client."""
 
-    def __init__(self, recorder: Recorder, client: ModelClient, budget: Budget, tune: bool = False,
-                 research: bool = False, instruments: Instruments | None = None, proposals: int = 1):
-        self.rec = recorder
-        self.client = client
-        self.budget = budget
-        self.tune = tune
-        self.research = research
-        self.instruments = instruments
-        self.proposals = proposals
-        self._lasts: list[Attempt | None] = []  # per turn of the last round: the attempt it ended with
+    rec: Recorder
+    client: ModelClient
+    budget: Budget
+    tune: bool = False
+    research: bool = False
+    instruments: Instruments | None = None
+    proposals: int = 1
+    _lasts: list[Attempt | None] = field(default_factory=list, init=False)  # per turn of the last round: its end
 
     @property
     def iterations(self) -> int:

@@ -20,6 +20,7 @@ from ..insight import ncu
 from ..insight.card import BottleneckCard, CardError, ProfileRecord, build_card
 from ..insight.compiled import summarize
 from ..record.files import Attempt
+from ..record.rundir import RunDir
 from ..wire.launch import device_defines, device_facts
 from ..wire.protocol import KernelSpec
 
@@ -93,7 +94,7 @@ class Instruments:
             return self.cards[attempt.id], ""
         if self.unavailable or attempt.id in self.failures:
             return None, self.unavailable or self.failures[attempt.id]
-        name = f"profiles/attempt-{attempt.id}.json"
+        name = RunDir.profile(attempt.id)
         if self.rec.run.file(name).is_file():  # a resumed run
             self.cards[attempt.id] = ProfileRecord.model_validate(self.rec.run.read_json(name)).card
             return self.cards[attempt.id], ""

@@ -22,11 +22,11 @@ from ..wire import expr
 from ..wire.launch import NOMINAL_DEVICE, candidate_names, tunable_clashes
 from ..wire.protocol import CaseSpec, LaunchSpec
 from ..wire.signature import Signature, SignatureError, entry_names, find_entry
+from ..config import SpaceError, TuneSpace
 
 
 class ProposalError(ValueError):
     """A model answer that cannot become a candidate; the message says why."""
-
 
 class _Answer(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -109,7 +109,6 @@ def _configurations(answer: _Answer, allowed: bool, limit: int) -> list[dict]:
         return []
     if not allowed:
         raise ProposalError("tunables are only swept with --strategy agent+tune; give fixed values in the source")
-    from ..config import SpaceError, TuneSpace
 
     try:
         space = TuneSpace(tunables=answer.tunables, restrictions=answer.restrictions)

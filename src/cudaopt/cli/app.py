@@ -1,22 +1,21 @@
-"""The typer app, the options several commands share, and the one mapping from errors to exit
-statuses (:func:`command`): 0 pass, 1 a kernel failed, 2 bad input, 3 no GPU worker, 4 an
+"""The typer app, the consoles, and the one mapping from errors to exit statuses (:func:`command`;
+the README's table): 0 ok, 1 a kernel failed a case or regressed, 2 bad input, 3 no GPU worker, 4 an
 unexpected error (a bug, with a crash log), 5 the model kept failing, 130 interrupted.
 """
 
 from __future__ import annotations
 
-import contextlib
+import difflib
 import functools
-from pathlib import Path
 from typing import Annotated
 
 import typer
+import typer.core
 import typer.rich_utils
 from rich.console import Console
 from rich.markup import escape
 
-from ..errors import ExperimentError, shortened
-from ..pool.dispatch import WorkerError
+from ..errors import ExperimentError, WorkerError
 
 app = typer.Typer(
     help="Turn a workload description into a fast CUDA kernel you can trust.",
@@ -56,15 +55,11 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
 
 
 def command(interrupted: str = "interrupted"):
-    """Wrap a command so that every error a user can act on ends with one line and its exit status;
-    the options' values are checked (:func:`~.flags.check_flags`) before the command does anything."""
+    """Wrap a command so that every error a user can act on ends with one line and its exit status."""
     def wrap(fn):
         @functools.wraps(fn)
         def run(*args, **kwargs):
-            from .flags import check_flags
-
             try:
-                check_flags(fn, kwargs)
                 return fn(*args, **kwargs)
             except ExperimentError as exc:
                 raise fail(str(exc), EXIT_BAD_INPUT) from None
@@ -82,12 +77,21 @@ def command(interrupted: str = "interrupted"):
 
 
 def _usage_error(exc) -> None:
-    """A mistyped option, like any bad input, is one line: what is wrong and where --help is."""
+    """A mistyped option, like any bad input, is one line: what is wrong, the closest option there
+    is, and where --help is."""
     if type(exc).__name__ == "NoArgsIsHelpError":
         return
     ctx = getattr(exc, "ctx", None)
+    message = exc.format_message()
+    option = getattr(exc, "option_name", None)
+    if type(exc).__name__ == "NoSuchOption" and option and ctx is not None:
+        message = f"No such option: {option}"
+        known = [name for param in ctx.command.params for name in (*param.opts, *param.secondary_opts)]
+        close = difflib.get_close_matches(option, known, n=1, cutoff=0.6)
+        if close:
+            message += f"; did you mean {close[0]}?"
     hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
-    console(stderr=True).print(f"[bold red]error:[/] {escape(' '.join(exc.format_message().split()))}{hint}",
+    console(stderr=True).print(f"[bold red]error:[/] {escape(' '.join(message.split()))}{hint}",
                                highlight=False, soft_wrap=True)
 
 
@@ -105,6 +109,9 @@ def _folded(highlight):
 
 typer.rich_utils.highlighter = _folded(typer.rich_utils.highlighter)
 typer.rich_utils.negative_highlighter = _folded(typer.rich_utils.negative_highlighter)
+_value_type = typer.core.TyperOption.display_type_rich
+typer.core.TyperOption.display_type_rich = lambda self, ctx: None if self.is_flag else _value_type(self, ctx)
+# (a flag takes no value: --help shows no <bool> beside it)
 
 
 def _version(value: bool) -> None:
@@ -121,98 +128,3 @@ def _main(
                                                help="Print the version and exit.")] = False,
 ) -> None:
     """Turn a workload description into a fast CUDA kernel you can trust."""
-
-
-ConfigOpt = Annotated[Path | None, typer.Option("--config", help="Experiment config file (JSON); flags override it.")]
-DescriptionOpt = Annotated[str | None, typer.Option("--description", help="What the kernel computes.")]
-SignatureOpt = Annotated[str | None, typer.Option("--signature", help='Kernel signature: extern "C" __global__ void name(...).')]
-ReferenceOpt = Annotated[Path | None, typer.Option("--reference", help="Trusted reference: a .cu kernel or a .py NumPy function.")]
-InitialOpt = Annotated[Path | None, typer.Option("--initial-kernel", help="The kernel to start from (.cu).")]
-CasesOpt = Annotated[Path | None, typer.Option("--input-cases", help="Input cases (JSON).")]
-DeviceOpt = Annotated[int | None, typer.Option(min=0, help="GPU ordinal (default 0; the same as --devices N).")]
-DevicesOpt = Annotated[str | None, typer.Option("--devices", help="GPUs to use, one worker each: all, or ordinals "
-                                                                  "such as 0,1.")]
-RayOpt = Annotated[str | None, typer.Option("--ray", help="Run the workers on a Ray cluster, one per free GPU: its "
-                                                          "ADDRESS, auto (the cluster this machine is part of) or "
-                                                          "local (start one here).")]
-
-
-def gpus_chosen(device: int | None, devices: str | None, ray: str | None) -> list[int] | None:
-    """The ordinals --device, --devices and --ray ask for (None: all); bad input before any work."""
-    from ..pool.devices import choose
-
-    return choose(device, devices, ray)
-
-
-@contextlib.contextmanager
-def gpu_pool(chosen: list[int] | None, ray: str | None):
-    """The GPU workers a command evaluates on; what left the pool is said on stderr at the end."""
-    from ..pool import pools
-
-    pool = pools.open_pool(chosen, ray)
-    try:
-        with pool:
-            yield pool
-    finally:
-        for line in pool.notices:
-            say(console(stderr=True), f"notice: {line}")
-
-
-def checking():
-    """The spinner the checks before any GPU work run under (bad input: exit 2)."""
-    return console(stderr=True).status("checking the experiment…")
-
-
-def preflight(exp, **kwargs):
-    """The checks of ``cudaopt check``, before any GPU work (bad input: exit 2)."""
-    from ..preflight import preflight as run_checks
-
-    with checking():
-        return run_checks(exp, **kwargs)
-
-
-def experiment(config, description, signature, reference, initial_kernel, input_cases):
-    from ..experiment import load_experiment
-
-    return load_experiment(config, description=description, signature=signature, reference=reference,
-                           initial_kernel=initial_kernel, input_cases=input_cases)
-
-
-def experiment_args(config, description, signature, reference, initial_kernel, input_cases, max_iterations=None, *,
-                    resolve: bool = True):
-    """How the experiment was given on the command line; its paths absolute (``resolve``: what a run
-    and a guard file keep), else as typed (what errors then name)."""
-    from ..record.runs import ExperimentArgs
-
-    absolute = lambda p: (str(p.resolve()) if resolve else str(p)) if p else None
-    return ExperimentArgs(config=absolute(config), description=description, signature=signature,
-                          reference=absolute(reference), initial_kernel=absolute(initial_kernel),
-                          input_cases=absolute(input_cases), max_iterations=max_iterations)
-
-
-def check_model(settings) -> None:
-    """A model string the provider cannot build is bad input, before any GPU work or run directory."""
-    from ..agent.model import make_chat_model
-
-    try:
-        make_chat_model(settings)
-    except Exception as exc:
-        raise ExperimentError(f"--model {settings.model}", "", shortened(str(exc))) from None
-
-
-def resolve_strategy(requested: str, settings) -> str:
-    """The strategy ``requested`` stands for (``auto``: by the model's credentials, said on stderr);
-    bad input when it needs a model without credentials."""
-    from .. import strategies
-    from ..agent.model import credentials_problem
-
-    if requested not in strategies.names():
-        raise ExperimentError("--strategy", "", f"{requested!r} is not one of {', '.join(strategies.names())}")
-    needs_model = requested == strategies.AUTO or strategies.get(requested).needs_model
-    problem = credentials_problem(settings) if needs_model else None
-    strategy, why = strategies.choose(requested, problem, settings.model)
-    if why:
-        say(console(stderr=True), f"strategy: {strategy} ({why})")
-    elif problem:
-        raise ExperimentError("--model", "", problem)
-    return strategy

@@ -7,20 +7,9 @@ from typing import Annotated
 
 import typer
 
-from ..errors import ExperimentError
-from .app import (
-    CasesOpt,
-    ConfigOpt,
-    DescriptionOpt,
-    InitialOpt,
-    ReferenceOpt,
-    SignatureOpt,
-    app,
-    command,
-    console,
-    experiment,
-    say,
-)
+from .. import api
+from .app import app, command, console, say
+from .options import EntryOpt, KernelOpt, LaunchOpt, takes_experiment
 
 NEXT = {
     "torch": "import it and call {name}(...) on CUDA tensors (an operator: torch.ops.cudaopt.{name})",
@@ -31,7 +20,9 @@ NEXT = {
 
 @app.command("export")
 @command()
+@takes_experiment
 def export(
+    experiment,
     to: Annotated[str, typer.Option("--to", help="torch (a Python module registering a PyTorch operator), cuda (a "
                                                  "header and a .cu with a host launcher) or kernelbench (ModelNew, "
                                                  "for an imported KernelBench problem).")],
@@ -41,33 +32,15 @@ def export(
     unverified: Annotated[bool, typer.Option("--unverified", help="Export a winner that did not pass `cudaopt "
                                              "verify`, or a kernel given by flags.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace files already in --out.")] = False,
-    config: ConfigOpt = None,
-    description: DescriptionOpt = None,
-    signature: SignatureOpt = None,
-    reference: ReferenceOpt = None,
-    initial_kernel: InitialOpt = None,
-    input_cases: CasesOpt = None,
-    kernel: Annotated[Path | None, typer.Option("--kernel", help="The kernel to export (default: the initial "
-                                                                 "kernel).")] = None,
-    entry: Annotated[str | None, typer.Option("--entry", help="Entry point name (default: the signature's "
-                                                              "name).")] = None,
-    launch: Annotated[str | None, typer.Option("--launch", help="Launch configuration as JSON or a JSON file "
-                                                                "(grid and block, or a tier table: let, size, tiers; "
-                                                                "default: the input cases').")] = None,
+    kernel: KernelOpt = None,
+    entry: EntryOpt = None,
+    launch: LaunchOpt = None,
 ) -> None:
     """Write a verified kernel as code that runs without cudaopt: a PyTorch operator, a CUDA launcher, or
     KernelBench's ModelNew; its header says where it came from."""
-    from .. import api
-    from ..exporter import TARGETS
-
-    if to not in TARGETS:
-        raise ExperimentError("--to", "", f"{to!r} is not one of {', '.join(TARGETS)}")
-    flags = (config, description, signature, reference, initial_kernel, input_cases, kernel, entry, launch)
-    if run_dir is not None and any(v is not None for v in flags):
-        raise ExperimentError(run_dir, "", "give a run directory or an experiment (--config, --kernel, ...), not both")
-    exp = None if run_dir is not None else experiment(config, description, signature, reference, initial_kernel,
-                                                      input_cases)
-    paths = api.export(run_dir, to=to, out=out, experiment=exp, kernel=kernel, entry=entry, launch=launch,
+    if run_dir is None and experiment is None and any(v is not None for v in (kernel, entry, launch)):
+        experiment = api.ExperimentArgs()  # a kernel without the experiment flags: the experiment's fields are missing
+    paths = api.export(run_dir, to=to, out=out, experiment=experiment, kernel=kernel, entry=entry, launch=launch,
                        unverified=unverified, force=force)
     shown = console()
     for path in paths:

@@ -7,11 +7,11 @@ from typing import Annotated
 
 import typer
 
-from ..errors import ExperimentError
-from ..paths import check_output_path
-from ..wire.expr import IDENTIFIER
+from .. import api
 from .app import app, command, console, say
-from .flags import SEED_MAX, check_writable_folder
+from .options import JsonOpt, to_stdout
+from .progress import Status
+from .render_kernelbench import fast_p_tables
 
 imports = typer.Typer(help="Turn a problem written for another benchmark into a cudaopt experiment.",
                       no_args_is_help=True)
@@ -24,26 +24,21 @@ def kernelbench(
     problem: Annotated[Path, typer.Argument(help="A KernelBench problem file (Model, get_inputs, get_init_inputs).")],
     out: Annotated[Path, typer.Option("--out", help="The experiment directory to write.")],
     name: Annotated[str | None, typer.Option(help="The kernel's name (default: from the file name).")] = None,
-    seed: Annotated[int, typer.Option(min=0, max=SEED_MAX, help="Seed of the Model's construction (KernelBench's: 42).")] = 42,
-    rtol: Annotated[float | None, typer.Option(min=0, help="Relative tolerance of every output (default: the "
-                                                           "problem's TASK_CONFIG, else KernelBench's 1e-2).")] = None,
-    atol: Annotated[float | None, typer.Option(min=0, help="Absolute tolerance of every output (default: the "
-                                                           "problem's TASK_CONFIG, else KernelBench's 1e-2).")] = None,
-    force: Annotated[bool, typer.Option(help="Replace the experiment files already in --out.")] = False,
-    time_limit: Annotated[float, typer.Option(min=1, help="Seconds the import may take: the problem runs in a "
-                                                          "process of its own, stopped at this limit.")] = 300.0,
+    seed: Annotated[int, typer.Option(help="Seed of the Model's construction (KernelBench's: 42).")] = 42,
+    rtol: Annotated[float | None, typer.Option(help="Relative tolerance of every output (default: the problem's "
+                                                    "TASK_CONFIG, else KernelBench's 1e-2).")] = None,
+    atol: Annotated[float | None, typer.Option(help="Absolute tolerance of every output (default: the problem's "
+                                                    "TASK_CONFIG, else KernelBench's 1e-2).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace the experiment files already in --out.")] = False,
+    time_limit: Annotated[float, typer.Option(help="Seconds the import may take: the problem runs in a process of "
+                                                   "its own, stopped at this limit.")] = 300.0,
 ) -> None:
     """Write a complete experiment for a KernelBench problem: the PyTorch reference, PyTorch eager and
     torch.compile as vendors, the problem's sizes as the performance case, smaller odd correctness
     cases and a holdout; no initial kernel (a model writes the first one)."""
-    from ..kernelbench.isolated import import_isolated
-
-    if name is not None and not IDENTIFIER.fullmatch(name):
-        raise ExperimentError("--name", "", f"{name!r} is not a C identifier")
-    if not (out.exists() and not out.is_dir()):  # a file in the way is said by the importer, naming it
-        check_writable_folder(out, "--out")
-    imported = import_isolated(problem, out, name=name, seed=seed, rtol=rtol, atol=atol, force=force,
-                               timeout_s=time_limit)
+    with Status(f"importing {problem.name}"):
+        imported = api.import_kernelbench(problem, out, name=name, seed=seed, rtol=rtol, atol=atol, force=force,
+                                          time_limit=time_limit)
     exp = imported.experiment
     shown = console()
     say(shown, f"imported {problem.name} into {out}: {exp.signature}")
@@ -62,27 +57,18 @@ def kernelbench(
 def fast_p(
     runs: Annotated[list[Path], typer.Argument(help="Run directories, or results folders holding run-NNN directories "
                                                     "(one run per problem).")],
-    threshold: Annotated[list[float] | None, typer.Option("--p", help="Speed-up thresholds (repeatable; default "
-                                                                      "0, 1, 1.5, 2).")] = None,
+    p: Annotated[list[float] | None, typer.Option("--p", help="Speed-up thresholds (repeatable; default 0, 1, 1.5, "
+                                                              "2).")] = None,
     baseline: Annotated[str, typer.Option(help="eager | compile: the PyTorch baseline of the speed-ups.")] = "eager",
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the metrics here (- for standard output).")] = None,
+    json_out: JsonOpt = None,
 ) -> None:
     """KernelBench's fast_p over a set of runs: the fraction correct and faster than PyTorch by more than p."""
-    from ..kernelbench.metrics import THRESHOLDS, report
-    from ..record.rundir import write_atomic
-    from .render_kernelbench import fast_p_tables
-
-    if baseline not in ("eager", "compile"):
-        raise ExperimentError("--baseline", "", f"{baseline!r} is not eager or compile")
-    to_stdout = json_out is not None and str(json_out) == "-"
-    if json_out is not None and not to_stdout:
-        check_output_path(json_out, "--json")
-    result = report(runs, list(threshold or THRESHOLDS), baseline)  # type: ignore[arg-type]
-    shown = console(stderr=to_stdout)
+    stdout = to_stdout(json_out)
+    result = api.fast_p(runs, p=p, baseline=baseline, json_out=None if stdout else json_out)
+    shown = console(stderr=stdout)
     for table in fast_p_tables(result):
         shown.print(table)
-    if to_stdout:
+    if stdout:
         typer.echo(result.to_json(indent=2))
     elif json_out:
-        write_atomic(json_out, result.to_json(indent=2) + "\n")
         say(shown, f"metrics written to {json_out}")

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from ..evaluate import Evaluation
-from ..record.events import AttemptFinished, AttemptStarted, PhaseProgress, ProgressEvent, UsageProgress
-from ..wire.precision import math_text
+from .. import api
+from .app import console as make_console
+from .app import say
 
 _STYLE = {"ok": "green", "timeout": "yellow", "implausible": "magenta"}
 
 
-def evaluation_table(evaluation: Evaluation) -> Table:
+def evaluation_table(evaluation) -> Table:
     result = evaluation.candidate
     comp = result.compile
     title = f"{result.status.upper()}"
@@ -46,7 +48,7 @@ def evaluation_table(evaluation: Evaluation) -> Table:
         tier = f" ({case.launch.tier})" if case.launch and case.launch.tier else ""  # a tier table's row
         kernel = [((case.launch.entry if case.launch else None) or "(the entry)") + tier] if kernels else []
         table.add_row(*cells, regs, spills, *kernel)
-    lines = [f"math: {math_text(comp)}"] if comp is not None else []  # read from the compiled code
+    lines = [f"math: {api.math_text(comp)}"] if comp is not None else []  # read from the compiled code
     if labels:
         notes = [f"{c.name}: {v.label + ': ' if len(labels) > 1 else ''}{v.status}: {' '.join(v.reason.split())}"
                  for c in result.cases for v in c.vendors if v.status != "ok"]
@@ -77,7 +79,7 @@ def _vendor_cells(case, index: int) -> list[str]:
     return [f"{vendor.timing.median_us:.2f}", f"{vendor.timing.median_us / mine:.2f}×" if mine else "-"]
 
 
-def failure_lines(evaluation: Evaluation) -> list[str]:
+def failure_lines(evaluation) -> list[str]:
     """One line per failed case (or for the whole kernel when it never ran), with the reason."""
     result = evaluation.candidate
     lines = [f"{c.name}: {c.status}: {' '.join(c.reason.split())}" for c in result.cases if c.status != "ok"]
@@ -87,42 +89,50 @@ def failure_lines(evaluation: Evaluation) -> list[str]:
 
 
 class OptimizeProgress:
-    """Live status line for `cudaopt optimize`: attempt, phase, best so far, tokens and cost."""
+    """Live status line for `cudaopt optimize`: attempt, phase, best so far, tokens and cost. It
+    starts with the run's first attempt: the notices that come before (the strategy ``auto`` chose,
+    research pages not fetched) are plain lines on standard error."""
 
-    def __init__(self, console, max_iterations: int):
-        from rich.live import Live
-
-        self.max = max_iterations
+    def __init__(self, console):
         self.state = {"attempt": "-", "phase": "starting", "best": None, "best_id": None, "tokens": 0, "cost": 0.0}
         self.console = console
+        self.steps = 0  # the iterations (or tuner evaluations) the run may take, once the API says
         self.live = Live(self._render(), console=console, refresh_per_second=4, transient=True)
+        self.started = False
 
     def __enter__(self) -> OptimizeProgress:
-        self.live.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.live.__exit__(*exc)
+        if self.started:
+            self.live.__exit__(*exc)
 
-    def __call__(self, event: ProgressEvent) -> None:
-        if isinstance(event, AttemptStarted):
+    def __call__(self, event) -> None:
+        if isinstance(event, api.Notice):
+            say(make_console(stderr=True), event.text)
+            return
+        if isinstance(event, api.StepProgress):
+            self.steps = event.total or self.steps
+        elif isinstance(event, api.AttemptStarted):
             self.state.update(attempt=event.id, phase=event.what)
-        elif isinstance(event, PhaseProgress):
+        elif isinstance(event, api.PhaseProgress):
             self.state["phase"] = f"{event.phase} {event.case}".strip()
-        elif isinstance(event, UsageProgress):
+        elif isinstance(event, api.UsageProgress):
             self.state.update(tokens=event.tokens, cost=event.cost)
-        elif isinstance(event, AttemptFinished):
+        elif isinstance(event, api.AttemptFinished):
             self.state.update(best=event.best, best_id=event.best_id, phase="done")
             score = f"{event.score:.2f} µs" if event.score else event.status
             self.console.print(f"attempt #{event.id}: {score}", highlight=False)
+        if not self.started and isinstance(event, api.AttemptStarted):
+            self.live.__enter__()
+            self.started = True
         self.live.update(self._render())
 
     def _render(self):
-        from rich.text import Text
-
         s = self.state
         best = f"{s['best']:.2f} µs (#{s['best_id']})" if s["best"] else "-"
-        return Text(f"attempt {s['attempt']} of {self.max} · {s['phase']} · best {best} · "
+        of = f" of {self.steps}" if self.steps else ""
+        return Text(f"attempt {s['attempt']}{of} · {s['phase']} · best {best} · "
                     f"{s['tokens']} tokens · ${s['cost']:.4f}")
 
 

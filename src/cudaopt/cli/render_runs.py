@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rich.table import Table
 
-from ..record.files import ReplayOutcome, VerifyOutcome
 from .render_cells import num
 
 
-def replay_table(outcome: ReplayOutcome) -> Table:
+def replay_table(outcome) -> Table:
     table = Table(title="replay", title_justify="left")
     for column in ("case", "outcome", "recorded µs", "now µs", "within noise", "vs baseline", "beats baseline",
                    "vs vendor"):
@@ -24,12 +21,12 @@ def replay_table(outcome: ReplayOutcome) -> Table:
     return table
 
 
-def replay_lines(outcome: ReplayOutcome) -> list[str]:
+def replay_lines(outcome) -> list[str]:
     return ([f"environment differs: {line}" for line in outcome.environment_differences]
             + [f"failed: {line}" for line in outcome.failures])
 
 
-def verify_table(outcome: VerifyOutcome) -> Table:
+def verify_table(outcome) -> Table:
     table = Table(title=f"verify attempt #{outcome.attempt} (seed {outcome.seed}): "
                         f"{'PASSED' if outcome.passed else 'FAILED'}", title_justify="left")
     for column in ("case", "role", "outcome", "max abs error", "max rel error"):
@@ -39,7 +36,7 @@ def verify_table(outcome: VerifyOutcome) -> Table:
     return table
 
 
-def timed_table(outcome: VerifyOutcome) -> Table:
+def timed_table(outcome) -> Table:
     """The timed holdout cases and shapes: winner, baseline and vendor, and the regression verdict."""
     table = Table(title=f"timed beside the baseline and the vendor ({outcome.repeats} interleaved repeats)",
                   title_justify="left")
@@ -60,7 +57,7 @@ def timed_table(outcome: VerifyOutcome) -> Table:
     return table
 
 
-def verify_lines(outcome: VerifyOutcome, run_dir: Path) -> list[str]:
+def verify_lines(outcome) -> list[str]:
     lines = [f"{c.name}: {' '.join(c.reason.split())}" for c in outcome.cases if c.status != "ok"]
     lines += [f"{c.name}: {c.status}: {' '.join(c.reason.split())}" for c in outcome.timed if c.status != "ok"]
     lines += [f"{c.name}: vendor {c.vendor_status}: {' '.join(c.vendor_reason.split())}"
@@ -75,6 +72,5 @@ def verify_lines(outcome: VerifyOutcome, run_dir: Path) -> list[str]:
     for tool in outcome.sanitize or []:
         detail = "no errors" if tool.passed else (
             f"{tool.errors} error(s)" if tool.errors else f"evaluation {tool.status}: {tool.reason}")
-        lines.append(f"compute-sanitizer {tool.tool}: {'ok' if tool.passed else 'FAILED'} ({detail}); "
-                     f"log: {run_dir / 'sanitize' / ('sanitize-' + tool.tool + '.log')}")
+        lines.append(f"compute-sanitizer {tool.tool}: {'ok' if tool.passed else 'FAILED'} ({detail}); log: {tool.log}")
     return lines

@@ -7,15 +7,16 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from ..errors import ExperimentError
+from .. import api
 from .app import EXIT_FAILED, app, command, console, say
+from .render_tools import doctor_table, peaks_table
 
 
 @app.command()
 @command()
 def docs(
     query: Annotated[str | None, typer.Argument(help="What to look up, e.g. 'shared memory bank conflicts'.")] = None,
-    top: Annotated[int, typer.Option("--top", "-k", min=1, help="How many entries to show.")] = 3,
+    top: Annotated[int, typer.Option("--top", "-k", help="How many entries to show.")] = 3,
     online: Annotated[bool, typer.Option("--online/--offline", help="--online: fetch the NVIDIA pages missing from "
                                          "the cache or older than 30 days (when that fails: a notice, and the "
                                          "bundled entries and cached pages are searched); --offline: no network, the "
@@ -30,28 +31,22 @@ def docs(
 
     Every hit names its source: a bundled entry the NVIDIA section it summarises, a fetched section its URL.
     """
-    from ..agent.nvidia_docs import cache_dir
-    from ..agent.research import load_library
-
-    if query is None and not fetch:
-        raise ExperimentError("QUERY", "", "give a QUERY to search for, or --fetch")
-    library = load_library(online=online, refresh=refresh, pages=page or ())
-    for notice in library.notices:
+    answer = api.docs(query, top=top, online=online, fetch=fetch, refresh=refresh, pages=page or ())
+    for notice in answer.notices:
         say(console(stderr=True), notice)
     out = console()
     if fetch:
-        for p in library.pages:
+        for p in answer.pages:
             say(out, f"{p.url}: {len(p.sections)} sections, fetched {p.fetched_at}")
-        say(out, f"cache: {cache_dir()}")
-        if library.notices:
+        say(out, f"cache: {answer.cache}")
+        if answer.notices:
             raise typer.Exit(EXIT_FAILED)
     if query is None:
         return
-    hits = library.search(query, k=top)
-    if not hits:
+    if not answer.hits:
         say(out, f"nothing matches {query!r}")
         raise typer.Exit(EXIT_FAILED)
-    for hit in hits:
+    for hit in answer.hits:
         e = hit.entry
         out.print(f"[bold]{escape(e.title)}[/]  ({e.origin}, score {hit.score:.2f})", highlight=False)
         say(out, f"source: {e.section} — {e.source}")
@@ -64,19 +59,14 @@ def docs(
 def doctor(
     measure: Annotated[bool, typer.Option("--measure", help="Measure the GPU's memory bandwidth and FP32/FP64 FMA "
                                           "peaks now (cached for the roofline) and show them beside the spec.")] = False,
-    device: Annotated[int, typer.Option(min=0, help="GPU ordinal (for --measure).")] = 0,
+    device: Annotated[int, typer.Option(help="GPU ordinal (for --measure).")] = 0,
 ) -> None:
     """Report the GPU, driver, CUDA, NVRTC, the CUDA header roots, the compile sandbox, cuda-core, ncu and
     model credentials."""
-    from ..doctor import measure_peaks, run_checks
-    from .render_tools import doctor_table, peaks_table
-
-    checks = run_checks()
-    console().print(doctor_table(checks))
-    essential = {"cuda-core", "NVRTC", "GPU"}
-    if any(not c.ok for c in checks if c.name in essential):
+    found = api.doctor(measure=measure, device=device)
+    console().print(doctor_table(found.checks))
+    if not found.ok:
         raise typer.Exit(EXIT_FAILED)
-    if measure:
-        rows, path = measure_peaks(device)
-        console().print(peaks_table(rows))
-        say(console(), f"cached in {path}")
+    if found.peaks:
+        console().print(peaks_table(found.peaks))
+        say(console(), f"cached in {found.peaks_cache}")

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..pool.dispatch import Evaluator, GpuRef, Measured
-from ..experiment import Experiment, LaunchFile
+from ..experiment import Experiment
+from ..reading import LaunchFile
 from ..wire.messages import PhaseStarted, WorkerMessage
 from ..wire.protocol import LaunchSpec, Timeouts
 from ..wire.results import EvalResult
@@ -30,6 +31,7 @@ from ..record.files import Attempt, History, ModelCall, Summary
 from ..trial import Trial, run_trial
 from .scoring import baseline_of, best_of, comparable, medians, score
 from .summary import RunFacts, summarise
+from ..record.heatmap import Row, draw
 
 ROLES = {"correctness", "performance"}  # holdout cases are never evaluated here
 
@@ -37,7 +39,6 @@ ROLES = {"correctness", "performance"}  # holdout cases are never evaluated here
 @dataclass
 class Candidate:
     """A kernel to evaluate and where it came from: one attempt, once measured."""
-
     kind: str
     source: str | None  # None: no kernel, the vendors alone (a run without an initial kernel)
     launch: LaunchSpec | None
@@ -78,10 +79,10 @@ class Recorder:
 
     def load(self) -> None:
         """Continue a run: attempts from history.json, model usage from model-NNN.json."""
-        self.attempts = read_run_json(self.run, "history.json", History).attempts
+        self.attempts = read_run_json(self.run, RunDir.HISTORY, History).attempts
         self.calls = model_calls(self.run)
-        if self.run.file("summary.json").is_file():
-            summary = Summary.model_validate(self.run.read_json("summary.json"))
+        if self.run.file(RunDir.SUMMARY).is_file():
+            summary = Summary.model_validate(self.run.read_json(RunDir.SUMMARY))
             self.previous_wall = summary.totals.wall_seconds
             if summary.finalists:
                 self.disqualified = {f.attempt for f in summary.finalists.finalists if f.score_us is None}
@@ -245,7 +246,7 @@ class Recorder:
 
     def _record(self, candidate: Candidate, result: EvalResult, gpu: GpuRef, cached: bool, started: str) -> Attempt:
         attempt_id = len(self.attempts)
-        source_file = f"candidates/{attempt_id:03d}.cu" if candidate.source is not None else None
+        source_file = RunDir.candidate(attempt_id) if candidate.source is not None else None
         if source_file:
             self.run.write_text(source_file, candidate.source)
         attempt = Attempt(
@@ -270,7 +271,7 @@ class Recorder:
 
     def add_call(self, call: ModelCall) -> None:
         self.calls.append(call)
-        self.run.write_text(f"model-{call.id:03d}.json", call.model_dump_json(indent=2))
+        self.run.write_text(RunDir.model_call(call.id), call.model_dump_json(indent=2))
         self.run.log(f"model call {call.id} for attempt {call.attempt}: {call.usage.input_tokens} in, "
                      f"{call.usage.output_tokens} out, {call.latency_s} s" + (f", error: {call.error}" if call.error else ""))
         tokens = sum(c.usage.input_tokens + c.usage.output_tokens for c in self.calls)
@@ -282,7 +283,7 @@ class Recorder:
 
     def _append(self, attempt: Attempt) -> None:
         self.attempts.append(attempt)
-        self.run.write_model("history.json", History(attempts=self.attempts))
+        self.run.write_model(RunDir.HISTORY, History(attempts=self.attempts))
         detail = f", {attempt.score_us:.3f} us" if attempt.score_us else ""
         if attempt.status != "ok" and attempt.reason:
             detail += f": {attempt.reason.splitlines()[0][:200]}"
@@ -294,18 +295,18 @@ class Recorder:
                                          best=best.score_us if best else None, best_id=best.id if best else None))
 
     def _write_best(self, attempt: Attempt, source: str) -> None:
-        self.run.write_text("best.cu", bake(source, attempt.defines))
+        self.run.write_text(RunDir.BEST, bake(source, attempt.defines))
         launch = attempt.launch
         if launch is None:  # the input cases' launch: nothing to bake
-            self.run.file("best-launch.json").unlink(missing_ok=True)
+            self.run.file(RunDir.BEST_LAUNCH).unlink(missing_ok=True)
         else:
-            self.run.write_model("best-launch.json", LaunchFile(**bake_launch(launch.to_data(), attempt.defines)))
-        for old in self.run.path.glob("best-case-*.json"):
+            self.run.write_model(RunDir.BEST_LAUNCH, LaunchFile(**bake_launch(launch.to_data(), attempt.defines)))
+        for old in self.run.path.glob(RunDir.BEST_CASES):
             old.unlink()
         best = self.trial.variant(source, launch, attempt.defines)
         for index, case in enumerate(self.cases):
-            request = best.request(cases=[case], request_id=f"best-case-{index}", vendor=True)
-            self.run.write_model(f"best-case-{index}.json", request)
+            request = best.request(cases=[case], request_id=RunDir.best_case(index).removesuffix(".json"), vendor=True)
+            self.run.write_model(RunDir.best_case(index), request)
 
     # --- the summary ---------------------------------------------------------------------
 
@@ -321,12 +322,10 @@ class Recorder:
 
     def write_summary(self) -> Summary:
         summary = self.summary()
-        self.run.write_model("summary.json", summary)
+        self.run.write_model(RunDir.SUMMARY, summary)
         return summary
 
     def finish(self, stop_reason: str) -> Summary:
-        from ..record.heatmap import Row, draw
-
         self.stop_reason = stop_reason
         summary = self.write_summary()
         perf = [c.name for c in self.cases if c.role == "performance"]
@@ -337,6 +336,6 @@ class Recorder:
             ratios = [(m[c] / base[c]) if c in m and c in base else None for c in perf]
             label = f"#{a.id} {a.status}" + (f" {a.defines}" if a.defines and len(a.defines) <= 3 else "")
             rows.append(Row(label=label, ratios=ratios, failed=a.status != "ok"))
-        draw(rows, perf, self.run.file("heatmap.png"), self.run.file("heatmap.svg"))
+        draw(rows, perf, self.run.file(RunDir.HEATMAP_PNG), self.run.file(RunDir.HEATMAP_SVG))
         self.run.log(f"stopped: {summary.stop_reason}")
         return summary

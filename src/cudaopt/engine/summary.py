@@ -12,6 +12,7 @@ from ..wire.protocol import CaseSpec, VendorSpec
 from ..wire.results import CaseResult
 from ..wire.stats import geomean
 from ..record.crown import CrowningAudit, Finalists
+from ..record.rundir import RunDir
 from ..record.files import (
     Attempt,
     CaseSummary,
@@ -72,7 +73,7 @@ def summarise(facts: RunFacts, attempts: Sequence[Attempt], calls: Sequence[Mode
     return Summary(
         run=facts.run, strategy=facts.strategy, description=facts.description,
         signature=facts.signature, model=facts.model, baseline_attempt=0,
-        best_attempt=best.id if best else None, best_source_file="best.cu" if best else None,
+        best_attempt=best.id if best else None, best_source_file=RunDir.BEST if best else None,
         best_defines=best.defines if best else {},
         best_math=math_text(best.compile) if best and best.compile else None,
         cases=cases, baseline=facts.baseline_label, baseline_score_us=base_score, best_score_us=best_score,

@@ -13,6 +13,8 @@ from pathlib import Path
 from ..errors import ExperimentError
 from .lower import LowerError
 from .source import ExportSource, from_flags, from_run
+from . import cuda_target, kernelbench_target, torch_target
+from ..record.rundir import write_atomic
 
 TARGETS: tuple[str, ...] = ("torch", "cuda", "kernelbench")
 
@@ -21,8 +23,6 @@ __all__ = ["TARGETS", "ExportSource", "files", "from_flags", "from_run", "write"
 
 def files(src: ExportSource, to: str) -> dict[str, str]:
     """The files of target ``to``: name -> text (nothing written)."""
-    from . import cuda_target, kernelbench_target, torch_target
-
     name = src.name
     try:
         if to == "torch":
@@ -44,7 +44,6 @@ def write(src: ExportSource, to: str, out: Path, *, force: bool = False) -> list
     present = [n for n in made if (out / n).exists()]
     if present and not force:
         raise ExperimentError("--out", "", f"{out} already holds {', '.join(present)} (--force replaces them)")
-    from ..record.rundir import write_atomic
 
     paths = []
     try:

@@ -11,27 +11,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..wire.protocol import Expr, LaunchSpec
+from ..wire.tiers import Tier, rows
 from .lower import entry_to_c, py_name, to_c, to_c_int, to_python
 
 
-def _branches(launch: LaunchSpec):
-    """(when, tier name, entry, grid or None, tile, block, shared bytes) per branch, in order."""
-    if not launch.tiers:
-        return [(None, None, launch.entry, launch.grid, None, launch.block, launch.shared_bytes)]
-    return [(t.when, t.name, t.entry or launch.entry, t.grid, t.tile, t.block,
-             t.shared_bytes if t.shared_bytes is not None else launch.shared_bytes) for t in launch.tiers]
-
-
-def _heads(branches: list, condition) -> list[tuple[str | None, str, str]]:
+def _heads(branches: list[Tier], condition) -> list[tuple[str | None, str, str]]:
     """Each branch's keyword (``if``, ``elif``, ``else``; None: unconditional), its condition's
     code and what it is called in a comment."""
     heads = []
-    for i, (when, name, *_) in enumerate(branches):
-        said = f"tier {name!r}" if name else f"tiers[{i}]" if len(branches) > 1 else ""
-        if when is None:
+    for i, tier in enumerate(branches):
+        said = f"tier {tier.name!r}" if tier.name else f"tiers[{i}]" if len(branches) > 1 else ""
+        if tier.when is None:
             heads.append(("else" if i else None, "", said))
         else:
-            heads.append(("if" if i == 0 else "elif", condition(when), said))
+            heads.append(("if" if i == 0 else "elif", condition(tier.when), said))
     return heads
 
 
@@ -44,22 +37,23 @@ def python_launch_config(launch: LaunchSpec, names: set[str], default_entry: str
     for name, text in (launch.let or {}).items():
         lines.append(f"    {py_name(name)} = {to_python(text, visible)}")
         visible.add(name)
-    branches = _branches(launch)
-    for (keyword, condition, said), (_, _, entry, grid, tile, block, shared) in zip(
-            _heads(branches, lambda w: to_python(w, visible)), branches, strict=True):
+    branches = rows(launch)
+    for (keyword, condition, said), tier in zip(_heads(branches, lambda w: to_python(w, visible)), branches,
+                                                strict=True):
         indent = "    " if keyword is None else "        "
         if keyword is not None:
             lines.append(f"    {keyword}{' ' + condition if condition else ''}:{f'  # {said}' if said else ''}")
-        if grid is None:
+        if tier.grid is None:
             dims = [f'_cdiv(_as_int({to_python(s, visible)}, "size[{d}]"), _tile({to_python(t, visible)}, "tile[{d}]"))'
-                    for d, (s, t) in enumerate(zip(launch.size or [], tile, strict=True))]
+                    for d, (s, t) in enumerate(zip(launch.size or [], tier.tile, strict=True))]
         else:
-            dims = [f'_as_int({to_python(g, visible)}, "grid[{d}]")' for d, g in enumerate(grid)]
-        blocks = [f'_as_int({to_python(b, visible)}, "block[{d}]")' for d, b in enumerate(block)]
-        lines += [f"{indent}_entry = {to_python(entry, visible, entry=True) if entry else repr(default_entry)}",
-                  f"{indent}_grid = {_py_tuple(dims)}", f"{indent}_block = {_py_tuple(blocks)}",
-                  f'{indent}_shared = _as_int({to_python(shared, visible)}, "shared_bytes")']
-    if branches[-1][0] is not None:
+            dims = [f'_as_int({to_python(g, visible)}, "grid[{d}]")' for d, g in enumerate(tier.grid)]
+        blocks = [f'_as_int({to_python(b, visible)}, "block[{d}]")' for d, b in enumerate(tier.block)]
+        entry = to_python(tier.entry, visible, entry=True) if tier.entry else repr(default_entry)
+        lines += [f"{indent}_entry = {entry}", f"{indent}_grid = {_py_tuple(dims)}",
+                  f"{indent}_block = {_py_tuple(blocks)}",
+                  f'{indent}_shared = _as_int({to_python(tier.shared_bytes, visible)}, "shared_bytes")']
+    if branches[-1].when is not None:
         lines += ["    else:", '        raise ValueError(f"{ENTRY}: no launch tier holds for these scalars")']
     return lines + ["    if min(_grid) < 1 or min(_block) < 1 or _shared < 0:",
                     '        raise ValueError(f"{ENTRY}: launch grid={_grid} block={_block} shared_bytes={_shared} is '
@@ -85,30 +79,29 @@ def c_launch(launch: LaunchSpec, types: Mapping[str, str], kernels: Mapping[str,
         types[name], rename[name] = kind, f"let_{name}"
     lines += ["    long long grid_0 = 1, grid_1 = 1, grid_2 = 1, block_0 = 1, block_1 = 1, block_2 = 1;",
               "    long long shared_bytes = 0;", f"    {pointer} = 0;"]
-    branches = _branches(launch)
+    branches = rows(launch)
 
     def condition(when: Expr) -> str:
         code, kind = to_c(when, types, rename=rename)
         return f"({code} != 0.0)" if kind == "f" else f"({code} != 0)"
 
-    for (keyword, cond, said), (_, _, entry, grid, tile, block, shared) in zip(_heads(branches, condition), branches,
-                                                                               strict=True):
+    for (keyword, cond, said), tier in zip(_heads(branches, condition), branches, strict=True):
         if keyword is not None:
             head = {"if": "if ", "elif": "else if ", "else": "else"}[keyword] + cond
             lines.append(f"    {head} {{{f'  // {said}' if said else ''}")
         indent = "    " if keyword is None else "        "
-        if grid is None:
+        if tier.grid is None:
             dims = [f"co_cdiv({to_c_int(s, types, rename=rename)}, co_tile({to_c_int(t, types, rename=rename)}, &bad), "
-                    "&bad)" for s, t in zip(launch.size or [], tile, strict=True)]
+                    "&bad)" for s, t in zip(launch.size or [], tier.tile, strict=True)]
         else:
-            dims = [to_c_int(g, types, rename=rename) for g in grid]
+            dims = [to_c_int(g, types, rename=rename) for g in tier.grid]
         lines += [f"{indent}grid_{d} = {code};" for d, code in enumerate(dims)]
-        lines += [f"{indent}block_{d} = {to_c_int(b, types, rename=rename)};" for d, b in enumerate(block)]
-        lines.append(f"{indent}shared_bytes = {to_c_int(shared, types, rename=rename)};")
-        chosen = entry_to_c(entry, types, kernels, rename=rename) if entry else default_entry
+        lines += [f"{indent}block_{d} = {to_c_int(b, types, rename=rename)};" for d, b in enumerate(tier.block)]
+        lines.append(f"{indent}shared_bytes = {to_c_int(tier.shared_bytes, types, rename=rename)};")
+        chosen = entry_to_c(tier.entry, types, kernels, rename=rename) if tier.entry else default_entry
         lines.append(f"{indent}kernel = {chosen};")
         if keyword is not None:
             lines.append("    }")
-    if branches[-1][0] is not None:
+    if branches[-1].when is not None:
         lines += ["    else {", "        bad = 1;  // no launch tier holds for these scalars", "    }"]
     return lines

@@ -1,10 +1,12 @@
 """What an export is made from: a kernel as verified, its launch, its shapes and where it came from.
 
-From a run directory, the winner as shipped (``best.cu`` and ``best-launch.json``, tunables baked
-in: record/bake.py) of a run whose experiment is unchanged (the lock) and whose winner passed
-``cudaopt verify`` (``verify.json``); or from an experiment and a kernel given by flags, as
-``cudaopt guard record`` takes them. A kernel that did not pass verify is refused unless the
-caller says ``unverified``: the export would hand over code nobody checked on the holdout cases.
+Made from a :class:`~cudaopt.trial.Trial`, built as every command builds one: from a run directory,
+its winner as shipped (``best.cu`` and ``best-launch.json``, tunables baked in: record/bake.py) of a
+run whose experiment is unchanged (the lock) and whose winner passed ``cudaopt verify``
+(``verify.json``); or from an experiment and a kernel given by flags, prepared with every check of
+``cudaopt check`` (its launch on every case included). A kernel that did not pass verify is refused
+unless the caller says ``unverified``: the export would hand over code nobody checked on the holdout
+cases.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..experiment import kernel_file
-from ..reading import read_text_file
 from ..errors import ExperimentError
-from ..experiment import Experiment, load_launch
-from ..record.runs import load_run_experiment, open_run, read_run_json, winner
+from ..experiment import Experiment
+from ..record.rundir import RunDir
+from ..record.runs import open_run, read_run_json
+from ..trial import Trial, prepare_trial, winner_trial
 from ..record.files import Environment, Summary, VerifyOutcome
 from ..wire.launch import DEVICE_NAMES, NOMINAL_DEVICE
 from ..wire.protocol import CaseSpec, Expr, LaunchSpec
@@ -46,7 +48,8 @@ class Provenance:
         if self.gpu:
             out.append(f"measured on: {self.gpu}")
         out += [f"lock {key}: {value}" for key, value in self.lock.items()]
-        return out + self.figures
+        # a path whose name is no UTF-8 (Python holds its bytes as surrogates) is written escaped
+        return [line.encode("utf-8", "backslashreplace").decode("utf-8") for line in out + self.figures]
 
 
 @dataclass
@@ -102,45 +105,45 @@ class ExportSource:
 def from_run(path: Path, *, unverified: bool = False) -> ExportSource:
     """A run's winner as shipped; refused when verify did not pass it (unless ``unverified``)."""
     run = open_run(path)
-    experiment = load_run_experiment(run)
-    chosen = winner(run, "export")
-    summary = read_run_json(run, "summary.json", Summary)
-    verdict = _verdict(run, chosen.attempt.id)
+    trial = winner_trial(run, what="export", checks=False)  # checked when the run recorded it
+    summary = read_run_json(run, RunDir.SUMMARY, Summary)
+    verdict = _verdict(run, trial.attempt.id)
     if verdict is not None and not unverified:
-        raise ExperimentError(run.file("verify.json"), "passed", f"{verdict}; run `cudaopt verify {path}` first, or "
+        raise ExperimentError(run.file(RunDir.VERIFY), "passed", f"{verdict}; run `cudaopt verify {path}` first, or "
                                                                  "give --unverified to export it anyway")
-    launch_file = run.file("best-launch.json")
-    launch = load_launch(str(launch_file)) if launch_file.is_file() else _cases_launch(experiment)
-    env = read_run_json(run, "env.json", Environment) if run.file("env.json").is_file() else None
+    env = read_run_json(run, RunDir.ENV, Environment) if run.file(RunDir.ENV).is_file() else None
     gpu = env.gpu if env else None
     provenance = Provenance(
-        origin=f"run {run.path.resolve()} (attempt {chosen.attempt.id}, {summary.strategy})",
-        verified=verdict or "passed (verify.json: every case, holdout included)",
-        lock=_lock_hashes(experiment),
+        origin=f"run {run.path.resolve()} (attempt {trial.attempt.id}, {summary.strategy})",
+        verified=verdict or f"passed ({RunDir.VERIFY}: every case, holdout included)",
+        lock=_lock_hashes(trial.experiment),
         gpu=f"{gpu.name} ({gpu.arch}, {gpu.sm_count} SMs)" if gpu else "",
         figures=_figures(summary))
-    return ExportSource(signature=experiment.signature, entry=experiment.signature.name,
-                        source=read_text_file(run.file("best.cu"), "best.cu"),
-                        launch=launch, cases=experiment.case_specs, provenance=provenance, experiment=experiment,
-                        num_sms=(gpu.sm_count if gpu and gpu.sm_count else NOMINAL_DEVICE["num_sms"]))
+    return from_trial(trial, provenance, gpu.sm_count if gpu and gpu.sm_count else NOMINAL_DEVICE["num_sms"])
 
 
 def from_flags(experiment: Experiment, *, kernel: Path | None, entry: str | None, launch: str | None,
                unverified: bool = False) -> ExportSource:
-    """A kernel given by flags (default: the experiment's initial kernel): never verified by cudaopt."""
-    path = kernel or experiment.initial_kernel_path
-    if path is None:
-        raise ExperimentError("--kernel", "", "no kernel given and the experiment has no initial kernel")
+    """A kernel given with an experiment (default: its initial kernel), never verified by cudaopt:
+    refused unless ``unverified``, then prepared as every command prepares a kernel (its launch
+    checked on every case)."""
     if not unverified:
         raise ExperimentError("--kernel", "", "a kernel given by flags has not passed `cudaopt verify`: export a "
                                               "verified run's winner (cudaopt export RUN_DIR), or give --unverified")
-    name = entry or experiment.signature.name
-    source = kernel_file(path, name, experiment.signature)
-    spec = load_launch(launch) if launch else _cases_launch(experiment)
-    provenance = Provenance(origin=f"kernel {path.resolve()} (experiment {experiment.cases_path.parent.resolve()})",
-                            verified="not verified: given by flags (--unverified)", lock=_lock_hashes(experiment))
-    return ExportSource(signature=experiment.signature, entry=name, source=source, launch=spec,
-                        cases=experiment.case_specs, provenance=provenance, experiment=experiment)
+    trial = prepare_trial(experiment, kernel, entry=entry, launch=launch)
+    provenance = Provenance(origin=f"kernel {trial.kernel.resolve()} (experiment "
+                                   f"{trial.experiment.cases_path.parent.resolve()})",
+                            verified="not verified: given by flags (--unverified)",
+                            lock=_lock_hashes(trial.experiment))
+    return from_trial(trial, provenance)
+
+
+def from_trial(trial: Trial, provenance: Provenance, num_sms: int = NOMINAL_DEVICE["num_sms"]) -> ExportSource:
+    """The Trial's kernel with one launch for every case: its own, else the cases' shared one."""
+    experiment = trial.experiment
+    return ExportSource(signature=experiment.signature, entry=trial.entry_name, source=trial.source,
+                        launch=trial.launch or _cases_launch(experiment), cases=experiment.case_specs,
+                        provenance=provenance, experiment=experiment, num_sms=num_sms)
 
 
 def _lock_hashes(experiment: Experiment) -> dict[str, str]:
@@ -152,11 +155,11 @@ def _lock_hashes(experiment: Experiment) -> dict[str, str]:
 
 def _verdict(run, attempt: int) -> str | None:
     """None when verify passed this attempt; else why the export needs --unverified."""
-    if not run.file("verify.json").is_file():
-        return "the winner was never verified (no verify.json)"
-    outcome = read_run_json(run, "verify.json", VerifyOutcome)
+    if not run.file(RunDir.VERIFY).is_file():
+        return f"the winner was never verified (no {RunDir.VERIFY})"
+    outcome = read_run_json(run, RunDir.VERIFY, VerifyOutcome)
     if outcome.attempt != attempt:
-        return f"verify.json is about attempt {outcome.attempt}, the winner is attempt {attempt}"
+        return f"{RunDir.VERIFY} is about attempt {outcome.attempt}, the winner is attempt {attempt}"
     if not outcome.passed:
         return f"the winner failed verify ({outcome.status}{': ' + outcome.reason if outcome.reason else ''})"
     return None

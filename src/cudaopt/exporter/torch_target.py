@@ -31,10 +31,6 @@ C_SCALARS = {"float32": "c_float", "float64": "c_double", "int8": "c_int8", "uin
 
 
 
-def _quote_block(text: str) -> str:
-    return "\n".join("# " + line if line else "#" for line in text.splitlines())
-
-
 def _literal(text: str) -> str:
     """The kernel source as a readable raw string where it can be one, else as repr() writes it."""
     if "'''" in text or text.endswith("\\") or "\r" in text:

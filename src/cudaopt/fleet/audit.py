@@ -9,7 +9,7 @@ gain and return; the experiments are ranked by that return. One experiment's pro
 that does not load, a failed check, a run that stops on an error) is its row's outcome, never the
 end of the audit. With a plan (``--optimize``) the chosen strategy runs on
 the top ones with headroom, one after another on every GPU, each getting an equal share of the
-cost and time left when it starts; a run's audit pack lands in ``runs/NAME/run-001``.
+cost and time left when it starts; each run's directory lands in ``runs/NAME/run-001``.
 ``audit.json`` and ``audit.html`` are written after the measurements and after every run.
 """
 
@@ -25,9 +25,10 @@ from .. import strategies
 from ..reading import read_text_file
 from ..errors import ExperimentError
 from ..pool.dispatch import Evaluator
-from ..experiment import Experiment
+from ..experiment import Experiment, ExperimentArgs
 from ..optimize import Options, start_or_resume
-from ..record.runs import Budget, ExperimentArgs
+from ..record.rundir import RunDir, write_atomic
+from ..record.runs import Budget
 from ..record.files import Summary
 from ..report.roi import compute
 from .files import AuditEntry, AuditPlan, AuditReport, OptimizedRun
@@ -40,7 +41,6 @@ MIN_SHARE_S = 1.0  # a run with less time than this is not started
 @dataclass
 class Member:
     """One experiment of the fleet; ``error`` (and no experiment) when it cannot be measured."""
-
     name: str
     config: Path
     experiment: Experiment | None
@@ -50,7 +50,6 @@ class Member:
 @dataclass
 class Plan:
     """``--optimize``: what to run on the top experiments, and the budget they share."""
-
     strategy: str
     top: int = 3
     max_cost_usd: float | None = None
@@ -214,14 +213,12 @@ def _outcome(run: Path, folder: Path, strategy: str, budget: Budget, summary: Su
     t = summary.totals
     roi = compute(member.experiment.roi, case.name, baseline, best, t.cost_usd, t.gpu_seconds) \
         if case and baseline and best else None
-    return OptimizedRun(run=str(run.relative_to(folder)), report=str((run / "report.html").relative_to(folder)),
+    return OptimizedRun(run=str(run.relative_to(folder)), report=str((run / RunDir.REPORT).relative_to(folder)),
                         strategy=strategy, budget=budget, stop_reason=summary.stop_reason, baseline_us=baseline,
                         best_us=best, speedup=summary.speedup, cost_usd=t.cost_usd, gpu_seconds=t.gpu_seconds,
                         wall_seconds=t.wall_seconds, roi=roi)
 
 
 def _write(folder: Path, report: AuditReport) -> None:
-    from ..record.rundir import write_atomic
-
     write_atomic(folder / "audit.json", report.to_json(indent=2) + "\n")
     build(folder, report)

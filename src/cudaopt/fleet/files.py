@@ -18,7 +18,8 @@ from pydantic import Field
 from ..pool.dispatch import GpuRef
 from ..wire.protocol import WireModel
 from ..record.runs import Budget
-from ..record.files import Roi, version_field
+from ..record.files import Roi
+from ..wire.fields import version_field
 
 _AUDIT = re.compile(r"audit-(\d{3,})$")
 

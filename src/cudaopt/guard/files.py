@@ -10,17 +10,17 @@ with ``protocol`` on ``gpu``.
 from __future__ import annotations
 
 import os
+import statistics
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
 from ..reading import read_model_file
-from ..experiment import ExperimentLock
+from ..experiment import ExperimentArgs, ExperimentLock
 from ..wire.protocol import LaunchSpec, WireModel, Role, TimingProtocol
 from ..wire.results import DeviceInfo, TimingStats
-from ..record.runs import ExperimentArgs
-from ..record.files import version_field
+from ..wire.fields import version_field
 
 PATH_FIELDS = ("config", "reference", "initial_kernel", "input_cases")
 
@@ -103,6 +103,17 @@ class GuardedCase(WireModel):
     def failed(self) -> bool:
         return self.verdict in FAILING
 
+    def cells(self) -> list[str]:
+        """The case's row in a table (the terminal's, the Markdown summary's)."""
+        median = lambda values: f"{statistics.median(values):.2f}" if values else "-"
+        interval = f"{_change(self.ratio_low)} to {_change(self.ratio_high)}" if self.ratio_low is not None else "-"
+        return [self.name, self.role, self.verdict, median(self.candidate_medians_us),
+                median(self.baseline_medians_us), _change(self.ratio), interval]
+
+
+def _change(ratio: float | None) -> str:
+    return f"{(ratio - 1) * 100:+.1f}%" if ratio is not None else "-"
+
 
 class GuardCheck(WireModel):
     """One guard file checked."""
@@ -127,6 +138,29 @@ class GuardCheck(WireModel):
     score_high: float | None = None
     passed: bool
     wall_s: float = 0.0
+
+    def title(self) -> str:
+        """One line: the file, the verdict, what was compared and how."""
+        how = "A/B in one worker" if self.mode == "ab" else "recorded figures"
+        unit = "pairs" if self.mode == "ab" else "repeats"
+        return (f"guard {self.file}: {'PASSED' if self.passed else 'FAILED'} — {self.kernel} against {self.against} "
+                f"({how}, {self.repeats} {unit} per case, limit +{self.max_slowdown:.1%}, "
+                f"{self.confidence:.0%} interval, seed {self.seed})")
+
+    def lines(self) -> list[str]:
+        """What follows the table: the score, why the GPU matters, notes, and each failure's figures."""
+        lines = []
+        if self.score_ratio is not None:
+            lines.append(f"score (geomean over the timed cases): time {_change(self.score_ratio)} "
+                         f"({_change(self.score_low)} to {_change(self.score_high)})")
+        if self.environment_differences:
+            what = ("the A/B comparison holds; the recorded figures would not" if self.mode == "ab" else
+                    "record the guard again on this GPU (cudaopt guard record) or compare A/B (--against, "
+                    "--against-ref)")
+            lines.append(f"recorded on another GPU or driver ({'; '.join(self.environment_differences)}): {what}")
+        lines += [f"note: {note}" for note in self.notes]
+        lines += [f"{c.name}: {c.verdict}: {c.message}" for c in self.cases if c.failed or c.verdict == "inconclusive"]
+        return lines
 
 
 class GuardReport(WireModel):

@@ -15,9 +15,8 @@ from pydantic import ValidationError
 
 from ..crosschecks import check_kernel_entry, check_launch
 from ..errors import ExperimentError, validation_message
-from ..experiment import Experiment, kernel_file
-from ..record.runs import ExperimentArgs
-from ..trial import Trial
+from ..experiment import Experiment, ExperimentArgs, kernel_file
+from ..trial import Trial, source_trial
 from ..wire.protocol import CaseSpec, EvalRequest, TimingProtocol
 from .files import GuardBaseline, GuardKernel, absolute_args, read_guard
 from .git import file_at
@@ -106,8 +105,8 @@ def load_guard(path: Path, against: Path | None = None, against_ref: str | None 
 def _kernel(baseline: GuardBaseline, recorded: GuardKernel, experiment: Experiment, args: ExperimentArgs,
             file: Path, source: str, label: str) -> Kernel:
     """A kernel of the guard as a Trial: the recorded entry, launch and protocol."""
-    return Kernel(Trial(experiment=experiment, kernel=file, source=source, protocol=baseline.protocol.model_copy(),
-                        entry=recorded.entry, launch=recorded.launch, args=args), label)
+    return Kernel(source_trial(experiment, source, kernel=file, entry=recorded.entry, launch=recorded.launch,
+                               protocol=baseline.protocol, args=args), label)
 
 
 def _current_kernel(path: Path, baseline: GuardBaseline, experiment: Experiment, args: ExperimentArgs) -> Kernel:

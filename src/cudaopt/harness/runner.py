@@ -23,7 +23,7 @@ import numpy as np
 from ..wire.launch import LaunchError, candidate_names, device_defines, resolve_launch, tunable_clashes
 from ..wire.messages import CaseDone, Compiled, PhaseStarted
 from ..wire.protocol import CaseSpec, EvalRequest, KernelSpec, VendorSpec
-from ..wire.results import Audit, CaseResult, CompileInfo, Controls, EvalResult, VendorResult
+from ..wire.results import CaseResult, CompileInfo, Controls, EvalResult, LaunchScan, VendorResult
 from ..wire.signature import DTYPES, Signature, parse_signature
 from ..wire.stats import summarize
 from .answers import HOST_DETAILS_BYTES, DeviceAnswer, LockedAnswer, answer_controls, check_output, close_answers
@@ -366,7 +366,7 @@ class Runner:
     def _time(self, out: CaseResult, req: EvalRequest, signature: Signature, entries: Entries | None, kernel,
               launch, args, buffers: CaseBuffers, case: CaseSpec, vendors: list[BoundVendor | None], seed: int,
               clock: Stopwatch) -> None:
-        """Warm up and time on fresh inputs with the per-launch audit, then check the hidden few.
+        """Warm up and time on fresh inputs with the launch scan, then check the hidden few.
         Without a kernel, only the vendors are timed."""
         proto = req.protocol
         plan = draw_plan(seed, case.name, proto)
@@ -386,7 +386,7 @@ class Runner:
             run.close()
         clock.lap("timing_s")
         if kernel is not None:
-            out.audit = Audit(checked_launches=list(plan.checked), launches_scanned=scanned, seed=seed)
+            out.scan = LaunchScan(checked_launches=list(plan.checked), launches_scanned=scanned, seed=seed)
             self._timed_checks(out, req, signature, buffers, case, plan, seed, clock)
             others = "the vendor baselines" if len(timed) > 1 else "the vendor baseline" if timed else ""
             out.timing = summarize(timings.candidate, method(proto, len(plan.checked),

@@ -1,11 +1,14 @@
-"""The worker process: one GPU, JSON requests in on stdin, JSON messages out on stdout.
+"""The worker process: one GPU, JSON orders in on stdin (a request, or kernels to compile ahead),
+JSON messages out on stdout.
 
-Started by the supervisor as ``python -m cudaopt.harness.worker`` with ``CUDA_VISIBLE_DEVICES``
-pinned. Anything else that writes to stdout (the user's reference, a library) is redirected to
-stderr so it cannot corrupt the message stream. The messages are declared in messages.py.
-The device's peaks are read from the cache, or measured the first time (peaks.py), before
-``ready``. After a sticky CUDA error the worker sends its result and exits; the supervisor
-replaces it.
+Started as ``python -m cudaopt.harness.worker`` with ``CUDA_VISIBLE_DEVICES`` pinned, by the
+supervisor (pool/supervisor.py), by a Ray actor (pool/ray_cluster.py) or under compute-sanitizer.
+Anything else that writes to stdout (the user's reference, a library) is redirected to stderr so
+it cannot corrupt the message stream. The messages are declared in wire/messages.py. The
+device's peaks are read from the cache, or measured the first time (peaks.py; not under a
+profiler, ``CUDAOPT_MEASURE_PEAKS=0``), before ``ready``. A request that fails unexpectedly is an
+``internal_error`` result; once the context is lost (a sticky CUDA error) the worker sends its
+result and exits with ``EXIT_RETIRED``, and its lane starts a fresh one.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from ..wire.fields import version_field
 from ..wire.protocol import WireModel
 from .parse import KernelMetrics
 
@@ -214,7 +215,7 @@ def _pct(value: float | None) -> str:
 class ProfileRecord(WireModel):
     """``profiles/attempt-N.json``: one attempt profiled under Nsight Compute (``--use-nsight``)."""
 
-    schema_version: int = Field(1, ge=1, le=1)
+    schema_version: int = version_field(1)
     attempt: int
     case: str
     why: str = ""

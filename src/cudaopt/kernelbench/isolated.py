@@ -23,6 +23,7 @@ from ..children import run_child
 from ..errors import ExperimentError, shortened
 from ..experiment import load_experiment
 from ..wire.protocol import WireModel
+from .importer import FILES, Imported, import_problem
 from .problem import CPU_BYTES, Layout
 
 READ_S = 120.0  # reading the problem and making its inputs; also the least any import is given
@@ -52,7 +53,6 @@ def needed_s(sizes: Sizes) -> float:
 
 class ImportJob(WireModel):
     """What the child is asked to import, and where it writes its answer."""
-
     path: str
     out: str
     name: str | None = None
@@ -66,7 +66,6 @@ class ImportJob(WireModel):
 
 class ImportAnswer(WireModel):
     """The child's answer: the notes of a done import, or the bad input that stopped it."""
-
     notes: list[str] = []
     error: tuple[str, str, str] | None = None  # file, field, message
 
@@ -76,8 +75,6 @@ def import_isolated(path: Path, out: Path, *, name: str | None = None, seed: int
     """:func:`~.importer.import_problem` in a child process stopped at the limit its sizes need,
     at most ``timeout_s`` (default :data:`CAP_S`); the experiment it wrote, loaded here (an
     :class:`~.importer.Imported`)."""
-    from .importer import Imported
-
     if not path.is_file():
         raise ExperimentError(path, "", "not found")
     cap = CAP_S if timeout_s is None else timeout_s
@@ -136,8 +133,6 @@ def _limit_basis(sizes: Path, cap: float, given: float | None) -> str:
 def _discarded(path: Path, out: Path, error: ExperimentError) -> ExperimentError:
     """An experiment written from the problem that does not load (its sizes, say): the problem's
     fault, named as such, and no half-made experiment kept in ``out``."""
-    from .importer import FILES
-
     for written in FILES:
         (out / written).unlink(missing_ok=True)
     return ExperimentError(path, "", f"the experiment made from it does not load, so none was kept in {out}: {error}")
@@ -146,8 +141,6 @@ def _discarded(path: Path, out: Path, error: ExperimentError) -> ExperimentError
 def _child() -> int:
     """The child's side: import, and answer with the notes or the bad input (anything else is a
     bug: its traceback goes to standard error)."""
-    from .importer import import_problem
-
     job = ImportJob.model_validate_json(sys.stdin.read())
 
     def tell(layout: Layout) -> None:  # the parent polls the file: written whole, then renamed over it

@@ -18,8 +18,10 @@ from typing import Literal
 from pydantic import Field
 
 from ..errors import ExperimentError
+from ..record.rundir import RunDir
 from ..record.runs import open_run, read_run_json
-from ..record.files import Summary, VerifyOutcome, version_field
+from ..record.files import Summary, VerifyOutcome
+from ..wire.fields import version_field
 from ..wire.protocol import WireModel
 
 Baseline = Literal["eager", "compile"]
@@ -60,24 +62,26 @@ def run_dirs(paths: list[Path]) -> list[Path]:
     """Run directories: each path itself, or the ``run-NNN`` directories inside it (a results folder)."""
     found = []
     for path in paths:
-        if (path / "summary.json").is_file():
+        if not path.exists():
+            raise ExperimentError(path, "", "not found (give run directories or results folders)")
+        if (path / RunDir.SUMMARY).is_file():
             found.append(path)
-        elif path.is_dir() and sorted(path.glob("run-*/summary.json")):
-            found += [p.parent for p in sorted(path.glob("run-*/summary.json"))]
+        elif path.is_dir() and sorted(path.glob(f"run-*/{RunDir.SUMMARY}")):
+            found += [p.parent for p in sorted(path.glob(f"run-*/{RunDir.SUMMARY}"))]
         else:
-            raise ExperimentError(path, "", "not a run directory (no summary.json) nor a folder of runs")
+            raise ExperimentError(path, "", f"not a run directory (no {RunDir.SUMMARY}) nor a folder of runs")
     return found
 
 
 def run_metrics(path: Path) -> RunMetrics:
     run = open_run(path)
-    summary = read_run_json(run, "summary.json", Summary)
+    summary = read_run_json(run, RunDir.SUMMARY, Summary)
     kb = summary.kernelbench
     if kb is None:
-        raise ExperimentError(run.file("summary.json"), "kernelbench", "the run has no PyTorch eager vendor "
+        raise ExperimentError(run.file(RunDir.SUMMARY), "kernelbench", "the run has no PyTorch eager vendor "
                                                                        "(import the problem with cudaopt import "
                                                                        "kernelbench)")
-    verified = read_run_json(run, "verify.json", VerifyOutcome).passed if run.file("verify.json").is_file() else None
+    verified = read_run_json(run, RunDir.VERIFY, VerifyOutcome).passed if run.file(RunDir.VERIFY).is_file() else None
     checks = "unknown" if kb.changes is None else "changed" if kb.changes else "kernelbench"
     return RunMetrics(run=str(path), description=summary.description.split("\n")[0][:120],
                       correct=kb.correct and verified is not False, verified=verified,

@@ -25,15 +25,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
+from ..errors import WorkerError
 from ..wire.messages import WorkerMessage
 from ..wire.protocol import EvalRequest, KernelSpec, WireModel
 from ..wire.results import CaseResult, DeviceInfo, EvalResult
 
 MAX_TRIES = 3
-
-
-class WorkerError(RuntimeError):
-    """A worker that could not start or stopped answering."""
 
 
 class LaneInterrupted(WorkerError):

@@ -6,17 +6,15 @@ from pathlib import Path
 
 from .dispatch import Dispatcher
 from .supervisor import Supervisor
+from .ray_cluster import RayPool
+from .devices import visible_devices
 
 
 def open_pool(devices: list[int] | None, ray: str | None = None, log_dir: Path | None = None) -> Dispatcher:
     """Workers on ``devices`` of this machine (None: every GPU it may use), or on the Ray cluster
     at ``ray`` (an address, ``auto`` or ``local``). Use as a context manager."""
     if ray is not None:
-        from .ray_cluster import RayPool
-
         return RayPool(ray, log_dir=log_dir)
     if devices is None:
-        from .devices import visible_devices
-
         devices = visible_devices()
     return Supervisor(devices=devices, log_dir=log_dir)

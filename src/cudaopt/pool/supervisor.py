@@ -20,6 +20,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+import cudaopt
+
 from ..harness import lifeline
 from ..harness.sandbox import worker_environment
 from ..wire.messages import (
@@ -223,8 +225,6 @@ class Worker:
 def _package_roots() -> list[str]:
     """Where this process imports cudaopt from: the worker runs in an empty directory, so a source
     checkout used without installation still finds its code."""
-    import cudaopt
-
     return [str(Path(cudaopt.__file__).resolve().parent.parent)]
 
 

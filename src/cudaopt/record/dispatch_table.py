@@ -29,11 +29,11 @@ from pydantic import Field
 from ..config import DispatchClass
 from ..wire import expr
 from ..wire.protocol import WireModel
+from .rundir import RunDir
 from .runs import read_run_json
-from .files import version_field
+from ..wire.fields import version_field
 
 MARGIN = 0.02  # the table must beat the single winner's geometric mean by more than this
-FILE = "dispatch.json"
 
 Defines = dict[str, int | float | str]
 
@@ -146,9 +146,9 @@ def write_dispatch(recorder) -> DispatchTable | None:
                   if a.kind == "tune" and a.score_us is not None and recorder.comparable(a)]
         table = build_table(tuning.dispatch, perf, passed, best.id)
     if table is None:
-        recorder.run.file(FILE).unlink(missing_ok=True)
+        recorder.run.file(RunDir.DISPATCH).unlink(missing_ok=True)
         return None
-    recorder.run.write_model(FILE, table)
+    recorder.run.write_model(RunDir.DISPATCH, table)
     recorder.run.log("dispatch table: " + "; ".join(f"{r.name} -> attempt {r.attempt}" for r in table.rows)
                      + f"; {table.reason}")
     return table
@@ -156,7 +156,7 @@ def write_dispatch(recorder) -> DispatchTable | None:
 
 def read_dispatch(run) -> DispatchTable | None:
     """A run's adopted-or-not table (None when the run has none)."""
-    path = run.file(FILE)
+    path = run.file(RunDir.DISPATCH)
     if not path.is_file():
         return None
-    return read_run_json(run, FILE, DispatchTable)
+    return read_run_json(run, RunDir.DISPATCH, DispatchTable)

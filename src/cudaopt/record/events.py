@@ -1,6 +1,7 @@
-"""Progress events: what a run tells the terminal while it works (render.OptimizeProgress).
+"""Progress events: what a command tells the terminal while it works (the CLI's progress line and
+spinner are listeners; a Python caller passes its own ``on_progress``).
 
-In memory only; every fact they carry is also in the audit pack.
+In memory only; every fact they carry is also in the run directory or the returned result.
 """
 
 from __future__ import annotations
@@ -46,7 +47,15 @@ class StepProgress:
     total: int
 
 
-ProgressEvent = AttemptStarted | PhaseProgress | UsageProgress | AttemptFinished | StepProgress
+@dataclass(frozen=True)
+class Notice:
+    """A line the user should read while the work goes on: the strategy ``auto`` chose, a GPU that
+    left the pool, a documentation page that could not be fetched, a fleet member's outcome."""
+
+    text: str
+
+
+ProgressEvent = AttemptStarted | PhaseProgress | UsageProgress | AttemptFinished | StepProgress | Notice
 OnProgress = Callable[[ProgressEvent], None]
 
 

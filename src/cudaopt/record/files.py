@@ -1,14 +1,15 @@
-"""Schemas of the audit pack's files, declared once.
+"""Schemas of a run directory's files, declared once.
 
 The writers build these models, so every file on disk has been validated; readers (``--resume``,
 verify, replay, the report, tests) validate again. Each file carries ``schema_version``; a
 reader refuses a version newer than it knows. ``docs/schemas/`` holds their JSON Schemas
 (``python -m cudaopt.schemas``). Files whose shape a version changed:
 
-- ``history.json`` 2: a case's ``launch``, ``occupancy``, ``roofline`` and ``audit`` are
+- ``history.json`` 2: a case's ``launch``, ``occupancy``, ``roofline`` and launch scan are
   ``null`` when absent (version 1 wrote ``{}``; it is still read). 3: each attempt's ``gpu``,
   the GPU that measured it (``null`` in older files), and a case's ``vendors`` is a list (version
-  2 had one ``vendor`` or none; it is still read).
+  2 had one ``vendor`` or none; it is still read). 4: a case's launch scan is ``scan`` (``audit``
+  before; still read).
 - ``summary.json`` 2: ``vendors`` per run and per case (version 1 had the flat ``vendor``,
   ``vendor_score_us``, ``speedup_vs_vendor`` and per case ``vendor_median_us``, ``vendor_status``,
   ``speedup_vs_vendor``; still read), ``baseline`` (what the speed-ups are over), ``kernelbench``
@@ -20,7 +21,7 @@ reader refuses a version newer than it knows. ``docs/schemas/`` holds their JSON
 - ``verify.json`` 2: ``timed`` (timed holdout cases and shape sweeps), ``regressions``, ``repeats``,
   ``shapes_file``, and each case's ``gpu`` (version 1 had none of them; it is still read). 3:
   ``dispatch`` and, per timed case, its dispatch class and the single winner's times (absent in
-  older files: read as no table).
+  older files: read as no table). 4: each compute-sanitizer tool's ``log`` file (older files: none).
 - ``replay.json`` 2: each case's ``gpu``.
 """
 
@@ -31,15 +32,10 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from ..pool.dispatch import GpuRef
+from ..wire.fields import version_field
 from ..wire.protocol import LaunchSpec, WireModel
 from ..wire.results import STATUSES, CaseResult, CompileInfo, DeviceInfo
 from .crown import CrowningAudit, Finalists
-
-
-def version_field(current: int):
-    """A ``schema_version`` field: files written before versioning read as the current shape;
-    a newer one is refused."""
-    return Field(current, ge=1, le=current, description=f"the file's schema version (this cudaopt writes {current})")
 
 
 class Attempt(WireModel):
@@ -80,7 +76,7 @@ class Attempt(WireModel):
 
 
 class History(WireModel):
-    schema_version: int = version_field(3)
+    schema_version: int = version_field(4)
     attempts: list[Attempt]
 
 
@@ -277,6 +273,7 @@ class SanitizeReport(WireModel):
     status: str  # the evaluation's outcome under the tool
     reason: str = ""
     report: str = ""  # the first lines of the tool's log
+    log: str = ""  # the tool's whole log (a file in the run directory)
 
 
 class VerifiedCase(WireModel):
@@ -325,9 +322,10 @@ class TimedCase(WireModel):
 class VerifyOutcome(WireModel):
     """verify.json: the winner on the holdout (and extra) cases, with fresh seeds; the timed holdout
     cases and any shape sweep beside the baseline and the vendor (version 2 added ``timed``; 3 the
-    dispatch table's fields: ``dispatch`` and each timed case's class and single-winner times)."""
+    dispatch table's fields: ``dispatch`` and each timed case's class and single-winner times; 4 each
+    sanitizer tool's log file)."""
 
-    schema_version: int = version_field(3)
+    schema_version: int = version_field(4)
     passed: bool
     status: str
     reason: str = ""

@@ -24,7 +24,7 @@ def _umask() -> int:
     return mask
 
 
-_FILE_MODE = 0o666 & ~_umask()  # what open() would give: audit-pack files readable like any other
+_FILE_MODE = 0o666 & ~_umask()  # what open() would give: a run's files readable like any other
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -49,10 +49,52 @@ def read_json(path: Path) -> Any:
 
 
 class RunDir:
-    """One run's directory. ``create`` picks the next free ``run-NNN``; nothing is overwritten."""
+    """One run's directory. ``create`` picks the next free ``run-NNN``; nothing is overwritten.
+
+    It owns the names of a run's files (docs/optimize.md describes each): everything that reads
+    or writes one names it by these, and nothing else spells them."""
+
+    HISTORY = "history.json"
+    SUMMARY = "summary.json"
+    SETTINGS = "settings.json"
+    LOCK = "lock.json"
+    ENV = "env.json"
+    VERIFY = "verify.json"
+    REPLAY = "replay.json"
+    DISPATCH = "dispatch.json"
+    BEST = "best.cu"
+    BEST_LAUNCH = "best-launch.json"
+    BEST_CASES = "best-case-*.json"
+    MODEL_CALLS = "model-*.json"
+    REPORT = "report.html"
+    HEATMAP_PNG = "heatmap.png"
+    HEATMAP_SVG = "heatmap.svg"
+    LOG = "run.log"
+    CANDIDATES = "candidates"
+    PROFILES = "profiles/attempt-*.json"  # Nsight Compute's cards, one per attempt profiled
+    SANITIZE = "sanitize"  # compute-sanitizer's logs
+    EXPERIMENT = "experiment"  # the files of an experiment built in Python, kept with the run
+    ABLATION = "ablation"  # the tune-only run of --ablation
 
     def __init__(self, path: Path):
         self.path = path
+
+    @staticmethod
+    def best_case(index: int) -> str:
+        """The request of the winner on the case of that index (replayable alone)."""
+        return f"best-case-{index}.json"
+
+    @staticmethod
+    def model_call(number: int) -> str:
+        return f"model-{number:03d}.json"
+
+    @staticmethod
+    def profile(attempt: int) -> str:
+        return f"profiles/attempt-{attempt}.json"
+
+    @staticmethod
+    def candidate(attempt: int) -> str:
+        return f"{RunDir.CANDIDATES}/{attempt:03d}.cu"
 
     @classmethod
     def create(cls, results: Path) -> RunDir:
@@ -64,20 +106,20 @@ class RunDir:
                 path.mkdir()  # atomic: two runs starting together get different directories
             except FileExistsError:
                 continue
-            (path / "candidates").mkdir()
+            (path / cls.CANDIDATES).mkdir()
             return cls(path)
 
     @classmethod
     def create_at(cls, path: Path) -> RunDir:
         """A run directory at a fixed path that must not exist yet (e.g. a run's ablation/)."""
         path.mkdir(parents=True)
-        (path / "candidates").mkdir()
+        (path / cls.CANDIDATES).mkdir()
         return cls(path)
 
     @classmethod
     def open(cls, path: Path) -> RunDir:
-        if not (path / "history.json").is_file():
-            raise FileNotFoundError(f"{path} is not a run directory (no history.json)")
+        if not (path / cls.HISTORY).is_file():
+            raise FileNotFoundError(f"{path} is not a run directory (no {cls.HISTORY})")
         return cls(path)
 
     def file(self, name: str) -> Path:
@@ -99,5 +141,5 @@ class RunDir:
     def log(self, message: str) -> None:
         """Append one line to run.log (kept free of secrets: callers log events, never settings)."""
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-        with open(self.path / "run.log", "a") as fh:
+        with open(self.path / self.LOG, "a") as fh:
             fh.write(f"{stamp} {message}\n")

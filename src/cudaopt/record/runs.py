@@ -14,10 +14,11 @@ from pydantic import Field
 
 from ..reading import read_json_file, read_model_file
 from ..errors import ExperimentError
-from ..experiment import Experiment, ExperimentLock, load_experiment
+from ..experiment import Experiment, ExperimentArgs, ExperimentLock
 from ..wire.protocol import LaunchSpec, WireModel
 from .rundir import RunDir
-from .files import Attempt, History, ModelCall, Summary, version_field
+from ..wire.fields import version_field
+from .files import Attempt, History, ModelCall, Summary
 
 
 class Budget(WireModel):
@@ -29,24 +30,6 @@ class Budget(WireModel):
     time_limit_s: float | None = None
     patience: int | None = None  # stop after this many attempts without a new best
     max_model_errors: int = 3  # stop after this many model errors in a row
-
-
-class ExperimentArgs(WireModel):
-    """How the experiment was given (paths as absolute strings), so --resume can load it again."""
-
-    config: str | None = None
-    description: str | None = None
-    signature: str | None = None
-    reference: str | None = None
-    initial_kernel: str | None = None
-    input_cases: str | None = None
-    max_iterations: int | None = None
-
-    def load(self) -> Experiment:
-        p = lambda v: Path(v) if v else None
-        return load_experiment(p(self.config), description=self.description, signature=self.signature,
-                               reference=p(self.reference), initial_kernel=p(self.initial_kernel),
-                               input_cases=p(self.input_cases), max_iterations=self.max_iterations)
 
 
 class RunSettings(WireModel):
@@ -71,24 +54,27 @@ def read_run_json(run: RunDir, name: str, model: type[WireModel] | None = None) 
 
 def model_calls(run: RunDir) -> list[ModelCall]:
     """The run's model-NNN.json files, in call order."""
-    calls = [read_run_json(run, p.name, ModelCall) for p in run.path.glob("model-*.json")]
+    calls = [read_run_json(run, p.name, ModelCall) for p in run.path.glob(RunDir.MODEL_CALLS)]
     return sorted(calls, key=lambda c: c.id)
 
 
 def open_run(path: Path) -> RunDir:
+    """A run directory to read; bad input naming it when it is missing or holds no run."""
+    if not path.exists():
+        raise ExperimentError(path, "", "not found (give a run directory, results/run-NNN)")
     try:
         return RunDir.open(path)
-    except FileNotFoundError as exc:
-        raise ExperimentError(path, "", str(exc)) from None
+    except FileNotFoundError:
+        raise ExperimentError(path, "", f"is not a run directory (no {RunDir.HISTORY})") from None
 
 
 def load_run_experiment(run: RunDir) -> Experiment:
     """A run's experiment, refused when what defines right and wrong changed since the run started."""
-    settings = read_run_json(run, "settings.json", RunSettings)
-    lock = read_run_json(run, "lock.json", ExperimentLock)
+    settings = read_run_json(run, RunDir.SETTINGS, RunSettings)
+    lock = read_run_json(run, RunDir.LOCK, ExperimentLock)
     experiment = settings.experiment.load()
     if lock.lock != experiment.lock().lock:
-        raise ExperimentError(run.file("lock.json"), "lock",
+        raise ExperimentError(run.file(RunDir.LOCK), "lock",
                               "the reference, the input cases or the harness changed since this run started; "
                               "start a new run")
     return experiment
@@ -98,8 +84,8 @@ def open_resumable(path: Path) -> tuple[RunDir, RunSettings, Experiment]:
     """A run directory to continue: its files readable, its experiment unchanged (bad input otherwise)."""
     run = open_run(path)
     experiment = load_run_experiment(run)
-    read_run_json(run, "history.json", History)
-    return run, read_run_json(run, "settings.json", RunSettings), experiment
+    read_run_json(run, RunDir.HISTORY, History)
+    return run, read_run_json(run, RunDir.SETTINGS, RunSettings), experiment
 
 
 @dataclass
@@ -119,12 +105,12 @@ class Winner:
 
 
 def winner(run: RunDir, what: str = "verify") -> Winner:
-    summary = read_run_json(run, "summary.json", Summary)
+    summary = read_run_json(run, RunDir.SUMMARY, Summary)
     if summary.best_attempt is None:
-        raise ExperimentError(run.file("summary.json"), "best_attempt", f"the run has no winner to {what}")
-    history = read_run_json(run, "history.json", History)
+        raise ExperimentError(run.file(RunDir.SUMMARY), "best_attempt", f"the run has no winner to {what}")
+    history = read_run_json(run, RunDir.HISTORY, History)
     attempt = next((a for a in history.attempts if a.id == summary.best_attempt), None)
     if attempt is None or attempt.source_file is None:
-        raise ExperimentError(run.file("history.json"), "attempts",
+        raise ExperimentError(run.file(RunDir.HISTORY), "attempts",
                               f"attempt {summary.best_attempt} (the summary's best) is missing")
     return Winner(attempt, run.file(attempt.source_file).read_text())

@@ -17,7 +17,6 @@ from ..config import RoiInputs
 from ..errors import ExperimentError
 from ..experiment import ExperimentLock
 from ..insight.card import ProfileRecord
-from ..record.dispatch_table import FILE as DISPATCH_FILE
 from ..record.dispatch_table import DispatchTable
 from ..record.rundir import RunDir, write_atomic
 from ..record.runs import load_run_experiment, model_calls, read_run_json
@@ -80,8 +79,8 @@ def _diff(run: RunDir, attempt, parent) -> str:
 
 def _profiles(run: RunDir) -> list[dict]:
     """The bottleneck cards of the profiled attempts (``profiles/attempt-N.json``, from --use-nsight)."""
-    paths = sorted(run.path.glob("profiles/attempt-*.json"), key=lambda p: int(p.stem.split("-")[1]))
-    records = [read_run_json(run, f"profiles/{p.name}", ProfileRecord) for p in paths]
+    paths = sorted(run.path.glob(RunDir.PROFILES), key=lambda p: int(p.stem.split("-")[1]))
+    records = [read_run_json(run, str(p.relative_to(run.path)), ProfileRecord) for p in paths]
     return [{"why": r.why, **r.card.model_dump()} for r in records]
 
 
@@ -100,11 +99,11 @@ def build(path: Path, roi_inputs: RoiInputs | None = None) -> Path:
     from jinja2 import PackageLoader, select_autoescape
 
     run = RunDir.open(path)
-    summary = read_run_json(run, "summary.json", Summary)
-    attempts = read_run_json(run, "history.json", History).attempts
+    summary = read_run_json(run, RunDir.SUMMARY, Summary)
+    attempts = read_run_json(run, RunDir.HISTORY, History).attempts
     by_id = {a.id: a for a in attempts}
-    env = _optional(run, "env.json", Environment)
-    found = _optional(run, "lock.json", ExperimentLock)
+    env = _optional(run, RunDir.ENV, Environment)
+    found = _optional(run, RunDir.LOCK, ExperimentLock)
     lock = found.model_dump(mode="json") if found else {}
     calls = model_calls(run)
     roi_inputs = roi_inputs or run_roi(run)
@@ -115,7 +114,7 @@ def build(path: Path, roi_inputs: RoiInputs | None = None) -> Path:
         target = next(c for c in timed if c.name == name)
         roi = compute(roi_inputs, target.name, target.baseline_median_us, target.best_median_us,
                       summary.totals.cost_usd, summary.totals.gpu_seconds)
-    verify, replay = _optional(run, "verify.json", VerifyOutcome), _optional(run, "replay.json", ReplayOutcome)
+    verify, replay = _optional(run, RunDir.VERIFY, VerifyOutcome), _optional(run, RunDir.REPLAY, ReplayOutcome)
     decision, reasons = verdict(verify, replay, roi)
     best = by_id.get(summary.best_attempt) if summary.best_attempt is not None else None
     roof_cases, peak_tflops, peak_gbps, roof_sources = [], None, None, {}
@@ -128,7 +127,7 @@ def build(path: Path, roi_inputs: RoiInputs | None = None) -> Path:
             roof_sources = {"compute": roof.get("peak_tflops_from", "spec"),
                             "memory": roof.get("peak_gbps_from", "spec")}
     controls = [(c.name, c.controls) for c in (by_id[0].cases if 0 in by_id else []) if c.controls is not None]
-    heatmap = run.file("heatmap.svg").read_text() if run.file("heatmap.svg").is_file() else ""
+    heatmap = run.file(RunDir.HEATMAP_SVG).read_text() if run.file(RunDir.HEATMAP_SVG).is_file() else ""
     rows = []
     for a in attempts:
         parent = by_id.get(a.parent) if a.parent is not None else None
@@ -144,8 +143,8 @@ def build(path: Path, roi_inputs: RoiInputs | None = None) -> Path:
         roofline_svg=charts.roofline(roof_cases, peak_tflops, peak_gbps),
         heatmap_svg=heatmap[heatmap.index("<svg"):] if "<svg" in heatmap else "",
         shapes_svg=charts.shapes([c.model_dump() for c in verify.timed]) if verify else None,
-        worst=verify.worst() if verify else [], dispatch=_optional(run, DISPATCH_FILE, DispatchTable),
+        worst=verify.worst() if verify else [], dispatch=_optional(run, RunDir.DISPATCH, DispatchTable),
     )
-    out = run.file("report.html")
+    out = run.file(RunDir.REPORT)
     write_atomic(out, html)
     return out

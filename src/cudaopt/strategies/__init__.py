@@ -2,7 +2,7 @@
 
 ``optimize.py`` evaluates the baseline (the recorder's ``ensure_baseline``), then hands the run
 to the chosen strategy until it returns a stop reason; every candidate it evaluates goes
-through the recorder, so the audit pack means the same whichever strategy ran. To add one:
+through the recorder, so the run directory means the same whichever strategy ran. To add one:
 a module here with a class decorated ``@register("name")`` (strategies/base.py), imported here.
 """
 

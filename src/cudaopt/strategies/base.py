@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..engine.recorder import Recorder
@@ -23,7 +23,6 @@ class Context:
     use_nsight: bool = False
     device_index: int = 0  # the local GPU the instruments profile on
     proposals: int = 1  # proposals asked of the model per round (agent strategies)
-    extra: dict = field(default_factory=dict)
 
 
 class Strategy(Protocol):

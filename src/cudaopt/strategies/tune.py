@@ -12,6 +12,7 @@ tells it their scores (seeded, so a search repeats itself on the same number of 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 from ..config import TuneSpace
 from ..engine.recorder import Candidate, Recorder
@@ -20,17 +21,18 @@ from ..wire.protocol import LaunchSpec
 from .base import Context, register
 
 
+@dataclass
 class Tuner:
-    def __init__(self, recorder: Recorder, source: str, space: TuneSpace, launch: LaunchSpec, *,
-                 max_evals: int = 100, time_limit_s: float | None = None, seed: int = 0):
-        self.rec = recorder
-        self.source = source
-        self.space = space
-        self.launch = launch
-        self.max_evals = max_evals
-        self.time_limit_s = time_limit_s
-        self.seed = seed
-        self.started = time.monotonic()
+    """A search of a tunable kernel's space, each configuration evaluated through the run's recorder."""
+
+    rec: Recorder
+    source: str
+    space: TuneSpace
+    launch: LaunchSpec
+    max_evals: int = 100
+    time_limit_s: float | None = None
+    seed: int = 0
+    started: float = field(default_factory=time.monotonic, init=False)
 
     def done(self) -> dict[tuple, float | None]:
         """Configurations already evaluated in this run (on resume too), with their scores."""
@@ -72,48 +74,48 @@ class Tuner:
         study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=self.seed))
         done = self.done()
         for key, value in done.items():  # a resumed run teaches the sampler what it already knows
-            trial = optuna.trial.create_trial(
+            draw = optuna.trial.create_trial(
                 params=dict(key),
                 distributions={k: optuna.distributions.CategoricalDistribution(v) for k, v in self.space.tunables.items()},
                 value=value, state=optuna.trial.TrialState.COMPLETE if value else optuna.trial.TrialState.FAIL,
             )
-            study.add_trial(trial)
+            study.add_trial(draw)
         evaluated = len(done)
         draws = 0
         width = len(self.rec.evaluator.gpus())
 
-        def tell(trial, value: float | None) -> None:
+        def tell(draw, value: float | None) -> None:
             if value is None:
-                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                study.tell(draw, state=optuna.trial.TrialState.FAIL)
             else:
-                study.tell(trial, value)
+                study.tell(draw, value)
 
         while evaluated < self.max_evals and draws < 50 * self.max_evals:
             if self._out_of_time():
                 return "time limit reached"
-            batch: dict[tuple, list] = {}  # configuration -> the trials that drew it
+            batch: dict[tuple, list] = {}  # configuration -> the sampler's draws of it
             while len(batch) < min(width, self.max_evals - evaluated) and draws < 50 * self.max_evals:
                 draws += 1
-                trial = study.ask()
-                config = {name: trial.suggest_categorical(name, values)
+                draw = study.ask()
+                config = {name: draw.suggest_categorical(name, values)
                           for name, values in self.space.tunables.items()}
                 key = tuple(sorted(config.items()))
                 if not self.space.allows(config):
-                    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                    study.tell(draw, state=optuna.trial.TrialState.PRUNED)
                 elif key in done:
-                    tell(trial, done[key])
+                    tell(draw, done[key])
                 else:
-                    batch.setdefault(key, []).append(trial)
+                    batch.setdefault(key, []).append(draw)
             if not batch:
                 continue
             scores = self._evaluate([dict(key) for key in batch])
             if scores is None:
                 return "time limit reached"
-            for (key, trials), value in zip(batch.items(), scores, strict=True):
+            for (key, picks), value in zip(batch.items(), scores, strict=True):
                 done[key] = value
                 evaluated += 1
-                for trial in trials:
-                    tell(trial, value)
+                for draw in picks:
+                    tell(draw, value)
         return "evaluation budget exhausted" if evaluated >= self.max_evals else "search space exhausted"
 
 

@@ -28,7 +28,7 @@ from ..record.events import AttemptStarted
 from ..record.crown import AuditedCandidate, CrowningAudit
 from ..record.files import Attempt
 from ..wire.results import EvalResult
-from .replay import replay_finalists
+from .replay import measure_finalists
 
 FIRST_AUDIT = 11  # checked timed launches per performance case in a run's first audit; one more in each later
 
@@ -109,7 +109,7 @@ def crown(rec: Recorder) -> CrowningAudit | None:
     """Measure the finalists again (the best alone too), then audit the winner there; a refused
     candidate cannot win and the next best is audited, until one passes or none is left. None when
     no attempt has a score."""
-    rounds = replay_finalists(rec)
+    rounds = measure_finalists(rec)
     if rounds is None:
         return None
     rec.settle(rounds.finalists)

@@ -18,10 +18,10 @@ one GPU (the cases are shared out among them), so every pair compares like with 
 
 The result goes to ``replay.json`` in the run directory, where the report's verdict reads it.
 
-:func:`replay_finalists` is the same idea inside a run: the best attempt and those recorded close
-to it (or measured on different GPUs) are measured again on one GPU, interleaved, before a winner
-is declared: attempts measured at different moments, even of one kernel on one GPU, differ by a
-few percent, so a ranking inside that spread is decided side by side. The crowning audit
+:func:`measure_finalists` is the same idea inside a run: the best attempt and those recorded
+close to it (or measured on different GPUs) are measured again on one GPU, interleaved, before a
+winner is declared: attempts measured at different moments, even of one kernel on one GPU, differ
+by a few percent, so a ranking inside that spread is decided side by side. The crowning audit
 (crowning.py) counts the winner's rounds.
 """
 
@@ -116,9 +116,9 @@ def load_target(target: Path) -> Target:
         return Target(target, request=request)
     run = open_run(target)
     trial = recorded_trial(run, what="replay")
-    env = read_run_json(run, "env.json", Environment)
+    env = read_run_json(run, RunDir.ENV, Environment)
     cases = []
-    for path in sorted(run.path.glob("best-case-*.json")):
+    for path in sorted(run.path.glob(RunDir.BEST_CASES)):
         cases.append(read_run_json(run, path.name, EvalRequest))
         check_request(path, cases[-1])  # a run's requests can be edited like any request file
     return Target(target, run=run, trial=trial, env=env, cases=tuple(cases))
@@ -193,7 +193,7 @@ def replay(target: Path | Target, evaluator: Evaluator, repeats: int = 5) -> Rep
         repeats=repeats,
         cases=cases,
     )
-    run.write_model("replay.json", outcome)
+    run.write_model(RunDir.REPLAY, outcome)
     run.log(f"replay: {'passed' if outcome.passed else 'failed'}, beats baseline: {outcome.beats_baseline}")
     return outcome
 
@@ -252,7 +252,7 @@ class Rounds:
     results: dict[int, list[EvalResult]]
 
 
-def replay_finalists(recorder: Recorder, count: int = FINALISTS, repeats: int = FINALIST_REPEATS) -> Rounds | None:
+def measure_finalists(recorder: Recorder, count: int = FINALISTS, repeats: int = FINALIST_REPEATS) -> Rounds | None:
     """The run's best attempts measured again on one GPU, interleaved, ``repeats`` times (the order
     reversed on odd repeats), before a winner is declared; None when no attempt has a score. The
     finalists are every attempt whose recorded score is within ``FINALIST_WINDOW`` of the best (one

@@ -71,5 +71,6 @@ def sanitize(request: EvalRequest, device: int, log_dir: Path, tools: tuple[str,
         errors = error_count(report)
         passed = errors == 0 and result.status == "ok"
         records.append(SanitizeReport(tool=tool, passed=passed, errors=errors, status=result.status,
-                                      reason=result.reason, report="\n".join(report.splitlines()[:_REPORT_LINES])))
+                                      reason=result.reason, report="\n".join(report.splitlines()[:_REPORT_LINES]),
+                                      log=str(log_file)))
     return records

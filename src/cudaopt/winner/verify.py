@@ -31,6 +31,7 @@ from ..record.files import VerifiedCase, VerifyOutcome
 from ..record.dispatch_table import DispatchTable, read_dispatch
 from ..trial import Trial, recorded_trial
 from .shapes import load_shapes, sweep_protocol, time_shapes
+from .sanitize import sanitize
 
 
 def fresh_cases(cases: list[CaseSpec], seed: int) -> list[CaseSpec]:
@@ -41,7 +42,6 @@ def fresh_cases(cases: list[CaseSpec], seed: int) -> list[CaseSpec]:
 @dataclass(frozen=True)
 class Prepared:
     """Everything verify reads, read and checked once before any GPU work."""
-
     run: RunDir | None  # None: a trial verified outside a run (nothing written)
     trial: Trial  # the winner as the run recorded it
     sweep: list[CaseSpec]  # the shapes to time
@@ -85,7 +85,7 @@ def verify(target: Path | Trial, evaluator: Evaluator, extra: Path | None = None
     run, trial, sweep, cases = prepared.run, prepared.trial, prepared.sweep, prepared.cases
     experiment = trial.experiment
     if run is None and sanitize_device is not None:
-        raise ExperimentError("sanitize", "", "compute-sanitizer writes its logs into a run directory: verify a run")
+        raise ExperimentError("--sanitize", "", "compute-sanitizer writes its logs into a run directory: verify a run")
     best = trial.attempt.id if trial.attempt is not None else None
     table = read_dispatch(run) if run is not None else None
     table = table if table is not None and table.adopted and table.winner_attempt == best else None
@@ -136,15 +136,13 @@ def verify(target: Path | Trial, evaluator: Evaluator, extra: Path | None = None
     if broken and outcome.status == "ok":
         outcome.status, outcome.reason = broken[0].status, f"case {broken[0].name}: {broken[0].reason}"
     if sanitize_device is not None:
-        from .sanitize import sanitize
-
         checked = fresh_cases(experiment.cases({"correctness"}), seed + len(fresh) + len(sweep))
         request.cases = checked + fresh
-        outcome.sanitize = sanitize(request, sanitize_device, run.file("sanitize"), on_tool=on_tool)
+        outcome.sanitize = sanitize(request, sanitize_device, run.file(RunDir.SANITIZE), on_tool=on_tool)
         outcome.passed = outcome.passed and all(r.passed for r in outcome.sanitize)
     if run is None:
         return outcome
-    run.write_model("verify.json", outcome)
+    run.write_model(RunDir.VERIFY, outcome)
     run.log(f"verify: attempt {best} on {len(fresh)} case(s) and {len(sweep)} shape(s), seed {seed}: "
             f"{'passed' if outcome.passed else 'failed'}"
             + (f", regressions: {', '.join(outcome.regressions)}" if outcome.regressions else ""))

@@ -1,6 +1,6 @@
 """Field types of the files a user writes whose checks are about the machine, not the problem:
 a file name the operating system can take, a case name that fits one line of an error or a table,
-the name of a variable in a kernel."""
+the name of a variable in a kernel; and the ``schema_version`` every file cudaopt writes carries."""
 
 from __future__ import annotations
 
@@ -38,3 +38,9 @@ def _identifier(value: str) -> str:
 
 
 CIdentifier = Annotated[str, AfterValidator(_identifier)]
+
+
+def version_field(current: int):
+    """A ``schema_version`` field: files written before versioning read as the current shape;
+    a newer one is refused as made by a newer cudaopt (errors.validation_message says so)."""
+    return Field(current, ge=1, le=current, description=f"the file's schema version (this cudaopt writes {current})")

@@ -1,8 +1,9 @@
 """Evaluation results: what a worker measured, declared once.
 
-The worker sends them as JSON, the supervisor reads them back into these models, the recorder
-keeps them in ``history.json`` (``Attempt.cases``), the result cache stores them whole, and the
-report and the model's prompt read their fields by name.
+The worker sends them as JSON in its ``result`` message; its lane (the local supervisor, or a Ray
+actor) reads them back into these models, the run engine keeps them in ``history.json``
+(``Attempt.cases``), the result cache stores them whole, the API returns them (``Evaluation``),
+and the report and the model's prompt read their fields by name.
 """
 
 from __future__ import annotations
@@ -219,8 +220,9 @@ class Clocks(WireModel):
     error: str = ""
 
 
-class Audit(WireModel):
-    """Which timed launches were checked on fresh inputs, and how many were scanned for unwritten outputs."""
+class LaunchScan(WireModel):
+    """The launch scan of a case's timed launches: which were checked on fresh inputs, and how many
+    were scanned for unwritten outputs and changed inputs."""
 
     checked_launches: list[int] = Field(default_factory=list)
     launches_scanned: int = 0
@@ -265,15 +267,17 @@ class CaseResult(WireModel):
     roofline: Roofline | None = None
     phases: dict[str, float] = Field(default_factory=dict)  # wall seconds per step
     vendors: list[VendorResult] = Field(default_factory=list)  # in the request's order
-    audit: Audit | None = None
+    scan: LaunchScan | None = None
     controls: Controls | None = None  # None: not run (a request that does not check)
 
     @model_validator(mode="before")
     @classmethod
     def _one_vendor(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "audit" in data:  # the launch scan's name before history.json 4
+            data = {**{k: v for k, v in data.items() if k != "audit"}, "scan": data["audit"]}
         return vendor_as_list(data)
 
-    @field_validator("launch", "occupancy", "roofline", "audit", mode="before")
+    @field_validator("launch", "occupancy", "roofline", "scan", mode="before")
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:
         return None if value == {} else value  # history.json before schema 2 wrote {} for "none"

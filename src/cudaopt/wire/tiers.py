@@ -37,6 +37,7 @@ class Tier:
     tile: list[Expr] | None
     block: list[Expr]
     shared_bytes: Expr
+    when: Expr | None = None  # None: the default row (or a launch without tiers)
 
     def error(self, message: str, field: str) -> LaunchError:
         """An error in one of the tier's fields, naming the tier (``launch tier 'medium' (tiers[2])``)."""
@@ -61,19 +62,27 @@ def choose_tier(spec: LaunchSpec, names: Mapping) -> tuple[Tier, dict]:
         except expr.ExprError as exc:
             raise LaunchError(str(exc), f"let.{name}") from None
         scope[name] = int(value) if isinstance(value, bool) else value  # a condition is 1 or 0
-    if spec.tiers is None:
-        return Tier(None, None, spec.entry, spec.grid, None, spec.block or [], spec.shared_bytes), scope
-    for i, tier in enumerate(spec.tiers):
+    for tier in rows(spec):
         if tier.when is not None:
             try:
                 holds = expr.evaluate(tier.when, scope)
             except expr.ExprError as exc:
-                raise Tier(i, tier.name, None, None, None, [], 0).error(str(exc), "when") from None
+                raise tier.error(str(exc), "when") from None
             if not holds:
                 continue
-        shared = tier.shared_bytes if tier.shared_bytes is not None else spec.shared_bytes
-        return Tier(i, tier.name, tier.entry or spec.entry, tier.grid, tier.tile, tier.block, shared), scope
+        return tier, scope
     raise LaunchError("no tier's `when` holds (give the last tier no `when`: it is then the default)", "tiers")
+
+
+def rows(spec: LaunchSpec) -> list[Tier]:
+    """Every row of the launch in order, the launch's own entry and shared bytes filled in where a
+    tier leaves them out (a launch without tiers is one row): the one place these defaults are
+    written, for the harness and for the exported launchers alike."""
+    if spec.tiers is None:
+        return [Tier(None, None, spec.entry, spec.grid, None, spec.block or [], spec.shared_bytes)]
+    return [Tier(i, t.name, t.entry or spec.entry, t.grid, t.tile, t.block,
+                 t.shared_bytes if t.shared_bytes is not None else spec.shared_bytes, t.when)
+            for i, t in enumerate(spec.tiers)]
 
 
 def expressions(spec: LaunchSpec) -> Iterator[tuple[str, Expr, bool]]:

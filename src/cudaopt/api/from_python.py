@@ -1,0 +1,297 @@
+"""``api.experiment``: an experiment built in Python, for users who know kernel_tuner's
+``tune_kernel`` or KernelBench's ``Model``/``get_inputs``: a PyTorch (or NumPy) reference function,
+example inputs and the kernel's signature; no JSON to write.
+
+It writes the files a user would have written (``experiment.json``, ``input_cases.json``,
+``reference.py``, the kernel, ``vendor.py``) and loads them as every experiment is loaded, so
+everything downstream is the same: the checks, the requests, the lock, the run directory (a run of an
+experiment kept in cudaopt's cache copies its files into the run, so it stays replayable).
+
+How the examples become cases: each example (a mapping of the signature's names to an input array
+or a scalar value) is a performance case at its sizes, the first one again as a holdout with another
+seed (for ``verify``). Each input is drawn from a distribution fitted to the example's values; each
+dimension is written as the scalar that has its size in every example (a literal where none has),
+each output's shape read off what the reference returns on the first example. A PyTorch reference
+also serves as the vendor baselines, PyTorch eager and ``torch.compile``, timed beside the kernel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import textwrap
+import types
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config import CasesFile, ExperimentConfig, TuneSection, VendorSection
+from ..errors import ExperimentError
+from ..experiment import Experiment, ExperimentArgs
+from ..harness.reference import named_outputs
+from ..kernelbench.translate import fit
+from ..paths import cache_root
+from ..trial import LaunchGiven, as_launch
+from ..wire.protocol import CaseSpec, InputSpec, OutputSpec
+from ..wire.signature import Signature, SignatureError, parse_signature
+from .experiments import PathArg
+
+EXPERIMENTS = "experiments"  # under the cache root: experiments made in Python without a folder of their own
+HOLDOUT_SEED = 1009
+_VENDORS = '''
+
+# --- written by cudaopt: the reference as the PyTorch baselines the kernel is timed beside ---
+import torch as _torch
+
+_COMPILED = []
+
+
+def pytorch_eager({params}):
+    """PyTorch eager: the reference itself."""
+    with _torch.no_grad():
+        return {entry}({arguments})
+
+
+def pytorch_compile({params}):
+    """torch.compile of the reference (compiled at the first call, outside any timing)."""
+    if not _COMPILED:
+        _COMPILED.append(_torch.compile({entry}))
+    with _torch.no_grad():
+        return _COMPILED[0]({arguments})
+'''
+
+
+def experiment(reference: Callable, inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, signature: str,
+               kernel: PathArg | None = None, launch: LaunchGiven = None, description: str = "",
+               rtol: float = 1e-4, atol: float = 1e-4, tunables: Mapping[str, Sequence] | None = None,
+               restrictions: Sequence[str] = (), folder: PathArg | None = None) -> Experiment:
+    """An experiment from a reference function and example inputs.
+
+    ``reference`` takes every input and scalar of ``signature`` by name and returns the output (a
+    dict by name, or a sequence in signature order, when there are several). ``inputs``: one example
+    or a list, each mapping every ``const T*`` argument to an array (a torch tensor or a NumPy
+    array) and every scalar to its value. ``kernel``: the kernel to start from (a ``.cu`` file, or
+    its source text); ``launch``: how every case launches it (grid and block expressions over the
+    scalars, or a tier table); ``rtol``/``atol``: each output's tolerances. ``tunables``
+    (name -> values, with ``restrictions``) make the kernel tunable (``strategy="tune"``), its
+    launch expressions may use them. The files go to ``folder`` (default: cudaopt's cache, named by
+    their content)."""
+    try:
+        sig = parse_signature(signature)
+    except SignatureError as exc:
+        raise ExperimentError("signature", "", str(exc)) from None
+    examples = [dict(inputs)] if isinstance(inputs, Mapping) else [dict(e) for e in inputs]
+    if not examples:
+        raise ExperimentError("inputs", "", "give at least one example (a mapping of the signature's names)")
+    torch_kind = any(_is_torch(v) for e in examples for v in e.values())
+    arrays = [_arrays(sig, e, i) for i, e in enumerate(examples)]
+    outputs = _outputs(reference, sig, examples[0])
+    files = {"reference.py": function_module(reference)}
+    source = _kernel_text(kernel, sig) if kernel is not None else None
+    if source is not None:
+        files[f"{sig.name}.cu"] = source
+    elif tunables:
+        raise ExperimentError("tunables", "", "tune a kernel: give it (kernel=...)")
+    cases = _cases(sig, arrays, outputs, rtol, atol)
+    vendors = []
+    if torch_kind:
+        files["vendor.py"] = files["reference.py"] + _vendor_calls(sig, reference.__name__)
+        vendors = [VendorSection(file="vendor.py", function=f"pytorch_{kind}", label=label, arrays="torch",
+                                 returns=True, pytorch=kind)
+                   for kind, label in (("eager", "PyTorch eager"), ("compile", "torch.compile"))]
+    spec = as_launch(launch)
+    if spec is None:
+        raise ExperimentError("launch", "", "missing: how every case launches the kernel (grid and block, "
+                                            "expressions over the scalars: {\"grid\": [\"cdiv(n, 256)\"], "
+                                            "\"block\": [256]})")
+    tune, cases_launch = None, spec
+    if tunables:
+        tune = TuneSection(kernel=f"{sig.name}.cu", tunables={k: list(v) for k, v in tunables.items()},
+                           restrictions=list(restrictions), launch=spec)
+        # the kernel as given (no tunable defined) launches with each tunable's first value
+        cases_launch = spec.model_copy(update={"let": {**{k: v[0] for k, v in tunables.items()}, **(spec.let or {})}})
+    config = ExperimentConfig(description=description or (inspect.getdoc(reference) or ""), signature=str(sig),
+                              reference="reference.py", reference_entry=reference.__name__,
+                              reference_kind="torch" if torch_kind else "numpy",
+                              initial_kernel=f"{sig.name}.cu" if source is not None else None,
+                              input_cases="input_cases.json", vendor=vendors, tune=tune)
+    files["input_cases.json"] = CasesFile(launch=cases_launch, cases=cases).to_json(indent=2) + "\n"
+    files["experiment.json"] = json.dumps(config.model_dump(mode="json", exclude_defaults=True), indent=2) + "\n"
+    where = Path(folder) if folder is not None else _cache_folder(files)
+    where.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (where / name).write_text(text)
+    return ExperimentArgs(config=str(where.resolve() / "experiment.json")).load()
+
+
+def made_in_cache(experiment: Experiment) -> Path | None:
+    """The folder of an experiment :func:`experiment` wrote into cudaopt's cache (None otherwise):
+    a run copies it, so that it stays replayable when the cache is cleared."""
+    config = experiment.args.config if experiment.args is not None else None
+    if config is None:
+        return None
+    root = (cache_root() / EXPERIMENTS).resolve()
+    folder = Path(config).resolve().parent
+    return folder if root in folder.parents else None
+
+
+def _cache_folder(files: dict[str, str]) -> Path:
+    digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_root() / EXPERIMENTS / digest
+
+
+def _is_torch(value) -> bool:
+    return type(value).__module__.split(".")[0] == "torch" and hasattr(value, "detach")
+
+
+def _numpy(value) -> np.ndarray:
+    return value.detach().cpu().numpy() if _is_torch(value) else np.asarray(value)
+
+
+def _arrays(sig: Signature, example: dict, index: int) -> dict:
+    """An example's inputs as NumPy arrays and its scalars, every name of the signature given once."""
+    where = f"inputs[{index}]"
+    given = set(example)
+    expected = {a.name for a in sig.args if not a.is_output}
+    if given - expected:
+        extra = sorted(given - expected)[0]
+        outputs = {a.name for a in sig.outputs}
+        why = "an output (the reference returns it)" if extra in outputs else "not an input or a scalar of the signature"
+        raise ExperimentError(where, extra, why)
+    if expected - given:
+        raise ExperimentError(where, sorted(expected - given)[0], "missing: give every input array and scalar value")
+    out = {}
+    for arg in sig.args:
+        if arg.is_output:
+            continue
+        value = example[arg.name]
+        if arg.pointer:
+            array = _numpy(value)
+            if array.dtype.kind not in "biuf" or array.ndim == 0:
+                raise ExperimentError(where, arg.name, f"not an array of numbers ({type(value).__name__})")
+            out[arg.name] = array
+        elif isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise ExperimentError(where, arg.name, f"{value!r} is not a number (a scalar of the signature)")
+        else:
+            out[arg.name] = value.item() if isinstance(value, np.generic) else value
+    return out
+
+
+def _outputs(reference: Callable, sig: Signature, example: dict) -> dict[str, tuple[int, ...]]:
+    """Each output's shape, as the reference returns it on the first example."""
+    try:
+        result = reference(**{a.name: example[a.name] for a in sig.args if not a.is_output})
+        named = named_outputs(result, [a.name for a in sig.outputs])
+    except Exception as exc:
+        raise ExperimentError("reference", "", f"on inputs[0]: {type(exc).__name__}: {exc}") from None
+    return {name: tuple(_numpy(value).shape) for name, value in named.items()}
+
+
+def _dimension(sizes: list[int], scalars: list[str], examples: list[dict], what: str) -> str | int:
+    """A dimension (its size in each example) as the scalar that has that size in every example,
+    else the number, which must then be the same in every example."""
+    for name in scalars:
+        if all(e[name] == size for e, size in zip(examples, sizes, strict=True)):
+            return name
+    if len(set(sizes)) > 1:
+        raise ExperimentError("inputs", what, f"sizes {sizes} in the examples, and no scalar has them: give the "
+                                              "size as a scalar of the signature")
+    return sizes[0]
+
+
+def _cases(sig: Signature, arrays: list[dict], outputs: dict, rtol: float, atol: float) -> list[CaseSpec]:
+    scalars = [a.name for a in sig.scalars]
+    for arg in sig.inputs:
+        if len({values[arg.name].ndim for values in arrays}) > 1:
+            raise ExperimentError("inputs", arg.name, "has a different number of dimensions in the examples")
+    shapes = {arg.name: [_dimension([v[arg.name].shape[d] for v in arrays], scalars, arrays, f"{arg.name}[{d}]")
+                         for d in range(arrays[0][arg.name].ndim)] for arg in sig.inputs}
+    shapes |= {name: [_dimension([n], scalars, arrays[:1], f"{name}[{d}]") for d, n in enumerate(shape)]
+               for name, shape in outputs.items()}
+    cases = []
+    for i, values in enumerate(arrays):
+        inputs = {arg.name: InputSpec(shape=shapes[arg.name],
+                                      init=fit(values[arg.name].reshape(-1).astype(np.float64), arg.dtype)[0])
+                  for arg in sig.inputs}
+        out = {name: OutputSpec(shape=shapes[name], rtol=rtol, atol=atol) for name in outputs}
+        cases.append(CaseSpec(name="example" if len(arrays) == 1 else f"example-{i}", role="performance", seed=i + 1,
+                              scalars={name: values[name] for name in scalars}, inputs=inputs, outputs=out))
+    cases.append(cases[0].model_copy(update={"name": "holdout", "role": "holdout", "seed": HOLDOUT_SEED}))
+    return cases
+
+
+def _kernel_text(kernel: PathArg, sig: Signature) -> str:
+    """The kernel's source: the file ``kernel`` names, or ``kernel`` itself when it is source text."""
+    text = str(kernel)
+    if "__global__" in text:
+        return text if text.endswith("\n") else text + "\n"
+    path = Path(kernel)
+    if not path.is_file():
+        raise ExperimentError("kernel", "", f"{path} not found (give a .cu file or the kernel's source)")
+    return path.read_text()
+
+
+def _vendor_calls(sig: Signature, entry: str) -> str:
+    """The vendor functions: every argument of the signature by name (outputs too), the reference
+    called on the inputs and scalars, its outputs returned."""
+    given = [a.name for a in sig.args if not a.is_output]
+    return _VENDORS.format(params=", ".join(a.name for a in sig.args), entry=entry,
+                           arguments=", ".join(f"{n}={n}" for n in given))
+
+
+def function_module(fn: Callable) -> str:
+    """A module that defines ``fn`` as it is: its source, and what it uses from its own module
+    (modules imported, functions defined beside it, constants), so that the worker loads it alone."""
+    if not isinstance(fn, types.FunctionType) or fn.__name__ == "<lambda>":
+        raise ExperimentError("reference", "", "give a function defined with def (its source is written to "
+                                               "reference.py)")
+    head: list[str] = []
+    bodies: list[str] = []
+    _collect(fn, head, bodies, set())
+    return "\n".join(dict.fromkeys(head)) + ("\n\n\n" if head else "") + "\n\n\n".join(bodies) + "\n"
+
+
+def _collect(fn: types.FunctionType, head: list[str], bodies: list[str], seen: set[str]) -> None:
+    if fn.__name__ in seen:
+        return
+    seen.add(fn.__name__)
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        raise ExperimentError("reference", fn.__name__, "its source cannot be read (define it in a file or a "
+                                                        "notebook cell)") from None
+    if fn.__closure__:
+        raise ExperimentError("reference", fn.__name__, "uses variables of an enclosing function: define it at "
+                                                        "the top level of its module")
+    for name in _names(fn.__code__):
+        if name in fn.__globals__:
+            _dependency(name, fn.__globals__[name], fn, head, bodies, seen)
+    bodies.append(source.rstrip())
+
+
+def _names(code: types.CodeType) -> list[str]:
+    """Every global a function's code (and the code nested in it) may read."""
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names += _names(const)
+    return list(dict.fromkeys(names))
+
+
+def _dependency(name: str, value, fn, head: list[str], bodies: list[str], seen: set[str]) -> None:
+    if isinstance(value, types.ModuleType):
+        head.append(f"import {value.__name__}" if value.__name__ == name else f"import {value.__name__} as {name}")
+    elif isinstance(value, types.FunctionType) and value.__module__ == fn.__module__:
+        _collect(value, head, bodies, seen)
+    elif isinstance(value, (int, float, str, bool, type(None))) or (
+            isinstance(value, tuple) and all(isinstance(v, (int, float, str, bool)) for v in value)):
+        head.append(f"{name} = {value!r}")
+    elif getattr(value, "__module__", None) not in (None, "__main__", fn.__module__) and hasattr(value, "__qualname__"):
+        head.append(f"from {value.__module__} import {value.__qualname__.split('.')[0]} as {name}")
+    else:
+        raise ExperimentError("reference", fn.__name__, f"uses {name} ({type(value).__name__}), which cannot be "
+                                                        "written into reference.py: define it inside the function, "
+                                                        "or give the reference as a file")

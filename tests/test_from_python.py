@@ -1,0 +1,101 @@
+"""An experiment built in Python (api.experiment): the files a user would have written, loaded as any
+experiment is, its cases and shapes read off the examples, and what cannot be written refused on
+one line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cudaopt import api
+from cudaopt.errors import ExperimentError
+
+SCALE = 2.0
+SIGNATURE = 'extern "C" __global__ void scaled_sum(const float* a, const float* b, float* c, int m, int n)'
+LAUNCH = {"grid": ["cdiv(m * n, 256)"], "block": [256]}
+
+
+def doubled(values):
+    return SCALE * values
+
+
+def scaled_sum(a, b, m, n):
+    """Twice the sum of two matrices."""
+    return doubled(np.asarray(a) + np.asarray(b))
+
+
+def example(m: int, n: int) -> dict:
+    rng = np.random.default_rng(m * n)
+    return {"a": rng.normal(size=(m, n)).astype(np.float32), "b": rng.uniform(0, 4, size=(m, n)).astype(np.float32),
+            "m": m, "n": n}
+
+
+def test_the_files_are_written_and_load_as_any_experiment(tmp_path):
+    exp = api.experiment(scaled_sum, [example(31, 17), example(64, 48)], signature=SIGNATURE,
+                         launch={"grid": ["cdiv(n, 16)", "cdiv(m, 16)"], "block": [16, 16]}, rtol=1e-5, atol=1e-5,
+                         folder=tmp_path / "exp")
+    assert exp.args.config == str((tmp_path / "exp" / "experiment.json").resolve())
+    assert exp.reference_kind == "py" and exp.description == "Twice the sum of two matrices."
+    assert [(c.name, c.role) for c in exp.case_specs] == [("example-0", "performance"), ("example-1", "performance"),
+                                                          ("holdout", "holdout")]
+    first = exp.case_specs[0]
+    assert first.scalars == {"m": 31, "n": 17} and first.inputs["a"].shape == ["m", "n"]
+    assert first.outputs["c"].shape == ["m", "n"] and first.outputs["c"].rtol == 1e-5
+    assert first.inputs["a"].init.dist == "normal" and first.inputs["b"].init.dist == "uniform"
+    assert exp.case_specs[2].seed != first.seed and exp.case_specs[2].scalars == first.scalars
+    reference = (tmp_path / "exp" / "reference.py").read_text()
+    assert "import numpy as np" in reference and "SCALE = 2.0" in reference and "def doubled(" in reference
+    assert not exp.vendors  # a NumPy reference is no PyTorch baseline
+
+
+def test_a_reference_in_the_cache_is_named_by_its_content():
+    one, again, other = (api.experiment(scaled_sum, example(8, n), signature=SIGNATURE, launch=LAUNCH)
+                         for n in (4, 4, 6))
+    assert one.args.config == again.args.config != other.args.config
+    with pytest.raises(ExperimentError, match="launch: missing: how every case launches the kernel"):
+        api.experiment(scaled_sum, example(8, 4), signature=SIGNATURE)
+
+
+def test_tunables_make_a_tune_section_and_the_cases_launch_with_their_first_values(tmp_path):
+    kernel = tmp_path / "k.cu"
+    kernel.write_text(SIGNATURE + " { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < m * n) "
+                                  "c[i] = 2.0f * (a[i] + b[i]); }\n")
+    exp = api.experiment(scaled_sum, example(8, 4), signature=SIGNATURE, kernel=kernel,
+                         launch={"grid": ["cdiv(m * n, BLOCK)"], "block": ["BLOCK"]}, tunables={"BLOCK": [64, 128]},
+                         folder=tmp_path / "exp")
+    assert exp.tuning is not None and exp.tuning.space.tunables == {"BLOCK": [64, 128]}
+    assert exp.case_specs[0].launch.let == {"BLOCK": 64}
+    config = json.loads((tmp_path / "exp" / "experiment.json").read_text())
+    assert config["initial_kernel"] == "scaled_sum.cu" and config["tune"]["kernel"] == "scaled_sum.cu"
+
+
+@pytest.mark.parametrize("inputs, words", [
+    ({"a": np.zeros((2, 2), np.float32), "m": 2, "n": 2}, "inputs[0]: b: missing"),
+    ({**example(2, 2), "c": np.zeros((2, 2))}, "inputs[0]: c: an output (the reference returns it)"),
+    ({**example(2, 2), "m": "two"}, "inputs[0]: m: 'two' is not a number"),
+    ([example(2, 3), {**example(4, 5), "a": np.zeros((4, 5, 1), np.float32)}], "inputs: a: has a different number"),
+])
+def test_examples_that_do_not_fit_the_signature_are_refused(inputs, words):
+    with pytest.raises(ExperimentError, match=words.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")
+                       .replace(")", r"\)")):
+        api.experiment(scaled_sum, inputs, signature=SIGNATURE, launch=LAUNCH)
+
+
+def test_a_reference_that_cannot_be_written_alone_is_refused():
+    with pytest.raises(ExperimentError, match="reference: give a function defined with def"):
+        api.experiment(lambda a, b, m, n: a + b, example(2, 2), signature=SIGNATURE, launch=LAUNCH)
+    weight = np.ones(3)
+
+    def closure(a, b, m, n):
+        return (a + b) * weight[0]
+
+    with pytest.raises(ExperimentError, match="reference: closure: uses variables of an enclosing function"):
+        api.experiment(closure, example(2, 2), signature=SIGNATURE, launch=LAUNCH)
+    with pytest.raises(ExperimentError, match=r"reference: on inputs\[0\]: TypeError"):
+        api.experiment(wrong_parameters, example(2, 2), signature=SIGNATURE, launch=LAUNCH)
+
+
+def wrong_parameters(x):
+    return x

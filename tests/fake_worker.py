@@ -81,7 +81,7 @@ def main():
             if case["role"] in request.get("time_roles", ["performance"]):
                 protocol = {"iterations": 100, "checked_launches": 3, **request.get("protocol", {})}
                 result["timing"] = {**stats(10.0 * (1 + defines.get("T", 0))), "n": protocol["iterations"]}
-                result["audit"] = {"checked_launches": list(range(protocol["checked_launches"]))}
+                result["scan"] = {"checked_launches": list(range(protocol["checked_launches"]))}
                 result["vendors"] = [{"label": v["label"], "status": "ok", "timing": stats(7.0)}
                                      for v in request.get("vendors", [])]
             cases.append(result)

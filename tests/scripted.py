@@ -19,12 +19,12 @@ import time
 from cudaopt.pool.dispatch import Dispatcher, GpuRef, dispatch
 from cudaopt.wire.messages import PhaseStarted
 from cudaopt.wire.results import (
-    Audit,
     CaseResult,
     CheckInfo,
     CompileInfo,
     DeviceInfo,
     EvalResult,
+    LaunchScan,
     Roofline,
     TimingStats,
     VendorResult,
@@ -144,14 +144,14 @@ class ScriptedEvaluator:
                                     memory_pct=round(nbytes / median / 1e3 / 4814.3 * 100, 1),
                                     floor_us=max(flops / 535.3e12, nbytes / 4814.3e9) * 1e6)
             phases = {"setup_s": 0.1, "reference_s": 0.2, "check_s": 0.1}  # scripted: the base figures' scale
-            audit = None
+            scan = None
             if timing:
                 phases.update(timing_s=base_us(case) * float(arg or 1.0) * 1e-4, timed_checks_s=0.01)
                 timing.n = request.protocol.iterations
-                audit = Audit(checked_launches=list(range(request.protocol.checked_launches)))
+                scan = LaunchScan(checked_launches=list(range(request.protocol.checked_launches)))
             cases.append(CaseResult(name=case.name, role=case.role, status="ok", timing=timing, roofline=roofline,
                                     phases=phases, vendors=_vendors(request.vendors, case) if timing else [],
-                                    audit=audit))
+                                    scan=scan))
         status = next((c.status for c in cases if c.status != "ok"), "ok")
         return EvalResult(status=status, reason="" if status == "ok" else "case odd: mismatch",
                           compile=compile_info, cases=cases, wall_s=0.01)

@@ -30,12 +30,12 @@ def test_the_headers_release_is_read_from_the_runtime_header_and_the_crt_wheel(t
     (root / "crt").mkdir(parents=True)
     (root / "cuda_runtime_api.h").write_text("#define CUDART_VERSION  12080\n")
     (root / "crt" / "host_config.h").write_text("")
-    monkeypatch.setattr("cudaopt.harness.nvrtc_build.header_roots", lambda: (("cudart", str(root), "system"),))
+    monkeypatch.setattr(doctor, "header_roots", lambda: (("cudart", str(root), "system"),))
     assert doctor.header_releases() == {"cudart": "12.8", "crt": "12.8"}  # a toolkit's crt: its runtime's release
 
 
 def test_doctor_exits_non_zero_on_a_release_mismatch(monkeypatch):
-    monkeypatch.setattr("cudaopt.harness.gpu.nvrtc_version", lambda: "13.0")
+    monkeypatch.setattr(doctor, "nvrtc_version", lambda: "13.0")
     monkeypatch.setattr(doctor, "header_releases", lambda: {"cudart": "13.0", "crt": "13.5"})
     result = CliRunner().invoke(app, ["doctor"], env={"COLUMNS": "400"})
     assert result.exit_code == 1

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from .harness.gpu import Gpu, call, nvrtc_version
-from .harness.compile_process import COMPILERS, CompilerUnavailable
-from .harness.nvrtc_build import HEADER_LIBS, header_roots
-from .harness.peaks import measure, save
 import os
 import re
 import shutil
@@ -13,6 +9,11 @@ import subprocess
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+
+from .harness.compile_process import COMPILERS, CompilerUnavailable
+from .harness.gpu import Gpu, call, nvrtc_version
+from .harness.nvrtc_build import HEADER_LIBS, header_roots
+from .harness.peaks import measure, save
 
 
 @dataclass
@@ -56,7 +57,6 @@ def header_releases() -> dict[str, str]:
     """The CUDA release (``13.5``) of each header family NVRTC compiles against, where it can be
     told: the runtime headers by their ``CUDART_VERSION``, the ``crt/`` headers beside them by the
     wheel that installed them (a system toolkit's are its runtime's release)."""
-    from .harness.nvrtc_build import header_roots
 
     root = next((directory for lib, directory, _ in header_roots() if lib == "cudart"), None)
     if root is None:

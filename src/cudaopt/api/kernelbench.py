@@ -20,12 +20,13 @@ from .experiments import PathArg
 
 def import_kernelbench(problem: PathArg, out: PathArg, *, name: str | None = None, seed: int = 42,
                        rtol: float | None = None, atol: float | None = None, force: bool = False,
-                       time_limit: float = 300.0) -> Imported:
+                       time_limit: float | None = None) -> Imported:
     """Write a complete experiment for a KernelBench problem file into the folder ``out``: the
     PyTorch reference, PyTorch eager and torch.compile as vendors, the problem's sizes as the
     performance case, smaller odd correctness cases and a holdout; no initial kernel (a model
-    writes the first one). The problem runs in a process of its own, stopped after ``time_limit``
-    seconds. The experiment written, loaded, and the import's notes."""
+    writes the first one). The problem runs in a process of its own, stopped at the limit its sizes
+    need, at most ``time_limit`` seconds (default 1800). The experiment written, loaded, and the
+    import's notes."""
     check_arguments({"seed": seed, "rtol": rtol, "atol": atol, "time_limit": time_limit})
     source, folder = Path(problem), Path(out)
     if name is not None and not IDENTIFIER.fullmatch(name):

@@ -30,8 +30,9 @@ def kernelbench(
     atol: Annotated[float | None, typer.Option(help="Absolute tolerance of every output (default: the problem's "
                                                     "TASK_CONFIG, else KernelBench's 1e-2).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace the experiment files already in --out.")] = False,
-    time_limit: Annotated[float, typer.Option(help="Seconds the import may take: the problem runs in a process of "
-                                                   "its own, stopped at this limit.")] = 300.0,
+    time_limit: Annotated[float | None, typer.Option(help="Most seconds the import may take (default 1800): the "
+                                                          "problem runs in a process of its own, stopped at the "
+                                                          "limit its sizes need, at most this.")] = None,
 ) -> None:
     """Write a complete experiment for a KernelBench problem: the PyTorch reference, PyTorch eager and
     torch.compile as vendors, the problem's sizes as the performance case, smaller odd correctness

@@ -239,8 +239,8 @@ class Recorder:
             if best is not None:
                 self._write_best(best, self.source(best))
             else:
-                for old in [self.run.file("best.cu"), self.run.file("best-launch.json"),
-                            *self.run.path.glob("best-case-*.json")]:
+                for old in [self.run.file(RunDir.BEST), self.run.file(RunDir.BEST_LAUNCH),
+                            *self.run.path.glob(RunDir.BEST_CASES)]:
                     old.unlink(missing_ok=True)
         self.write_summary()
 

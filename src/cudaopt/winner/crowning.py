@@ -49,7 +49,7 @@ def case_draws(results: Sequence[EvalResult]) -> dict[str, list[tuple[int, int]]
     for result in results:
         for case in result.cases:
             if case.timing is not None:
-                checked = len(case.audit.checked_launches) if case.audit else 0
+                checked = len(case.scan.checked_launches) if case.scan else 0
                 out.setdefault(case.name, []).append((case.timing.n, checked))
     return out
 
@@ -61,7 +61,7 @@ def checked_per_case(results: Sequence[EvalResult], performance: Sequence[str]) 
     for result in results:
         for case in result.cases:
             if case.name in performance:
-                got = len(case.audit.checked_launches) if case.audit and case.timing else 0
+                got = len(case.scan.checked_launches) if case.scan and case.timing else 0
             else:
                 got = len({c.input_set for c in case.checks if c.phase == "check"})
             out[case.name] = out.get(case.name, 0) + got

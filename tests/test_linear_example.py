@@ -205,7 +205,7 @@ def _bounds(config: dict) -> dict[str, int]:
 
 def _sass_by_function(cubin: bytes) -> dict[str, str]:
     from cudaopt.insight.compiled import disassemble
-    from cudaopt.insight.locate import find_tool
+    from cudaopt.harness.locate import find_tool
 
     tool = find_tool("nvdisasm")
     assert tool, "nvdisasm (the nvidia-cuda-nvdisasm wheel) is needed to read the SASS"

@@ -103,6 +103,23 @@ def test_a_large_answer_learns_its_constant_from_a_sample(monkeypatch):
     assert found[0][0] == "y" and found[0][1].startswith("the constant 0.5") and "median" in found[0][1], found
 
 
+@pytest.mark.parametrize(("n", "count", "run"), [(16 << 20, 1 << 22, 1 << 16), (10_000, 4096, 16), (5000, 4096, 16),
+                                                (4097, 4096, 16), (100, 4096, 16), (1000, 999, 1000)])
+def test_a_sample_reads_distinct_sorted_elements_from_the_first_to_the_last(n, count, run):
+    """The elements a control samples: each once, in order (the device reads them as runs), from
+    both ends of the answer, and as many as asked wherever the runs do not overlap; a large answer's
+    sample is drawn fast (a hash-based unique took seconds on 4 M indices, on every new case)."""
+    from cudaopt.harness.controls import runs, spread
+
+    index = spread(n, count, run)
+    assert (np.diff(index) > 0).all() and index[0] == 0 and index[-1] < n
+    assert index.size == min(n, count) or (n > count and index.size <= count)
+    if count // min(run, count) >= 2 or n <= count:
+        assert index[-1] == n - 1
+    if n > count and count % run == 0:
+        assert index.size == count and len(runs(index)) <= count // run
+
+
 def test_a_stale_answer_is_caught_where_every_input_set_gives_the_same_answer():
     sig = parse_signature('extern "C" __global__ void f(const float* x, float* y, int n)')
     case = CaseSpec(name="mean", role="performance", scalars={"n": 100000}, inputs={"x": {"shape": ["n"]}},

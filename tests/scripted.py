@@ -91,6 +91,9 @@ class ScriptedEvaluator:
     def prefetch(self, kernels) -> None:
         self.prefetched.append([k.defines for k in kernels])
 
+    def compile_ahead(self, kernels) -> None:
+        self.prefetch(kernels)
+
     def evaluate_all(self, requests, **options):
         return dispatch([self], requests, **options)
 

@@ -61,6 +61,16 @@ def test_a_sweep_on_two_gpus_is_recorded_in_the_order_of_the_space_whichever_gpu
         (a.kind, a.defines, a.score_us) for a in attempts(run)]  # one GPU or two: the same record
 
 
+def test_each_gpu_compiles_ahead_the_share_of_the_sweep_it_will_be_handed(tmp_path, experiment):
+    """Before the baseline, each lane is asked to compile the configurations the dispatcher later
+    gives it, so a sweep's compilation runs beside the baseline on every GPU and none twice."""
+    pool = ScriptedPool(2)
+    run, _ = tune(tmp_path, experiment, pool)
+    ahead, batch = ([lane.prefetched[0] for lane in pool.lanes], [lane.prefetched[1] for lane in pool.lanes])
+    assert ahead == batch == [[{"BM": 16}, {"BM": 64}], [{"BM": 32}, {"BM": 128}]]
+    assert all(a.gpu.index == (0 if a.defines["BM"] in (16, 64) else 1) for a in attempts(run) if a.kind == "tune")
+
+
 def test_finalists_measured_on_different_gpus_are_measured_again_on_one_before_a_winner(tmp_path, experiment):
     # GPU 0 reports every time twice as fast: BM=64 (on GPU 0) looks best, BM=128 (on GPU 1) is
     run, summary = tune(tmp_path, experiment, ScriptedPool(2, delays={0: 0.05, 1: 0.05}, speeds={0: 0.5}))

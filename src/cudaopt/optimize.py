@@ -17,6 +17,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -97,12 +98,14 @@ def stored_strategy(path: Path) -> str:
 
 def start_or_resume(args: ExperimentArgs, settings, budget: Budget, results: Path, evaluator: Evaluator,
                     options: Options | None = None, *, resume: Path | None = None, experiment: Experiment | None = None,
-                    keep: Path | None = None, on_progress: OnProgress = ignore) -> tuple[RunDir, Summary]:
+                    keep: Path | None = None, on_progress: OnProgress = ignore,
+                    preflight_s: float = 0.0) -> tuple[RunDir, Summary]:
     """Run a strategy to a stop reason. On --resume, the stored experiment, strategy and lock are used.
     ``settings`` is the model's (agent.model.ModelSettings); ``experiment`` is ``args`` loaded, when
     the caller has loaded it already (it is loaded once); ``keep``: a folder of experiment files
     (``args`` names its config) copied into the run's ``experiment/``, from where the run loads it
-    again (an experiment built in Python, kept in a cache that may be cleared)."""
+    again (an experiment built in Python, kept in a cache that may be cleared); ``preflight_s``: how
+    long the caller's pre-flight took (the summary says where the run's time went)."""
     options = options or Options()
     # every check that needs no GPU first; then the worker starts, before anything is written
     proposals = options.proposals
@@ -122,7 +125,9 @@ def start_or_resume(args: ExperimentArgs, settings, budget: Budget, results: Pat
         if options.ablation:
             need_tuning(experiment, origin)
     strategy = strategies.get(name)
-    device = evaluator.device_info()
+    started = time.monotonic()
+    device = evaluator.device_info()  # the workers start here
+    workers_s = time.monotonic() - started
     if resume is None:
         run = RunDir.create(results)
         if keep is not None:
@@ -141,6 +146,7 @@ def start_or_resume(args: ExperimentArgs, settings, budget: Budget, results: Pat
                         cache=cache, on_progress=on_progress)
     if resume is not None:
         recorder.load()
+    recorder.count_start(preflight_s, workers_s)
     context = strategies.Context(recorder=recorder, budget=budget, model=settings, chat_model=options.chat_model,
                                  max_evals=options.max_evals, seed=options.seed, research=options.research,
                                  use_nsight=options.use_nsight, device_index=options.device_index,
@@ -163,6 +169,8 @@ def _run(strategy, context: strategies.Context) -> Summary:
     the crowning audit of the winner; an interrupt is recorded as the stop reason and re-raised."""
     recorder = context.recorder
     try:
+        if recorder.baseline is None:
+            recorder.compile_ahead(strategy.ahead(context))
         try:
             refuse_results(recorder.exp, recorder.ensure_baseline().cases)
         except ExperimentError:

@@ -27,7 +27,7 @@ from ..record.events import AttemptFinished, AttemptStarted, OnProgress, PhasePr
 from ..record.rundir import RunDir
 from ..record.runs import model_calls, read_run_json
 from ..record.crown import CrowningAudit, Finalists
-from ..record.files import Attempt, History, ModelCall, Summary
+from ..record.files import Attempt, History, ModelCall, Summary, TimeSpent
 from ..trial import Trial, run_trial
 from .scoring import baseline_of, best_of, comparable, medians, score
 from .summary import RunFacts, summarise
@@ -70,12 +70,20 @@ class Recorder:
         self.calls: list[ModelCall] = []
         self.started = time.monotonic()
         self.previous_wall = 0.0
+        self.before = TimeSpent()  # the pre-flight and the workers' start, timed by whoever did them
         self.stop_reason = ""
         self.ablation: dict | None = None
         self.finalists: Finalists | None = None
         self.audit: CrowningAudit | None = None  # the crowning audits (winner/crowning.py)
         # finalists that failed when measured again, candidates the crowning audit refused: they cannot win
         self.disqualified: set[int] = set()
+
+    def count_start(self, preflight_s: float, workers_s: float) -> None:
+        """The pre-flight and the workers' start, timed by whoever did them, added to the run's
+        (a resumed run counts each of its starts)."""
+        before = self.before
+        self.before = before.model_copy(update={"preflight_s": round(before.preflight_s + preflight_s, 3),
+                                                "workers_s": round(before.workers_s + workers_s, 3)})
 
     def load(self) -> None:
         """Continue a run: attempts from history.json, model usage from model-NNN.json."""
@@ -84,6 +92,9 @@ class Recorder:
         if self.run.file(RunDir.SUMMARY).is_file():
             summary = Summary.model_validate(self.run.read_json(RunDir.SUMMARY))
             self.previous_wall = summary.totals.wall_seconds
+            if summary.time:  # a resumed run's own start counts too
+                self.before = self.before.model_copy(update={"preflight_s": summary.time.preflight_s,
+                                                             "workers_s": summary.time.workers_s})
             if summary.finalists:
                 self.disqualified = {f.attempt for f in summary.finalists.finalists if f.score_us is None}
             if summary.audit:  # a resumed run's later audits need more: the run's bound covers them all
@@ -163,6 +174,16 @@ class Recorder:
         (attempt,) = self.evaluate_many([Candidate(kind, source, launch, dict(defines or {}), parent, rationale,
                                                    list(calls or []), what=kind if kind == "baseline" else "evaluating")])
         return attempt
+
+    def compile_ahead(self, candidates: list[Candidate]) -> None:
+        """Candidates the run will measure next as one batch, compiled meanwhile (beside the
+        baseline): a tuning sweep's compilation, seconds per configuration, leaves the critical path.
+        Those the results cache answers are never measured, so not compiled."""
+        requests = [self.trial.variant(c.source, c.launch, c.defines).request(roles=ROLES, timeouts=self.timeouts())
+                    for c in candidates if c.source is not None]
+        kernels = [r.kernel for r in requests if not (self.cache and self.cache.get(r))]
+        if kernels:
+            self.evaluator.compile_ahead(kernels)
 
     def evaluate_many(self, candidates: list[Candidate],
                       should_stop: Callable[[], bool] | None = None) -> list[Attempt | None]:
@@ -318,7 +339,7 @@ class Recorder:
                          kernelbench_changes=exp.kernelbench.changes if exp.kernelbench else None)
         return summarise(facts, self.attempts, self.calls, stop_reason=self.stop_reason, wall_seconds=self.wall(),
                          finalists=self.finalists, disqualified=sorted(self.disqualified), ablation=self.ablation,
-                         audit=self.audit)
+                         audit=self.audit, before=self.before)
 
     def write_summary(self) -> Summary:
         summary = self.summary()

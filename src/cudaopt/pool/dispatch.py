@@ -101,6 +101,9 @@ class Evaluator(Protocol):
 
     def gpus(self) -> list[GpuRef]: ...
 
+    def compile_ahead(self, kernels: list[KernelSpec]) -> None:
+        """Start compiling kernels that the next batch of requests will name, while other work runs."""
+
 
 def unfinished(request: EvalRequest, status: str, reason: str, case: str = "", partial: EvalResult | None = None,
                start: float | None = None) -> EvalResult:
@@ -303,6 +306,20 @@ class Dispatcher:
     def evaluate(self, request: EvalRequest, on_event: OnEvent | None = None) -> EvalResult:
         (measured,) = self.evaluate_all([request], on_event=on_event)
         return measured.result
+
+    def compile_ahead(self, kernels: list[KernelSpec]) -> None:
+        """Each lane starts compiling the kernels it will be handed when they come as one batch of
+        requests, in this order (:func:`_share_out` deals them out the same way), so that the
+        compilation runs beside whatever the lanes measure first (a run's baseline)."""
+        self.start()
+        usable = [k for k in range(len(self.lanes)) if k not in self.lost]
+        for turn, k in enumerate(usable):
+            share = kernels[turn::len(usable)]
+            if share:
+                try:
+                    self.lanes[k].prefetch(share)
+                except WorkerError as exc:  # the lane is lost when it is next asked to measure
+                    self.notices.append(f"{self.lanes[k].ref.label} could not compile ahead: {exc}")
 
     def evaluate_all(self, requests: list[EvalRequest], **options) -> list[Measured | None]:
         """See :func:`dispatch`."""

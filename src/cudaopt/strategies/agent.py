@@ -8,6 +8,7 @@ from ..agent.model import ModelClient, make_chat_model
 from ..agent.research import search_cuda_docs
 from ..errors import ExperimentError
 from ..harness.locate import find_tool
+from ..engine.recorder import Candidate
 from .base import Context, register
 
 
@@ -22,6 +23,9 @@ class _Agent:
             raise ExperimentError(origin, "initial_kernel", "missing, and no vendor to measure the model's kernels "
                                                             "against: give --initial-kernel, or a 'vendor' section "
                                                             "(PyTorch eager, say)")
+
+    def ahead(self, ctx: Context) -> list[Candidate]:
+        return []  # the model's kernels are not known before it is asked
 
     def run(self, ctx: Context) -> str:
         rec = ctx.recorder

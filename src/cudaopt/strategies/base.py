@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..engine.recorder import Recorder
+from ..engine.recorder import Candidate, Recorder
 from ..record.runs import Budget
 
 
@@ -31,6 +31,10 @@ class Strategy(Protocol):
 
     def check(self, experiment, origin: str) -> None:
         """Raise ExperimentError (bad input) when the experiment cannot be run this way."""
+
+    def ahead(self, ctx: Context) -> list[Candidate]:
+        """The candidates it will measure first, as one batch, when it knows them before the
+        baseline is measured (a sweep does): they compile while the baseline runs."""
 
     def run(self, ctx: Context) -> str:
         """Evaluate candidates until a budget runs out; return the stop reason."""

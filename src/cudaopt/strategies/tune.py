@@ -50,12 +50,22 @@ class Tuner:
     def _out_of_time(self) -> bool:
         return self.time_limit_s is not None and time.monotonic() - self.started >= self.time_limit_s
 
+    def first_batch(self) -> list[Candidate]:
+        """What :meth:`execute` measures first when it is known up front: an exhaustive sweep's
+        configurations not yet evaluated (a sampled search asks its sampler as it goes)."""
+        configs = self.space.configurations()
+        if not configs or len(configs) > self.max_evals:
+            return []
+        done = self.done()
+        return self._candidates([c for c in configs if tuple(sorted(c.items())) not in done])
+
+    def _candidates(self, configs: list[dict]) -> list[Candidate]:
+        parent = self.rec.baseline.id if self.rec.baseline else None
+        return [Candidate("tune", self.source, self.launch, dict(c), parent, what=f"tuning {c}") for c in configs]
+
     def _evaluate(self, configs: list[dict]) -> list[float | None] | None:
         """Scores of the configurations, measured together; None when the time limit stopped them."""
-        parent = self.rec.baseline.id if self.rec.baseline else None
-        attempts = self.rec.evaluate_many([Candidate("tune", self.source, self.launch, dict(c), parent,
-                                                     what=f"tuning {c}") for c in configs],
-                                          should_stop=self._out_of_time)
+        attempts = self.rec.evaluate_many(self._candidates(configs), should_stop=self._out_of_time)
         if any(a is None for a in attempts):
             return None
         return [a.score_us for a in attempts]
@@ -136,7 +146,14 @@ class TuneStrategy:
     def check(self, experiment, origin: str) -> None:
         need_tuning(experiment, origin)
 
+    def ahead(self, ctx: Context) -> list[Candidate]:
+        return _tuner(ctx).first_batch()
+
     def run(self, ctx: Context) -> str:
-        tuning = ctx.recorder.exp.tuning
-        return Tuner(ctx.recorder, tuning.source, tuning.space, tuning.launch, max_evals=ctx.max_evals,
-                     time_limit_s=ctx.budget.time_limit_s, seed=ctx.seed).execute()
+        return _tuner(ctx).execute()
+
+
+def _tuner(ctx: Context) -> Tuner:
+    tuning = ctx.recorder.exp.tuning
+    return Tuner(ctx.recorder, tuning.source, tuning.space, tuning.launch, max_evals=ctx.max_evals,
+                 time_limit_s=ctx.budget.time_limit_s, seed=ctx.seed)

@@ -91,3 +91,35 @@ def test_a_run_without_a_passing_candidate_has_no_best():
     summary = summarise(facts, [attempt(0, 10, 10, kind="baseline", status="mismatch")], [])
     assert summary.best_attempt is None and summary.speedup is None and summary.stop_reason == "running"
     assert summary.per_case_best == []
+
+
+def test_the_summary_says_where_the_runs_time_went():
+    """Checks and timing summed from the measured attempts' cases (a cached one cost nothing now),
+    the finalists' rounds and the audit from their own records, the start from the caller; the rest
+    of the wall time is the host's; NVRTC apart, as it runs beside the GPU."""
+    from cudaopt.cli.render_experiments import time_line
+    from cudaopt.record.crown import AuditedCandidate, CrowningAudit
+    from cudaopt.record.files import TimeSpent
+    from cudaopt.wire.results import CompileInfo
+
+    facts = RunFacts(run="run-003", strategy="tune", description="d", signature="s", cases=CASES)
+    attempts = [attempt(0, 10, 10, kind="baseline"), attempt(1, 5, 5), attempt(2, 4, 4)]
+    for a in attempts:
+        a.compile = CompileInfo(ok=True, log="", seconds=2.0)
+        for c in a.cases:
+            c.phases = {"setup_s": 0.1, "reference_s": 0.2, "controls_s": 0.3, "check_s": 0.4, "timing_s": 1.0,
+                        "timed_checks_s": 0.5}
+    attempts[2].cached = True
+    finalists = Finalists(gpu=H200, repeats=3, finalists=[Finalist(attempt=1, recorded_score_us=5.0, score_us=5.0)],
+                          winner=1, seconds=4.0)
+    audit = CrowningAudit(winner=1, run_escape_bound=1e-4, audits=[AuditedCandidate(
+        attempt=1, required=11, checked_launches_per_case={}, escape_bound=1e-4, rounds=3, evaluations=1, seconds=0.75)])
+    summary = summarise(facts, attempts, [], wall_seconds=20.0, finalists=finalists, audit=audit,
+                        before=TimeSpent(preflight_s=1.5, workers_s=2.5))
+    spent = summary.time
+    assert (spent.checks_s, spent.timing_s, spent.compile_s) == (2 * 3 * 1.5, 2 * 3 * 1.0, 4.0)
+    assert (spent.measured_again_s, spent.audit_s, spent.wall_s) == (4.0, 0.75, 24.0)
+    assert spent.other_s == pytest.approx(24.0 - (1.5 + 2.5 + 9.0 + 6.0 + 4.0 + 0.75))
+    assert time_line(spent) == ("time 24.0 s: pre-flight 1.5 s, workers started 2.5 s, checks 9.0 s, timing 6.0 s, "
+                                "finalists measured again 4.0 s, crowning audit 0.8 s, host and compile waits 0.2 s; "
+                                "NVRTC 4.0 s of CPU beside them")

@@ -6,6 +6,7 @@ shared with the fleet audit's ``--optimize``.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -148,9 +149,11 @@ def optimize(experiment: Given | None = None, *, strategy: str = "auto", model: 
         if nvidia_research:
             for notice in default_library().notices:  # fetched before the run, so notices precede the progress
                 on_progress(Notice(notice))
+    checked = time.monotonic()
     if exp is not None:
         on_progress(StepProgress("checking the experiment", 0, 0))
         preflight(exp)
+    preflight_s = time.monotonic() - checked
     budget = Budget(max_iterations=iterations, max_model_calls=max_model_calls, max_cost_usd=max_cost_usd,
                     time_limit_s=time_limit, patience=patience, max_model_errors=max_model_errors)
     options = Options(strategy=strategy, chat_model=chat_model, max_evals=max_evals, seed=seed, ablation=ablation,
@@ -162,7 +165,7 @@ def optimize(experiment: Given | None = None, *, strategy: str = "auto", model: 
             options.device_index = pool.gpus()[0].index
         run, summary = start_or_resume(_args(exp), settings, budget, Path(results), pool, options,
                                        resume=resumed, experiment=exp, keep=made_in_cache(exp) if exp else None,
-                                       on_progress=on_progress)
+                                       on_progress=on_progress, preflight_s=preflight_s)
     return RunResult(run.path, summary)
 
 

@@ -184,12 +184,24 @@ def audit_line(summary) -> str:
     return text + f" (run: {100 * audit.run_escape_bound:.2g}%)" + (f"; refused {', '.join(refused)}" if refused else "")
 
 
+def time_line(spent) -> str:
+    """Where the run's time went, in the order it was spent; steps that took no time left out."""
+    steps = [("pre-flight", spent.preflight_s), ("workers started", spent.workers_s), ("checks", spent.checks_s),
+             ("timing", spent.timing_s), ("finalists measured again", spent.measured_again_s),
+             ("crowning audit", spent.audit_s), ("host and compile waits", spent.other_s)]
+    parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in steps if seconds >= 0.05)
+    compiled = f"; NVRTC {spent.compile_s:.1f} s of CPU beside them" if spent.compile_s >= 0.05 else ""
+    return f"time {spent.wall_s:.1f} s: {parts}{compiled}"
+
+
 def summary_lines(summary) -> list[str]:
     """What follows the summary table: usage, tunables, review flags, the ablation."""
     t = summary.totals
     lines = [f"{summary.attempts} attempts ({summary.valid} valid), {t.model_calls} model calls, "
              f"{t.input_tokens} input / {t.output_tokens} output tokens, ${t.cost_usd:.4f}, "
              f"GPU {t.gpu_seconds:.1f} s, wall {t.wall_seconds:.1f} s"]
+    if summary.time:
+        lines.append(time_line(summary.time))
     if summary.best_defines:
         lines.append(f"best tunables: {summary.best_defines}")
     if summary.best_math:

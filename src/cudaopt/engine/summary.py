@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..config import CHECK_STEPS
 from ..wire.precision import math_text
 from ..wire.protocol import CaseSpec, VendorSpec
 from ..wire.results import CaseResult
@@ -20,6 +21,7 @@ from ..record.files import (
     KernelBenchMetrics,
     ModelCall,
     Summary,
+    TimeSpent,
     Totals,
     VendorSummary,
 )
@@ -44,9 +46,25 @@ class RunFacts:
     kernelbench_changes: list[str] | None = None  # an imported KernelBench problem's changed checks
 
 
+def time_spent(attempts: Sequence[Attempt], finalists: Finalists | None, audit: CrowningAudit | None,
+               before: TimeSpent, wall_seconds: float) -> TimeSpent:
+    """Where the run's time went: ``before`` holds what came before its first attempt (the
+    pre-flight, the workers' start); the GPU steps come from the measured attempts' cases."""
+    measured = [a for a in attempts if not a.cached]
+    phases = [c.phases for a in measured for c in a.cases]
+    return before.model_copy(update=dict(
+        checks_s=round(sum(p.get(k, 0.0) for p in phases for k in (*CHECK_STEPS, "timed_checks_s")), 3),
+        timing_s=round(sum(p.get("timing_s", 0.0) for p in phases), 3),
+        measured_again_s=round(finalists.seconds, 3) if finalists else 0.0,
+        audit_s=round(sum(a.seconds for a in audit.audits), 3) if audit else 0.0,
+        compile_s=round(sum(a.compile.seconds for a in measured if a.compile), 3),
+        wall_s=round(before.preflight_s + before.workers_s + wall_seconds, 3)))
+
+
 def summarise(facts: RunFacts, attempts: Sequence[Attempt], calls: Sequence[ModelCall], *, stop_reason: str = "",
               wall_seconds: float = 0.0, finalists: Finalists | None = None, disqualified: Sequence[int] = (),
-              ablation: dict | None = None, audit: CrowningAudit | None = None) -> Summary:
+              ablation: dict | None = None, audit: CrowningAudit | None = None,
+              before: TimeSpent | None = None) -> Summary:
     """The run's summary: per case the baseline and the best, the vendors, the totals, the review flags."""
     baseline, best = baseline_of(attempts), best_of(attempts, finalists, disqualified)
     base_m, best_m = medians(baseline), medians(best)
@@ -97,6 +115,7 @@ def summarise(facts: RunFacts, attempts: Sequence[Attempt], calls: Sequence[Mode
         dispatch_score_us=geomean([b.best_us for b in per_case]) if per_case else None,
         finalists=finalists,
         audit=audit,
+        time=time_spent(attempts, finalists, audit, before or TimeSpent(), wall_seconds),
     )
 
 

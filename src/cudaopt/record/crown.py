@@ -31,6 +31,7 @@ class Finalists(WireModel):
     repeats: int
     finalists: list[Finalist]
     winner: int | None
+    seconds: float = 0.0  # the rounds' wall time
 
 
 class AuditedCandidate(WireModel):

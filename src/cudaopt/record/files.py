@@ -192,11 +192,32 @@ class Totals(WireModel):
     wall_seconds: float = 0.0
 
 
+class TimeSpent(WireModel):
+    """Where a run's time went, in seconds. The steps on the GPU workers are summed over the run's
+    attempts (measured, not cached); NVRTC runs on the workers' CPUs beside them, so its sum is
+    apart and may exceed the wall time. The rest of ``wall_s`` is the host's own work: waiting for
+    a kernel still compiling, loading modules, the model's answers, writing the run directory."""
+
+    preflight_s: float = 0.0  # the checks of ``cudaopt check``, before any GPU work
+    workers_s: float = 0.0  # the GPU workers started: CUDA contexts, the device's peaks
+    checks_s: float = 0.0  # inputs staged, the references run, the negative controls, the outputs checked
+    timing_s: float = 0.0  # the timed launches and their scan (the vendors' beside the baseline)
+    measured_again_s: float = 0.0  # the finalists' rounds
+    audit_s: float = 0.0  # the crowning audit's own evaluations
+    compile_s: float = 0.0  # NVRTC, summed over the kernels compiled for the attempts
+    wall_s: float = 0.0  # from the pre-flight to the summary
+
+    @property
+    def other_s(self) -> float:
+        return max(0.0, self.wall_s - (self.preflight_s + self.workers_s + self.checks_s + self.timing_s
+                                       + self.measured_again_s + self.audit_s))
+
+
 class Summary(WireModel):
     """summary.json (version 2: vendors as a list, ``baseline``, ``kernelbench``, ``per_case_best``,
-    ``dispatch_score_us`` and ``finalists``; 3: ``best_math`` and ``audit``)."""
+    ``dispatch_score_us`` and ``finalists``; 3: ``best_math`` and ``audit``; 4: ``time``)."""
 
-    schema_version: int = version_field(3)
+    schema_version: int = version_field(4)
     run: str
     strategy: str
     description: str
@@ -226,6 +247,7 @@ class Summary(WireModel):
     dispatch_score_us: float | None = None  # geomean of the per-case bests: a perfect per-shape dispatch
     finalists: Finalists | None = None
     audit: CrowningAudit | None = None  # None: not crowned yet (a run in progress, or interrupted before its crown)
+    time: TimeSpent | None = None  # None: a summary from before it was kept
 
     @model_validator(mode="before")
     @classmethod

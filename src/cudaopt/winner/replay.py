@@ -28,6 +28,7 @@ by a few percent, so a ranking inside that spread is decided side by side. The c
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -282,7 +283,9 @@ def measure_finalists(recorder: Recorder, count: int = FINALISTS, repeats: int =
         attempt = finalists[plan[i][1]]
         rec.on_progress(AttemptStarted(id=attempt.id, what=f"finalist #{attempt.id} again on {gpu.label}"))
 
+    started = time.monotonic()
     measured = rec.evaluator.evaluate_all(requests, pins=[0] * len(requests), on_start=on_start)
+    seconds = round(time.monotonic() - started, 3)
     entries, results = [], {}
     for n, attempt in enumerate(finalists):
         mine = [measured[i].result for i, (_, which) in enumerate(plan) if which == n]  # in repeat order
@@ -294,4 +297,5 @@ def measure_finalists(recorder: Recorder, count: int = FINALISTS, repeats: int =
                                 status=failed.status if failed else "ok", reason=failed.reason if failed else ""))
     qualified = [e for e in entries if e.score_us is not None]
     won = min(qualified, key=lambda e: (e.score_us, e.attempt)).attempt if qualified else None
-    return Rounds(Finalists(gpu=measured[0].gpu, repeats=repeats, finalists=entries, winner=won), results)
+    return Rounds(Finalists(gpu=measured[0].gpu, repeats=repeats, finalists=entries, winner=won, seconds=seconds),
+                  results)

@@ -41,14 +41,14 @@ PACKAGE_LAYERS = {
         {"launch", "messages", "stats", "precision"},  # a launch resolved, the worker's messages, statistics; the policy
     ],
     "harness": [
-        {"driver", "device", "lru", "arrays", "inputs", "pp_lines", "host_headers", "landlock", "cubin", "locate",
+        {"driver", "device", "arrays", "inputs", "pp_lines", "host_headers", "landlock", "cubin", "locate",
          "lifeline"},
         {"locked", "leftovers", "launcher", "compare", "sandbox", "math_units"},
         {"gpu", "controls", "nvrtc_build"},
         {"buffers", "answers", "compile_process", "peaks"},
-        {"case_data", "compiler", "timing"},
-        {"entries", "reference"},
-        {"torch_reference", "vendor"},
+        {"compiler", "timing"},
+        {"entries", "lru", "reference"},
+        {"case_data", "torch_reference", "vendor"},
         {"runner"},
         {"worker"},
     ],

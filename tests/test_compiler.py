@@ -61,7 +61,7 @@ _ADD = 'extern "C" __global__ void add(float* x) { x[threadIdx.x] += 1.0f; }'
 
 def test_compile_cache_hands_out_a_fresh_module_per_hit_with_the_first_compile_report():
     """A cached kernel is its kept cubin loaded afresh (no shared __device__ globals), marked cached."""
-    from cudaopt.harness.compiler import CompileCache
+    from cudaopt.harness.lru import CompileCache
 
     spec = KernelSpec(source=_ADD, entry="add", defines={"N": 4})
     compiled = compile_kernel(spec)
@@ -77,7 +77,7 @@ def test_compile_cache_hands_out_a_fresh_module_per_hit_with_the_first_compile_r
 
 
 def test_compile_cache_drops_the_oldest_beyond_its_byte_limit():
-    from cudaopt.harness.compiler import CompileCache
+    from cudaopt.harness.lru import CompileCache
 
     compiled = compile_kernel(KernelSpec(source=_ADD, entry="add"))
     size = len(bytes(compiled.cubin.code))

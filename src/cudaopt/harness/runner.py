@@ -30,13 +30,13 @@ from .answers import HOST_DETAILS_BYTES, DeviceAnswer, LockedAnswer, answer_cont
 from .buffers import CaseBuffers
 from .case_data import DeviceCases, HostSets, Room, cache_key, case_bytes, check_order, make_room
 from .compare import describe
-from .compiler import CompileCache, CompileError, compile_kernel
+from .compiler import CompileError, compile_kernel
 from .controls import judge
 from .device import Device
 from .entries import Entries
 from .inputs import InputError
 from .launcher import CaseFailure, Launcher, is_cuda_error, occupancy
-from .lru import Lru
+from .lru import CompileCache, Lru
 from .peaks import judge_plausibility
 from .reference import CudaReference, ReferenceFailure, call_python, load_python
 from .timing import Stopwatch, TimedRun, draw_plan, method, new_seed

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cudaopt.harness import entries as entries_module
-from cudaopt.harness.compiler import compile_kernel
-from cudaopt.harness.cubin import inspect_cubin, module_sections
-from cudaopt.harness.runner import Runner
+from cudaopt.worker import entries as entries_module
+from cudaopt.compilekit.compiler import compile_kernel
+from cudaopt.compilekit.cubin import inspect_cubin, module_sections
+from cudaopt.worker.runner import Runner
 from cudaopt.wire.protocol import KernelSpec, Limits
 from tests.fake_device import FakeDevice
 from tests.test_runner_fake_device import SIGNATURE, SIZES, relu, request

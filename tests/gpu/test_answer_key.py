@@ -12,7 +12,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def gpu():
-    from cudaopt.harness.gpu import Gpu
+    from cudaopt.worker.gpu import Gpu
 
     return Gpu(0)
 
@@ -22,8 +22,8 @@ def test_a_locked_answer_is_mapped_without_access_except_while_compared(gpu):
     (seen on the H200: docs/benchmarks.md). Read through the driver, so nothing faults here."""
     from cuda.bindings import driver
 
-    from cudaopt.harness.answers import LockedAnswer
-    from cudaopt.harness.gpu import call
+    from cudaopt.worker.answers import LockedAnswer
+    from cudaopt.worker.gpu import call
 
     location = driver.CUmemLocation()
     location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
@@ -41,7 +41,7 @@ def test_a_locked_answer_is_mapped_without_access_except_while_compared(gpu):
 
 
 def test_a_locked_answer_compares_like_any_other(gpu):
-    from cudaopt.harness.answers import LockedAnswer, check_output
+    from cudaopt.worker.answers import LockedAnswer, check_output
 
     ref = np.linspace(-1, 1, 1000).reshape(10, 100)
     key = LockedAnswer(gpu, ref)
@@ -63,8 +63,8 @@ def test_a_locked_answer_compares_like_any_other(gpu):
 
 
 def test_fresh_inputs_differ_per_stream_and_the_audit_sees_a_changed_one(gpu):
-    from cudaopt.harness.buffers import CaseBuffers
-    from cudaopt.harness.inputs import HostTensor
+    from cudaopt.worker.buffers import CaseBuffers
+    from cudaopt.worker.inputs import HostTensor
     from cudaopt.wire.signature import parse_signature
 
     sig = parse_signature('extern "C" __global__ void f(const float* x, const int* idx, float* y, int n)')

@@ -341,7 +341,7 @@ extern "C" __global__ void cudaopt_digest(const unsigned char* p, long long nbyt
 }
 
 // --- the module's variables set back to their load image --------------------------------------
-// Each run: `bytes` at `dst` copied from `src`, or zeroed where `src` is 0 (harness/entries.py).
+// Each run: `bytes` at `dst` copied from `src`, or zeroed where `src` is 0 (worker/entries.py).
 // One launch, in the stream's order like every kernel: before each launch of a candidate.
 struct CudaoptRun {
     unsigned long long dst, src, bytes;

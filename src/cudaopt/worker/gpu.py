@@ -41,7 +41,7 @@ def poison_bits(dtype: str) -> int:
 @dataclass
 class Peaks:
     """Spec peaks from the device's properties (generous on purpose): the speed-of-light floor uses
-    the larger of these and the measured peaks (harness/peaks.py)."""
+    the larger of these and the measured peaks (worker/peaks.py)."""
 
     bytes_per_s: float
     flops_per_s: dict[str, float]
@@ -97,7 +97,7 @@ class Gpu:
         self._utils = self._compile_utilities()
         self._stats = self.device.allocate(256, stream=self.stream)
         self._stats_ptr = int(self._stats.handle)
-        self.measured = None  # MeasuredPeaks, set by the worker (harness/peaks.py)
+        self.measured = None  # MeasuredPeaks, set by the worker (worker/peaks.py)
         self.stream.sync()
 
     # --- memory --------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 
-from .compiler import Compiled
+from ..compilekit.compiler import Compiled
 
 CACHE_BYTES = 4 << 30
 

@@ -30,7 +30,7 @@ from .answers import HOST_DETAILS_BYTES, DeviceAnswer, LockedAnswer, answer_cont
 from .buffers import CaseBuffers
 from .case_data import DeviceCases, HostSets, Room, cache_key, case_bytes, check_order, make_room
 from .compare import describe
-from .compiler import CompileError, compile_kernel
+from ..compilekit.compiler import CompileError, compile_kernel
 from .controls import judge
 from .device import Device
 from .entries import Entries

@@ -6,7 +6,7 @@ the context as on a GPU. Kernels are Python functions registered by name
 (:meth:`FakeDevice.kernel`); they get the device, the launch (grid, block, shared bytes) and the
 arguments the runner passes, and read and write through :meth:`FakeDevice.view`. Each launch of
 a registered kernel advances the device clock by its scripted duration, so events around it
-measure exactly that. The utility kernels (stage, audit, compare, widen, diff_bytes) do in NumPy
+measure exactly that. The utility kernels (stage, the launch scan, compare, widen, diff_bytes) do in NumPy
 what utilities.cu does on the GPU, reading the same slot table.
 """
 
@@ -377,7 +377,8 @@ class FakeDevice:
             target = self._slot_view(slot)
             target[:] = self._slot_values(slot, seed, stream)
 
-    def audit(self, slots: int, count: int, total: int, seed: int, stream: int, inputs: bool, counters: int) -> None:
+    def scan_launch(self, slots: int, count: int, total: int, seed: int, stream: int, inputs: bool,
+                    counters: int) -> None:
         unwritten = changed = 0
         for slot in self.view(slots, SLOT, count):
             if (slot["role"] == 2 and not slot["dist"]) or (slot["role"] != 2 and not inputs):

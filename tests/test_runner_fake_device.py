@@ -1,5 +1,5 @@
 """The runner's logic on the CPU, through the fake device (tests/fake_device.py): staging input
-sets, guard bands, the per-launch audit, checked launches against the answer key, timing
+sets, guard bands, the launch scan, checked launches against the answer key, timing
 statistics and every status a case can end with. The kernels are compiled by NVRTC as for a GPU;
 what they do is a Python function registered under the kernel's name."""
 

@@ -378,7 +378,7 @@ class Runner:
             candidate = (lambda: self.launcher.launch(kernel, launch, args)) if kernel is not None else None
             timings = run.run(candidate, timed)
             out.clocks["after"] = self.gpu.clocks()
-            scanned = run.verify_audit() if kernel is not None else 0
+            scanned = run.verify_scan() if kernel is not None else 0
             if kernel is not None:
                 entries.refuse_altered_state("during timing: ")
                 run.verify_saved_outputs()

@@ -295,10 +295,10 @@ extern "C" __global__ void cudaopt_stage(const Slot* slots, int count, unsigned 
     }
 }
 
-// After a launch: counters[0] += output elements still poisoned (scanned outputs only); with
+// The launch scan, after a launch: counters[0] += output elements still poisoned (scanned outputs only); with
 // `inputs`, counters[1] += input elements that no longer hold what cudaopt_stage put there.
-extern "C" __global__ void cudaopt_audit(const Slot* slots, int count, unsigned long long seed,
-                                         unsigned long long stream, int inputs, unsigned long long* counters) {
+extern "C" __global__ void cudaopt_scan(const Slot* slots, int count, unsigned long long seed,
+                                        unsigned long long stream, int inputs, unsigned long long* counters) {
     unsigned long long unwritten = 0, changed = 0;
     for (int s = 0; s < count; ++s) {
         const Slot d = slots[s];

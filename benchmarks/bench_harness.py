@@ -49,7 +49,7 @@ def in_process_event_timing(samples: int = 100) -> dict[str, float]:
     """
     from cuda.core import EventOptions, LaunchConfig, Program, ProgramOptions, launch
 
-    from cudaopt.harness.gpu import Gpu
+    from cudaopt.worker.gpu import Gpu
 
     gpu = Gpu(0)
     stream = gpu.stream

@@ -1,6 +1,6 @@
 """Host input sets of a large case: the seconds ``generate`` takes to draw them.
 
-A worker draws a case's input sets once and keeps them (harness/case_data.py), so this is the
+A worker draws a case's input sets once and keeps them (worker/case_data.py), so this is the
 first candidate's wait on a large case: KernelBench's 4096 x 393216 softmax is two draws of 1.6 G
 values and a near duplicate. Times ``generate`` for that case with ``--rows`` rows (the columns
 are KernelBench's), the median of ``--repeat`` runs, on this machine's CPUs (no GPU involved).
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from cudaopt.experiment import load_experiment
-from cudaopt.harness.inputs import generate
+from cudaopt.worker.inputs import generate
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE = "kernelbench-4096x393216"

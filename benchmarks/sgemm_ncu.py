@@ -37,7 +37,7 @@ def launch(names: list[str], shapes: list[str]) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     import sgemm_kernel_matrix as matrix
     from cudaopt.experiment import load_experiment
-    from cudaopt.harness.nvrtc_build import build
+    from cudaopt.compilekit.nvrtc_build import build
     from cudaopt.wire.protocol import KernelSpec
 
     exp = load_experiment(matrix.ROOT / "examples/sgemm/experiment.json")

@@ -89,7 +89,7 @@ def main() -> None:
 
 def _profile(exp, cases, config) -> None:
     from cudaopt.insight.card import build_card
-    from cudaopt.insight.locate import find_tool
+    from cudaopt.compilekit.locate import find_tool
     from cudaopt.insight.ncu import profile, profile_request
 
     ncu = find_tool("ncu")

@@ -11,7 +11,7 @@ Runs, as a user would (each a fresh process, no model key):
 
 Prints per case the winner's, eager's and torch.compile's medians and the speed-ups, and at
 KernelBench's shape (4096 x 393216) the winner's bandwidth as a fraction of the GPU's measured
-copy bandwidth (``harness/peaks.py``); then the targets: at least 1.0x torch.compile at
+copy bandwidth (``worker/peaks.py``); then the targets: at least 1.0x torch.compile at
 KernelBench's shape and on every short-row case, at least 85% of the copy bandwidth there.
 Run alone: ``python benchmarks/softmax_winner.py --out DIR [--config EXPERIMENT]`` (a copy of the
 example, to try a variant of it) ``[--run RUN]`` (steps 2 and 3 only, on the winner of an earlier

@@ -1,4 +1,4 @@
-"""A CPU implementation of the harness's Device (src/cudaopt/harness/device.py), for CI.
+"""A CPU implementation of the harness's Device (src/cudaopt/worker/device.py), for CI.
 
 Memory is NumPy byte arrays at integer addresses, with unmapped gaps between allocations: a
 read or write outside every allocation, or into locked memory, is an illegal address, which loses
@@ -6,7 +6,7 @@ the context as on a GPU. Kernels are Python functions registered by name
 (:meth:`FakeDevice.kernel`); they get the device, the launch (grid, block, shared bytes) and the
 arguments the runner passes, and read and write through :meth:`FakeDevice.view`. Each launch of
 a registered kernel advances the device clock by its scripted duration, so events around it
-measure exactly that. The utility kernels (stage, audit, compare, widen, diff_bytes) do in NumPy
+measure exactly that. The utility kernels (stage, the launch scan, compare, widen, diff_bytes) do in NumPy
 what utilities.cu does on the GPU, reading the same slot table.
 """
 
@@ -19,11 +19,11 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from cudaopt.harness.buffers import SLOT
-from cudaopt.harness.cubin import module_sections
-from cudaopt.harness.driver import CudaCallError
-from cudaopt.harness.gpu import KINDS, Peaks, poison_bits
-from cudaopt.harness.inputs import from_numbers, to_numbers
+from cudaopt.worker.buffers import SLOT
+from cudaopt.compilekit.cubin import module_sections
+from cudaopt.worker.driver import CudaCallError
+from cudaopt.worker.gpu import KINDS, Peaks, poison_bits
+from cudaopt.worker.inputs import from_numbers, to_numbers
 from cudaopt.wire.results import Clocks, DeviceInfo
 from cudaopt.wire.signature import DTYPES
 
@@ -357,7 +357,7 @@ class FakeDevice:
         word[0] = np.uint64((int(word[0]) + total) % (1 << 64))
 
     def restore(self, runs: int, count: int, total: int) -> None:
-        from cudaopt.harness.entries import RUN
+        from cudaopt.worker.entries import RUN
 
         for run in self.view(runs, RUN, count):
             target = self.view(int(run["dst"]), np.uint8, int(run["bytes"]))
@@ -377,7 +377,8 @@ class FakeDevice:
             target = self._slot_view(slot)
             target[:] = self._slot_values(slot, seed, stream)
 
-    def audit(self, slots: int, count: int, total: int, seed: int, stream: int, inputs: bool, counters: int) -> None:
+    def scan_launch(self, slots: int, count: int, total: int, seed: int, stream: int, inputs: bool,
+                    counters: int) -> None:
         unwritten = changed = 0
         for slot in self.view(slots, SLOT, count):
             if (slot["role"] == 2 and not slot["dist"]) or (slot["role"] != 2 and not inputs):

@@ -1,6 +1,6 @@
 """A stand-in for Nsight Compute's ``ncu``, for profiling tests without a GPU.
 
-Called as ``ncu [options] python -m cudaopt.harness.worker``: it reads the request from stdin,
+Called as ``ncu [options] python -m cudaopt.worker.main``: it reads the request from stdin,
 writes the CSV named by ``$FAKE_NCU_CSV`` to the ``--log-file`` and answers like a worker whose
 check passed. ``$FAKE_NCU_MODE``: ``denied`` writes ncu's ERR_NVGPUCTRPERM error instead,
 ``mismatch`` answers with a failed check, ``hang`` sleeps. Every call's arguments are appended to

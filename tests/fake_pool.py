@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from cudaopt.harness.answers import DeviceAnswer
-from cudaopt.harness.reference import load_python
-from cudaopt.harness.runner import Runner
-from cudaopt.harness.torch_reference import call_torch
+from cudaopt.worker.answers import DeviceAnswer
+from cudaopt.worker.reference import load_python
+from cudaopt.worker.runner import Runner
+from cudaopt.worker.torch_reference import call_torch
 from cudaopt.pool.dispatch import GpuRef, dispatch
 from cudaopt.wire import expr
 from cudaopt.wire.results import DeviceInfo, EvalResult, VendorResult

@@ -94,7 +94,7 @@ def main():
 
 
 if __name__ == "__main__":
-    from cudaopt.harness import lifeline
+    from cudaopt.compilekit import lifeline
 
     lifeline.hold()  # as the real worker does: it ends with the process that started it
     sys.exit(main())

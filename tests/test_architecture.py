@@ -1,7 +1,8 @@
 """The layers of docs/architecture.md, checked: nothing imports upward, no import cycles, the
-types that cross the process boundary (wire/) import only themselves, the worker side (harness/)
-imports nothing of cudaopt but itself and wire/, and inside every package each module imports
-only modules of a lower rank."""
+types that cross the process boundary (wire/) import only themselves, the compile kit
+(compilekit/) imports nothing of cudaopt but itself and wire/, the GPU worker (worker/) nothing
+but itself, compilekit/ and wire/, and inside every package each module imports only modules of
+a lower rank."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "cudaopt"
 # Lowest first. A module may import from its own layer or any layer below it (docs/architecture.md).
 LAYERS = [
     {"wire"},
-    {"harness"},
+    {"compilekit"},
+    {"worker"},
     {"errors", "paths", "reading", "children", "config", "pool", "insight", "doctor"},
     {"crosschecks"},
     {"experiment"},
@@ -40,17 +42,23 @@ PACKAGE_LAYERS = {
         {"results", "tiers"},  # what comes back; a tier table chosen for one case
         {"launch", "messages", "stats", "precision"},  # a launch resolved, the worker's messages, statistics; the policy
     ],
-    "harness": [
-        {"driver", "device", "lru", "arrays", "inputs", "pp_lines", "host_headers", "landlock", "cubin", "locate",
-         "lifeline"},
-        {"locked", "leftovers", "launcher", "compare", "sandbox", "math_units"},
-        {"gpu", "controls", "nvrtc_build"},
-        {"buffers", "answers", "compile_process", "peaks"},
-        {"case_data", "compiler", "timing"},
+    "compilekit": [
+        {"pp_lines", "host_headers", "landlock", "cubin", "locate", "lifeline"},
+        {"sandbox", "math_units"},  # the include scan; the math units of the SASS
+        {"nvrtc_build"},  # one compilation
+        {"compile_process"},  # the confined compiler process
+        {"compiler"},  # what callers call: scan, compile remotely, read the math
+    ],
+    "worker": [
+        {"driver", "device", "lru", "arrays", "inputs"},
+        {"locked", "leftovers", "launcher", "compare"},
+        {"gpu", "controls"},
+        {"buffers", "answers", "peaks"},
+        {"case_data", "timing"},
         {"entries", "reference"},
         {"torch_reference", "vendor"},
         {"runner"},
-        {"worker"},
+        {"main"},  # the process: python -m cudaopt.worker.main
     ],
     "pool": [{"dispatch"}, {"devices", "supervisor"}, {"ray_cluster"}, {"pools"}],  # the Evaluator, then backends
     "insight": [{"parse"}, {"card", "compiled", "ncu"}],
@@ -132,7 +140,8 @@ def test_nothing_imports_upward(module):
     assert not upward, f"{module} (layer {mine}) imports from above: {upward}"
 
 
-@pytest.mark.parametrize(("unit", "allowed"), [("wire", {"wire"}), ("harness", {"harness", "wire"})])
+@pytest.mark.parametrize(("unit", "allowed"), [("wire", {"wire"}), ("compilekit", {"compilekit", "wire"}),
+                                               ("worker", {"worker", "compilekit", "wire"})])
 def test_each_side_of_the_process_boundary_imports_only_what_it_may(unit, allowed):
     for module, path in MODULES.items():
         if unit_of(module) == unit:
@@ -154,8 +163,10 @@ def test_the_command_line_reaches_the_core_only_through_the_api():
 # top. (``import cudaopt`` and ``cudaopt.api`` load their names on first use through importlib, so
 # that the command line and a script start fast: no import statement is deferred for that.)
 LAZY_IMPORTS = {
-    "harness": "the worker's side: the host loads harness modules (a NumPy reference, the compile kit) "
-               "without the GPU and compiler parts their functions reach",
+    "worker": "the worker's side: the host loads worker modules (a NumPy reference, the inputs, the "
+              "negative controls) without the GPU and compiler parts their functions reach",
+    "compilekit": "the confined compiler process loads the Landlock confinement only once it is the "
+                  "child, never in the process it compiles for",
 }
 
 
@@ -263,12 +274,12 @@ def test_no_import_cycles():
 
 
 def test_a_cycle_inside_a_package_is_found():
-    graph = {"cudaopt.harness.gpu": {"cudaopt.harness.leftovers"}, "cudaopt.harness.runner": {"cudaopt.harness.gpu"},
-             "cudaopt.harness.leftovers": {"cudaopt.harness.launcher"},
-             "cudaopt.harness.launcher": {"cudaopt.harness.gpu", "cudaopt.wire.results"}}
-    assert find_cycle(graph) == ["cudaopt.harness.gpu", "cudaopt.harness.leftovers", "cudaopt.harness.launcher",
-                                 "cudaopt.harness.gpu"]
-    assert find_cycle({**graph, "cudaopt.harness.launcher": {"cudaopt.wire.results"}}) is None
+    graph = {"cudaopt.worker.gpu": {"cudaopt.worker.leftovers"}, "cudaopt.worker.runner": {"cudaopt.worker.gpu"},
+             "cudaopt.worker.leftovers": {"cudaopt.worker.launcher"},
+             "cudaopt.worker.launcher": {"cudaopt.worker.gpu", "cudaopt.wire.results"}}
+    assert find_cycle(graph) == ["cudaopt.worker.gpu", "cudaopt.worker.leftovers", "cudaopt.worker.launcher",
+                                 "cudaopt.worker.gpu"]
+    assert find_cycle({**graph, "cudaopt.worker.launcher": {"cudaopt.wire.results"}}) is None
 
 
 def test_modules_stay_small_or_say_why():
@@ -323,7 +334,7 @@ def _named(word: str, sources: dict[Path, str]) -> bool:
 
 def test_every_path_and_identifier_architecture_md_names_exists():
     """A page that names a module or a function that moved sends a newcomer nowhere: every backticked
-    path (``harness/gpu.py``, ``pool/``), identifier (``Trial``, ``prepare_trial``, ``STATUSES``) and
+    path (``worker/gpu.py``, ``pool/``), identifier (``Trial``, ``prepare_trial``, ``STATUSES``) and
     dotted name (``Trial.request``, ``crosschecks.check_launch``) of docs/architecture.md exists."""
     sources = _sources()
     missing = []
@@ -356,12 +367,12 @@ def _where_to_add() -> dict[str, str]:
 @pytest.mark.parametrize(("item", "file", "defines"), [
     ("A strategy", "strategies/base.py", "def register"),
     ("A strategy", "strategies/__init__.py", "import"),
-    ("A trust check", "harness/runner.py", "def "),
+    ("A trust check", "worker/runner.py", "def "),
     ("A trust check", "wire/results.py", "STATUSES"),
     ("A check before the GPU", "crosschecks.py", "def check_launch"),
     ("A check before the GPU", "preflight.py", "def preflight"),
     ("A check before the GPU", "api/arguments.py", "RANGES"),
-    ("A vendor baseline kind", "harness/vendor.py", "def "),
+    ("A vendor baseline kind", "worker/vendor.py", "def "),
     ("A vendor baseline kind", "wire/protocol.py", "class VendorSpec"),
     ("A vendor baseline kind", "crosschecks.py", "def check_vendor_function"),
     ("A command", "cli/app.py", "def command"),

@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cudaopt.harness.answers import HOST_DETAILS_BYTES, DeviceAnswer, LockedAnswer, check_output
-from cudaopt.harness.compare import describe, poison_array
-from cudaopt.harness.inputs import from_numbers, to_numbers
-from cudaopt.harness.runner import Runner
+from cudaopt.worker.answers import HOST_DETAILS_BYTES, DeviceAnswer, LockedAnswer, check_output
+from cudaopt.worker.compare import describe, poison_array
+from cudaopt.worker.inputs import from_numbers, to_numbers
+from cudaopt.worker.runner import Runner
 from cudaopt.wire.messages import PhaseStarted
 from cudaopt.wire.protocol import OutputSpec
 from tests.fake_device import FakeDevice

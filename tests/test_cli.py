@@ -125,7 +125,7 @@ def test_a_run_s_files_are_readable_like_any_other(tmp_path):
 
 
 def test_a_non_finite_value_is_named_in_a_failure_line():
-    from cudaopt.harness.compare import describe
+    from cudaopt.worker.compare import describe
     from cudaopt.wire.results import CheckInfo
 
     info = CheckInfo(output="c", input_set=0, phase="check", ok=False, elements=4, mismatches=1, nan_count=1,

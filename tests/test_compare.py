@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from cudaopt.harness.compare import compare, describe, poison_array
-from cudaopt.harness.inputs import from_numbers, to_numbers
+from cudaopt.worker.compare import compare, describe, poison_array
+from cudaopt.worker.inputs import from_numbers, to_numbers
 
 
 def test_exact_and_within_tolerance_pass():

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from cudaopt.harness import compiler
-from cudaopt.harness.compile_process import COMPILERS
-from cudaopt.harness.compiler import CompileError, compile_kernel, compile_ptx
-from cudaopt.harness.sandbox import IncludeError, check_includes
+from cudaopt.compilekit import compiler
+from cudaopt.compilekit.compile_process import COMPILERS
+from cudaopt.compilekit.compiler import CompileError, compile_kernel, compile_ptx
+from cudaopt.compilekit.sandbox import IncludeError, check_includes
 from cudaopt.wire.protocol import KernelSpec
 
 BODY = '\nextern "C" __global__ void k(float* c) { c[0] = 1.0f; }\n'
@@ -170,7 +170,7 @@ def test_an_interrupt_of_the_process_group_leaves_the_compiler_to_its_parent():
 
 
 def test_a_compilation_past_its_time_is_stopped_not_waited_for():
-    from cudaopt.harness.compile_process import compile_remote
+    from cudaopt.compilekit.compile_process import compile_remote
 
     source = "#include <cub/cub.cuh>" + BODY
     with pytest.raises(CompileError, match="stopped after"):

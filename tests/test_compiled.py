@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cudaopt.harness.compiler import CompileError, compile_ptx
-from cudaopt.harness import math_units
+from cudaopt.compilekit.compiler import CompileError, compile_ptx
+from cudaopt.compilekit import math_units
 from cudaopt.insight import compiled
 from cudaopt.wire.protocol import KernelSpec
 from tests.conftest import SGEMM, kernel_source

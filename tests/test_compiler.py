@@ -2,7 +2,7 @@
 
 import pytest
 
-from cudaopt.harness.compiler import CompileError, compile_kernel, parse_ptxas
+from cudaopt.compilekit.compiler import CompileError, compile_kernel, parse_ptxas
 from cudaopt.wire.protocol import KernelSpec
 from tests.conftest import SGEMM, kernel_source
 
@@ -51,7 +51,7 @@ def test_cuda_headers_are_found():
 def test_harness_utilities_compile():
     from importlib import resources
 
-    source = resources.files("cudaopt.harness").joinpath("utilities.cu").read_text()
+    source = resources.files("cudaopt.worker").joinpath("utilities.cu").read_text()
     info = compile_kernel(KernelSpec(source=source, entry="cudaopt_compare")).info
     assert info.ok and info.spill_stores == 0
 
@@ -61,7 +61,7 @@ _ADD = 'extern "C" __global__ void add(float* x) { x[threadIdx.x] += 1.0f; }'
 
 def test_compile_cache_hands_out_a_fresh_module_per_hit_with_the_first_compile_report():
     """A cached kernel is its kept cubin loaded afresh (no shared __device__ globals), marked cached."""
-    from cudaopt.harness.compiler import CompileCache
+    from cudaopt.worker.lru import CompileCache
 
     spec = KernelSpec(source=_ADD, entry="add", defines={"N": 4})
     compiled = compile_kernel(spec)
@@ -77,7 +77,7 @@ def test_compile_cache_hands_out_a_fresh_module_per_hit_with_the_first_compile_r
 
 
 def test_compile_cache_drops_the_oldest_beyond_its_byte_limit():
-    from cudaopt.harness.compiler import CompileCache
+    from cudaopt.worker.lru import CompileCache
 
     compiled = compile_kernel(KernelSpec(source=_ADD, entry="add"))
     size = len(bytes(compiled.cubin.code))
@@ -116,7 +116,7 @@ def test_the_example_split_k_kernels_keep_nothing_but_the_spread_workspace():
     import re
 
     from cudaopt.experiment import load_experiment
-    from cudaopt.harness.compiler import compile_ptx
+    from cudaopt.compilekit.compiler import compile_ptx
 
     exp = load_experiment(SGEMM / "experiment.json")
     configs = exp.tuning.space.configurations()

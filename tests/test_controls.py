@@ -1,4 +1,4 @@
-"""Negative controls (harness/controls.py, cpu_controls.py): a case whose check accepts a trivial
+"""Negative controls (worker/controls.py, cpu_controls.py): a case whose check accepts a trivial
 output is refused, on the CPU by `cudaopt check` and on the GPU by the worker."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 from cudaopt.cli import app
 from cudaopt.errors import ExperimentError
 from cudaopt.experiment import load_cases, load_experiment
-from cudaopt.harness.compare import compare
-from cudaopt.harness.controls import ControlSet, judge, negative_controls, stored
-from cudaopt.harness.inputs import generate
+from cudaopt.worker.compare import compare
+from cudaopt.worker.controls import ControlSet, judge, negative_controls, stored
+from cudaopt.worker.inputs import generate
 from cudaopt.wire.protocol import CaseSpec
 from cudaopt.wire.signature import parse_signature
 from tests.conftest import SGEMM
@@ -93,7 +93,7 @@ def test_a_nearly_constant_output_is_caught_by_another_input_sets_median():
 
 def test_a_large_answer_learns_its_constant_from_a_sample(monkeypatch):
     """Past STATS_SAMPLE elements the median is a sample's: a nearly constant output is still caught."""
-    import cudaopt.harness.controls as controls_module
+    import cudaopt.worker.controls as controls_module
 
     monkeypatch.setattr(controls_module, "STATS_SAMPLE", 1000)
     case = unary_case(rtol=1e-3, atol=1e-3)
@@ -109,7 +109,7 @@ def test_a_sample_reads_distinct_sorted_elements_from_the_first_to_the_last(n, c
     """The elements a control samples: each once, in order (the device reads them as runs), from
     both ends of the answer, and as many as asked wherever the runs do not overlap; a large answer's
     sample is drawn fast (a hash-based unique took seconds on 4 M indices, on every new case)."""
-    from cudaopt.harness.controls import runs, spread
+    from cudaopt.worker.controls import runs, spread
 
     index = spread(n, count, run)
     assert (np.diff(index) > 0).all() and index[0] == 0 and index[-1] < n
@@ -207,7 +207,7 @@ def test_trivial_outputs_are_rounded_into_the_outputs_type():
 
 
 def test_the_controls_use_the_checks_own_element_rule():
-    from cudaopt.harness.controls import accepts
+    from cudaopt.worker.controls import accepts
 
     rng = np.random.default_rng(3)
     ref = rng.standard_normal(9000)
@@ -339,7 +339,7 @@ def test_the_report_shows_each_cases_controls_and_a_waiver_with_its_reason(tmp_p
 
 def _locked_answers(values_per_set):
     """LockedAnswers on the fake device, and the host arrays every download of it handed out."""
-    from cudaopt.harness.answers import LockedAnswer
+    from cudaopt.worker.answers import LockedAnswer
     from tests.fake_device import FakeDevice
 
     gpu, handed = FakeDevice(), []
@@ -359,9 +359,9 @@ def test_the_worker_reads_a_sample_of_each_locked_answer_and_zeroes_every_host_c
     duplicate of the first): the controls read a sample of each answer, not all of it, while it is
     opened, and nothing of the answers is left on the host after. (The median's sample made small,
     as it is beside an answer of KernelBench's size.)"""
-    import cudaopt.harness.controls as controls_module
-    from cudaopt.harness.answers import answer_controls
-    from cudaopt.harness.inputs import HostTensor
+    import cudaopt.worker.controls as controls_module
+    from cudaopt.worker.answers import answer_controls
+    from cudaopt.worker.inputs import HostTensor
 
     monkeypatch.setattr(controls_module, "STATS_SAMPLE", 8192)
     monkeypatch.setattr(controls_module, "STATS_RUN", 1024)
@@ -383,8 +383,8 @@ def test_the_worker_reads_a_sample_of_each_locked_answer_and_zeroes_every_host_c
 
 
 def test_a_locked_answer_is_read_whole_for_a_trivial_output_that_passes_its_sample():
-    from cudaopt.harness.answers import answer_controls
-    from cudaopt.harness.inputs import HostTensor
+    from cudaopt.worker.answers import answer_controls
+    from cudaopt.worker.inputs import HostTensor
 
     n = 50_000
     case = unary_case(n=n)

@@ -14,8 +14,8 @@ import pytest
 
 from cudaopt.engine.recorder import Recorder
 from cudaopt.experiment import load_experiment
-from cudaopt.harness.runner import Runner
-from cudaopt.harness.timing import draw_plan
+from cudaopt.worker.runner import Runner
+from cudaopt.worker.timing import draw_plan
 from cudaopt.pool.dispatch import Dispatcher, GpuRef
 from cudaopt.record.files import Summary
 from cudaopt.record.rundir import RunDir

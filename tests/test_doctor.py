@@ -45,7 +45,7 @@ def test_doctor_exits_non_zero_on_a_release_mismatch(monkeypatch):
 
 def test_this_installation_compiles_with_one_cuda_release():
     """What `pip install -e .` (and with '.[torch]') installs passes doctor's check: .ci/run runs this in both."""
-    from cudaopt.harness.gpu import nvrtc_version
+    from cudaopt.worker.gpu import nvrtc_version
 
     check = doctor._nvrtc_check(nvrtc_version(), doctor.header_releases())
     assert check.ok, check.value

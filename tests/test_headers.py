@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from cudaopt.harness.compile_process import COMPILERS
-from cudaopt.harness.compiler import compile_kernel
-from cudaopt.harness.nvrtc_build import HEADER_LIBS, header_roots
-from cudaopt.harness.sandbox import check_includes
+from cudaopt.compilekit.compile_process import COMPILERS
+from cudaopt.compilekit.compiler import compile_kernel
+from cudaopt.compilekit.nvrtc_build import HEADER_LIBS, header_roots
+from cudaopt.compilekit.sandbox import check_includes
 from cudaopt.wire.protocol import KernelSpec
 
 BODY = '\nextern "C" __global__ void k(float* c) { c[0] = 1.0f; }\n'
@@ -50,7 +50,7 @@ def test_the_wheels_win_even_where_a_system_toolkit_is_named(tmp_path):
     (system / "include" / "cuda_runtime.h").write_text("#error the system toolkit was used\n")
     (system / "include" / "cccl" / "cuda" / "std" / "version").write_text("#error the system toolkit was used\n")
     env = {**os.environ, "CUDA_HOME": str(system), "CUDA_PATH": str(system)}
-    code = "import json; from cudaopt.harness.nvrtc_build import header_roots; print(json.dumps(header_roots()))"
+    code = "import json; from cudaopt.compilekit.nvrtc_build import header_roots; print(json.dumps(header_roots()))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     roots = json.loads(out)
     assert roots and all(how == "site-packages" and str(system) not in directory for _, directory, how in roots)

@@ -3,7 +3,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from cudaopt.harness.inputs import InputError, from_numbers, generate, to_numbers
+from cudaopt.worker.inputs import InputError, from_numbers, generate, to_numbers
 from cudaopt.wire.protocol import CaseSpec, InitSpec, InputSpec, OutputSpec
 from cudaopt.wire.signature import parse_signature
 
@@ -50,7 +50,7 @@ def test_set_one_is_independent_and_set_two_is_a_near_duplicate_of_set_zero():
 def test_a_draw_within_one_chunk_is_its_seeds_own_stream_and_a_larger_one_is_chunked(monkeypatch):
     """Draws of at most CHUNK elements are what they always were (recorded runs replay the same
     inputs); a larger draw is CHUNK-sized streams of their own, as deterministic."""
-    import cudaopt.harness.inputs as inputs
+    import cudaopt.worker.inputs as inputs
 
     small = generate(case(n=4096), SIG, 1)[0]
     rng = np.random.default_rng(inputs._seed(case(n=4096), "x", 0))
@@ -69,7 +69,7 @@ def test_a_draw_within_one_chunk_is_its_seeds_own_stream_and_a_larger_one_is_chu
 
 def test_the_near_duplicate_changes_the_picks_it_always_did():
     """Set 2's changed elements: a sample of set 0's second half (sorted, unique) and its last."""
-    import cudaopt.harness.inputs as inputs
+    import cudaopt.worker.inputs as inputs
 
     c = case(n=10001)
     sets = generate(c, SIG, 3)

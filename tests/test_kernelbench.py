@@ -130,7 +130,7 @@ def test_inputs_and_parameters_are_drawn_like_the_problem_makes_them(imports):
 
 
 def test_the_reference_and_the_eager_vendor_compute_the_problem_with_the_kernels_parameters(imports):
-    from cudaopt.harness.reference import load_python
+    from cudaopt.worker.reference import load_python
 
     exp, _, _ = imports["76_Gemm_Add_ReLU"]
     case = exp.case_specs[0]
@@ -164,7 +164,7 @@ def test_problems_written_for_the_gpu_and_with_unusual_inputs_are_probed_and_not
 
 def test_derived_constants_follow_the_sizes_a_case_sets(imports):
     """input_shape = (num_classes,): a case with fewer classes gets predictions of that width."""
-    from cudaopt.harness.reference import load_python
+    from cudaopt.worker.reference import load_python
 
     exp, _, _ = imports["95_CrossEntropyLoss"]
     reference = load_python(exp.reference_source, str(exp.reference_path), exp.reference_entry)

@@ -83,7 +83,7 @@ def test_check_says_ready():
 # ---- tolerances -----------------------------------------------------------------------------------
 
 def _bf16(values: np.ndarray) -> np.ndarray:
-    from cudaopt.harness.inputs import from_numbers, to_numbers
+    from cudaopt.worker.inputs import from_numbers, to_numbers
 
     return to_numbers(from_numbers(np.asarray(values, dtype=np.float32), "bfloat16"), "bfloat16").astype(np.float64)
 
@@ -140,7 +140,7 @@ def _passes(out: np.ndarray, ref: np.ndarray, tol) -> bool:
 def _case_inputs(case, rows: int | None = None, tokens: int | None = None):
     """The case's inputs as the harness draws them (CPU-sized cases), or, for the large ones, its
     distributions drawn here on ``tokens`` x k and ``rows`` x k: the slice a CPU can hold."""
-    from cudaopt.harness.inputs import generate
+    from cudaopt.worker.inputs import generate
 
     if rows is None:
         drawn = generate(case, _experiment().signature, 1)[0]
@@ -209,7 +209,7 @@ def _bounds(config: dict) -> dict[str, int]:
 
 
 def _sass_by_function(cubin: bytes) -> dict[str, str]:
-    from cudaopt.harness.math_units import disassemble
+    from cudaopt.compilekit.math_units import disassemble
 
     sass = disassemble(cubin)
     assert sass
@@ -222,7 +222,7 @@ def test_every_kernel_of_every_configuration_compiles_to_bf16_tensor_core_code_w
     bounds; each computes on the BF16 tensor cores (HMMA.16816.F32.BF16) and on no other MMA kind,
     without approximate transcendental units; the stream kernels read W with 16-byte loads that
     skip L1, the tile kernels copy with cp.async and read shared memory with ldmatrix."""
-    from cudaopt.harness.compiler import compile_kernel, parse_ptxas
+    from cudaopt.compilekit.compiler import compile_kernel, parse_ptxas
     from cudaopt.wire.protocol import KernelSpec
 
     for config in _experiment().tuning.space.configurations():
@@ -248,7 +248,7 @@ def test_every_kernel_of_every_configuration_compiles_to_bf16_tensor_core_code_w
 
 
 def test_the_split_kernels_are_clusters_of_their_grid_depth():
-    from cudaopt.harness.compiler import compile_ptx
+    from cudaopt.compilekit.compiler import compile_ptx
     from cudaopt.wire.protocol import KernelSpec
 
     ptx = compile_ptx(KernelSpec(source=_source(), entry="linear_gelu_bf16", defines={"CUDAOPT_NUM_SMS": 132}))
@@ -263,7 +263,7 @@ def test_the_adversaries_compile_and_the_fp8_one_shows_fp8_in_its_sass():
     """The GPU tests' adversaries (tests/kernels): both compile for sm_90; the FP8 kernel's SASS
     converts to E4M3 and multiplies on no BF16 MMA, which is what a precision policy that allows
     BF16 reads and refuses."""
-    from cudaopt.harness.compiler import compile_kernel
+    from cudaopt.compilekit.compiler import compile_kernel
     from cudaopt.wire.protocol import KernelSpec
     from tests.conftest import KERNELS
 

@@ -1,13 +1,13 @@
-"""The math units of compiled code (harness/math_units.py), read from the SASS of kernels NVRTC
+"""The math units of compiled code (compilekit/math_units.py), read from the SASS of kernels NVRTC
 compiles here (no GPU needed): each math class found where it is, none where it is not."""
 
 from __future__ import annotations
 
 import pytest
 
-from cudaopt.harness import math_units
-from cudaopt.harness.compiler import compile_kernel
-from cudaopt.harness.math_units import Instruction, classify, fast_math_options, function_math, instructions
+from cudaopt.compilekit import math_units
+from cudaopt.compilekit.compiler import compile_kernel
+from cudaopt.compilekit.math_units import Instruction, classify, fast_math_options, function_math, instructions
 from cudaopt.wire.protocol import KernelSpec
 from tests.conftest import ROOT, SGEMM, kernel_source
 

@@ -174,7 +174,7 @@ SLOW_KERNEL = ('__device__ constexpr long long fib(int n) { return n < 2 ? n : f
 
 PARENT_OF_COMPILERS = '''
 import sys, tempfile, threading, time
-from cudaopt.harness.compile_process import CompilerProcess
+from cudaopt.compilekit.compile_process import CompilerProcess
 from cudaopt.wire.protocol import KernelSpec
 
 folder = tempfile.mkdtemp()

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from cudaopt.agent.model import ModelSettings
-from cudaopt.harness import locate
+from cudaopt.compilekit import locate
 from cudaopt.insight import ncu
 from cudaopt.insight.card import BottleneckCard, CardError, build_card
 from cudaopt.insight.parse import KernelMetrics, parse_raw_csv
@@ -133,7 +133,7 @@ def test_the_command_skips_the_reference_launch_of_the_same_name(sgemm, tmp_path
     assert cmd[cmd.index("--launch-count") + 1] == "1"
     assert cmd[cmd.index("--metrics") + 1] == ",".join(ncu.METRICS)
     assert cmd[cmd.index("--log-file") + 1] == str(tmp_path / "log.csv")
-    assert cmd[-3:] == ["/py", "-m", "cudaopt.harness.worker"]
+    assert cmd[-3:] == ["/py", "-m", "cudaopt.worker.main"]
     request.reference.entry = "reference_matmul"
     cmd = ncu.command("ncu", request, tmp_path / "log.csv")
     assert cmd[cmd.index("--launch-skip") + 1] == "0"
@@ -168,7 +168,7 @@ def no_ncu(tmp_path, monkeypatch):
 def test_a_profile_reads_the_log_file_not_the_worker_stream(sgemm, fake_ncu):
     profile = ncu.profile(ncu.profile_request(sgemm.request("// src")), locate.find_tool("ncu"))
     assert profile.case == "square-4096" and profile.metrics.kernel == "matmul_f32"
-    assert "==PROF==" in profile.raw_csv and profile.command[-1] == "cudaopt.harness.worker"
+    assert "==PROF==" in profile.raw_csv and profile.command[-1] == "cudaopt.worker.main"
     assert len(fake_ncu.read_text().splitlines()) == 1
 
 

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from cudaopt.harness import peaks
-from cudaopt.harness.gpu import Peaks
-from cudaopt.harness.peaks import MeasuredPeaks, judge_plausibility, roofline
+from cudaopt.worker import peaks
+from cudaopt.worker.gpu import Peaks
+from cudaopt.worker.peaks import MeasuredPeaks, judge_plausibility, roofline
 from cudaopt.wire.protocol import Limits
 from cudaopt.wire.results import CaseResult
 from cudaopt.wire.signature import parse_signature

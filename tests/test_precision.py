@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaopt.cli import app
-from cudaopt.harness import math_units
-from cudaopt.harness.runner import Runner
+from cudaopt.compilekit import math_units
+from cudaopt.worker.runner import Runner
 from cudaopt.wire.precision import allowed_math, math_text, policy_text
 from cudaopt.wire.protocol import (
     CaseSpec,
@@ -140,7 +140,7 @@ def test_a_bf16_experiment_accepts_bf16_tensor_cores_and_refuses_fp8(tmp_path):
 
 
 def test_fast_math_options_are_approx_math():
-    from cudaopt.harness.compiler import compile_kernel
+    from cudaopt.compilekit.compiler import compile_kernel
 
     signature = parse_signature(SGEMM_SIGNATURE)
     info = compile_kernel(KernelSpec(source=(SGEMM / "initial.cu").read_text(), entry="matmul_f32",

@@ -1,5 +1,5 @@
 """The runner's logic on the CPU, through the fake device (tests/fake_device.py): staging input
-sets, guard bands, the per-launch audit, checked launches against the answer key, timing
+sets, guard bands, the launch scan, checked launches against the answer key, timing
 statistics and every status a case can end with. The kernels are compiled by NVRTC as for a GPU;
 what they do is a Python function registered under the kernel's name."""
 
@@ -10,8 +10,8 @@ import re
 import numpy as np
 import pytest
 
-from cudaopt.harness.runner import Runner
-from cudaopt.harness.timing import LaunchPlan
+from cudaopt.worker.runner import Runner
+from cudaopt.worker.timing import LaunchPlan
 from cudaopt.wire.protocol import (
     CaseSpec,
     EvalRequest,
@@ -268,11 +268,11 @@ def test_each_launch_of_each_case_draws_its_inputs_from_a_key_of_its_own():
     assert plan.inputs_key(11, 3) == LaunchPlan(2, 10, (1, 4), case="a").inputs_key(11, 3)  # reproducible
 
 
-@pytest.mark.parametrize("implementation", ["cudaopt.harness.gpu:Gpu", "tests.fake_device:FakeDevice"])
+@pytest.mark.parametrize("implementation", ["cudaopt.worker.gpu:Gpu", "tests.fake_device:FakeDevice"])
 def test_the_real_device_and_the_fake_have_every_method_of_the_interface(implementation):
     import importlib
 
-    from cudaopt.harness import device
+    from cudaopt.worker import device
 
     module, name = implementation.split(":")
     cls = getattr(importlib.import_module(module), name)
@@ -363,7 +363,7 @@ def test_a_kernel_that_counts_on_a_cleared_workspace_fails(monkeypatch):
     """A kernel that adds into its workspace as if it started at zero (the harness's clearing
     would be work it gets untimed, and an export would sum launch upon launch) passes if the
     workspace is cleared, and fails because it is poisoned."""
-    import cudaopt.harness.entries as entries
+    import cudaopt.worker.entries as entries
     from cudaopt.wire.protocol import Limits
 
     def adds_into(dev, launch, x, y, n):

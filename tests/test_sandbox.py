@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cudaopt.harness.compiler import CompileError, compile_kernel, compile_ptx
+from cudaopt.compilekit.compiler import CompileError, compile_kernel, compile_ptx
 from cudaopt.wire.protocol import KernelSpec
-from cudaopt.harness.sandbox import IncludeError, check_includes, filter_log, worker_environment
+from cudaopt.compilekit.sandbox import IncludeError, check_includes, filter_log, worker_environment
 from tests.conftest import kernel_source
 
 BODY = '\nextern "C" __global__ void k(float* c) { c[0] = 1.0f; }\n'

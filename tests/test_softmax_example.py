@@ -77,7 +77,7 @@ def test_the_tolerances_reject_a_copy_zeros_and_a_constant():
     """On every case but the single element, the arithmetic is what is checked: a copy of the
     input, zeros, a uniform 1/cols and a softmax without the maximum subtracted (where a naive
     exp overflows or underflows) fail the case's tolerances on input set 0."""
-    from cudaopt.harness.inputs import generate
+    from cudaopt.worker.inputs import generate
 
     exp = _experiment()
     naive_fails = set()
@@ -108,7 +108,7 @@ def test_every_kernel_of_every_configuration_compiles_without_spills():
     """The tuner spends a GPU evaluation on each configuration: no kernel may fail to compile,
     spill, or keep a stack; the cluster kernel carries its cluster size (a declaration gives it,
     since the definition must stay plain for the trust rule)."""
-    from cudaopt.harness.compiler import compile_kernel, compile_ptx, parse_ptxas
+    from cudaopt.compilekit.compiler import compile_kernel, compile_ptx, parse_ptxas
     from cudaopt.wire.protocol import KernelSpec
 
     for config in _experiment().tuning.space.configurations():

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cudaopt.harness import entries as entries_module
-from cudaopt.harness.compiler import compile_kernel
-from cudaopt.harness.cubin import inspect_cubin, module_sections
-from cudaopt.harness.runner import Runner
+from cudaopt.worker import entries as entries_module
+from cudaopt.compilekit.compiler import compile_kernel
+from cudaopt.compilekit.cubin import inspect_cubin, module_sections
+from cudaopt.worker.runner import Runner
 from cudaopt.wire.protocol import KernelSpec, Limits
 from tests.fake_device import FakeDevice
 from tests.test_runner_fake_device import SIGNATURE, SIZES, relu, request
@@ -103,12 +103,12 @@ def test_every_launch_is_followed_by_the_same_work():
     device = FakeDevice()
     device.kernel("relu", relu, SIZES, 0.02)
     calls: list[list[str]] = []
-    for name in ("audit", "copy_async", "digest"):
+    for name in ("scan_launch", "copy_async", "digest"):
         original = getattr(device, name)
 
         def traced(*args, _name=name, _original=original, **kwargs):
             if calls:
-                calls[-1].append(_name + (f":{args[5]}" if _name == "audit" else ""))
+                calls[-1].append(_name + (f":{args[5]}" if _name == "scan_launch" else ""))
             return _original(*args, **kwargs)
 
         setattr(device, name, traced)
@@ -124,7 +124,7 @@ def test_every_launch_is_followed_by_the_same_work():
     assert result.status == "ok", result.reason
     between = calls[3:-1]  # from each warm-up or timed launch to the next (the last is followed by the judging)
     assert len(between) == 11 and all(c == between[0] for c in between), between
-    assert between[0][:3] == ["audit:True", "copy_async", "digest"]
+    assert between[0][:3] == ["scan_launch:True", "copy_async", "digest"]
 
 
 def test_outputs_set_aside_and_changed_before_they_are_judged_are_caught():

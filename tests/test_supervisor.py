@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from cudaopt.pool.supervisor import Supervisor, WorkerError
+from cudaopt.pool.supervisor import Supervisor, Worker, WorkerError
 from cudaopt.wire.protocol import Timeouts
 from tests.fakes import FAKE, batch, intervals, one_at_a_time
 
@@ -155,3 +155,17 @@ def test_gpus_of_another_model_are_left_out(tmp_path, sgemm):
 def test_one_worker_per_gpu():
     with pytest.raises(ValueError, match="one worker per GPU"):
         Supervisor(devices=[0, 0])
+
+
+def test_the_default_command_starts_the_real_worker_module(tmp_path):
+    """``python -m cudaopt.worker.main``, as the supervisor starts it, runs and speaks the protocol:
+    Ready where there is a GPU, Fatal naming the GPU where there is none (never an import error)."""
+    worker = Worker(0, tmp_path / "worker.log")
+    try:
+        worker.start()
+    except WorkerError as exc:
+        assert "cannot initialise the GPU" in str(exc), str(exc)
+    else:
+        assert worker.info is not None
+    finally:
+        worker.stop()

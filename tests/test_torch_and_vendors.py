@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cudaopt.cli import app
-from cudaopt.harness.reference import ReferenceFailure
-from cudaopt.harness.timing import VENDOR_LAUNCHES, LaunchPlan, TimedRun
-from cudaopt.harness.vendor import BoundVendor
+from cudaopt.worker.reference import ReferenceFailure
+from cudaopt.worker.timing import VENDOR_LAUNCHES, LaunchPlan, TimedRun
+from cudaopt.worker.vendor import BoundVendor
 from cudaopt.wire.protocol import EvalRequest, TimingProtocol, VendorSpec
 from cudaopt.wire.results import CaseResult
 from cudaopt.wire.signature import parse_signature
@@ -77,7 +77,7 @@ def test_reference_kind_in_the_config_overrides_the_detection(example):
 
 def test_call_torch_returns_float64_of_the_case_shapes_and_restores_the_settings():
     torch = optional("torch")
-    from cudaopt.harness.torch_reference import call_torch
+    from cudaopt.worker.torch_reference import call_torch
 
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
               torch.are_deterministic_algorithms_enabled())
@@ -102,7 +102,7 @@ def test_call_torch_returns_float64_of_the_case_shapes_and_restores_the_settings
 
 def test_call_torch_scrubs_what_it_returned_once_copied():
     torch = optional("torch")
-    from cudaopt.harness.torch_reference import call_torch
+    from cudaopt.worker.torch_reference import call_torch
 
     kept = {}
 
@@ -124,7 +124,7 @@ def test_call_torch_scrubs_what_it_returned_once_copied():
 ])
 def test_call_torch_failures_are_reference_errors(body, message):
     torch = optional("torch")
-    from cudaopt.harness.torch_reference import call_torch
+    from cudaopt.worker.torch_reference import call_torch
 
     namespace = {"torch": torch}
     exec(f"def reference(a, b, *, m, n, k):\n    {body}\n", namespace)
@@ -222,7 +222,7 @@ class StandInBuffers:
     def stage_fresh(self, seed, stream):
         self.gpu.log.append(("inputs", stream))
 
-    def audit(self, *args, **kwargs):
+    def scan_launch(self, *args, **kwargs):
         pass
 
     def save_outputs(self, slot, key, digest):

@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from cudaopt.harness.buffers import guard_pattern
-from cudaopt.harness.compiler import compile_kernel
-from cudaopt.harness.cubin import inspect_cubin
-from cudaopt.harness.timing import draw_plan
+from cudaopt.worker.buffers import guard_pattern
+from cudaopt.compilekit.compiler import compile_kernel
+from cudaopt.compilekit.cubin import inspect_cubin
+from cudaopt.worker.timing import draw_plan
 from cudaopt.wire.launch import tunable_clashes
 from cudaopt.wire.protocol import KernelSpec, TimingProtocol
 from cudaopt.wire.signature import parse_signature
@@ -115,7 +115,7 @@ def test_the_guard_differs_from_the_output_poison():
 
 
 class FakeGpu:
-    """Just enough of harness.gpu.Gpu for the launcher: whether the context still answers."""
+    """Just enough of worker.gpu.Gpu for the launcher: whether the context still answers."""
 
     def __init__(self, alive: bool):
         self.alive = alive
@@ -130,8 +130,8 @@ class FakeGpu:
     ("cuMemsetD32Async: CUDA_ERROR_INVALID_VALUE: invalid argument", False, "crashed", True),
 ])
 def test_every_cuda_error_becomes_an_outcome_and_a_lost_context_retires_the_worker(message, alive, status, dead):
-    from cudaopt.harness.gpu import CudaCallError
-    from cudaopt.harness.launcher import Launcher, is_cuda_error
+    from cudaopt.worker.gpu import CudaCallError
+    from cudaopt.worker.launcher import Launcher, is_cuda_error
 
     launcher = Launcher(FakeGpu(alive))
     error = CudaCallError(message)

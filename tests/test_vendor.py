@@ -9,7 +9,7 @@ import types
 import numpy as np
 import pytest
 
-from cudaopt.harness.vendor import Vendor, VendorError
+from cudaopt.worker.vendor import Vendor, VendorError
 from cudaopt.wire.protocol import VendorSpec
 from cudaopt.wire.signature import parse_signature
 

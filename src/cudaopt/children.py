@@ -2,7 +2,7 @@
 
 Each runs in a process group of its own, stopped whole when it times out and when it ends: what
 the user's code started (a shell, a ``sleep``) is stopped with it, never left running. Each holds
-the lifeline (harness/lifeline.py), so it and its group also end when this process is stopped by
+the lifeline (compilekit/lifeline.py), so it and its group also end when this process is stopped by
 a signal or killed.
 """
 
@@ -14,7 +14,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from .harness import lifeline
+from .compilekit import lifeline
 
 DRAIN_S = 5.0  # after a stop, how long the pipes may take to close (a process that left the group keeps them)
 POLL_S = 1.0  # how often a limit that may change (a callable) is read again

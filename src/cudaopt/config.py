@@ -1,7 +1,7 @@
 """The files a user writes: the experiment config, its input cases, a tunable space.
 
-Schemas only (pydantic), importing nothing above the harness: the cases, launches, timing
-protocol and limits are the harness's own types (wire/protocol.py), so what a user writes is
+Schemas only (pydantic), importing nothing of cudaopt but wire/: the cases, launches, timing
+protocol and limits are the wire's own types (wire/protocol.py), so what a user writes is
 what a worker receives. Loading, resolving paths and the checks that need the signature live in
 experiment.py.
 """
@@ -264,7 +264,7 @@ class VendorSection(WireModel):
     pytorch: Literal["eager", "compile"] | None = None  # which PyTorch baseline it is (KernelBench metrics)
 
 
-# which of a case's recorded ``phases`` (harness/runner.py) belong to the supervisor's phases
+# which of a case's recorded ``phases`` (worker/runner.py) belong to the supervisor's phases
 CHECK_STEPS = ("setup_s", "reference_s", "controls_s", "check_s")
 TIMING_STEPS = ("timing_s", "timed_checks_s")
 

@@ -1,6 +1,6 @@
 """Negative controls on the CPU, for ``cudaopt check`` (and ``evaluate``/``optimize``, which run its
 checks first): a NumPy or PyTorch reference is run on two independent input sets of each case
-small enough for the CPU, and harness/controls.py compares the trivial outputs with its answers,
+small enough for the CPU, and worker/controls.py compares the trivial outputs with its answers,
 as the GPU worker does at evaluation. A case larger than ``CPU_ELEMENTS`` is not shrunk in general
 (a smaller case can discriminate where the large one does not: outputs that shrink with a
 dimension, and which scalars a reference lets change is the user's business): it is controlled on
@@ -24,14 +24,14 @@ import numpy as np
 from .children import run_child
 from .errors import ExperimentError
 from .experiment import Experiment
-from .harness.controls import ControlSet, judge, negative_controls
-from .harness.inputs import InputError, generate, shape_of
+from .worker.controls import ControlSet, judge, negative_controls
+from .worker.inputs import InputError, generate, shape_of
 from .wire.precision import allowed_math
 from .wire.protocol import CaseSpec, ReferenceSpec, WireModel
 from .wire.results import CaseResult, Controls
 from .wire.signature import Signature, parse_signature
-from .harness.reference import ReferenceFailure, call_python, load_python
-from .harness.torch_reference import call_torch, import_torch
+from .worker.reference import ReferenceFailure, call_python, load_python
+from .worker.torch_reference import call_torch, import_torch
 
 CPU_ELEMENTS = 1 << 23  # inputs and outputs of one input set: above this a case is controlled on the GPU
 CONTROLS_TIMEOUT_S = 120.0
@@ -216,7 +216,7 @@ def _controls_from_stdin() -> int:
 
 
 if __name__ == "__main__":
-    from .harness import lifeline
+    from .compilekit import lifeline
 
     lifeline.hold()
     sys.exit(_controls_from_stdin())

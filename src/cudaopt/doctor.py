@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from .harness.compile_process import COMPILERS, CompilerUnavailable
-from .harness.gpu import Gpu, call, nvrtc_version
-from .harness.nvrtc_build import HEADER_LIBS, header_roots
-from .harness.peaks import measure, save
+from .compilekit.compile_process import COMPILERS, CompilerUnavailable
+from .worker.gpu import Gpu, call, nvrtc_version
+from .compilekit.nvrtc_build import HEADER_LIBS, header_roots
+from .worker.peaks import measure, save
 
 
 @dataclass

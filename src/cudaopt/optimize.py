@@ -1,5 +1,5 @@
-"""A run from start to stop (the core of ``api.optimize``): start or resume it, and leave its audit
-pack in ``results/run-NNN/``.
+"""A run from start to stop (the core of ``api.optimize``): start or resume it, and leave its run
+directory in ``results/run-NNN/``.
 
 The API has checked everything that needs no GPU (the experiment, the model's credentials, the
 budgets) and started the workers. The order here is the same for every strategy: the strategy's

@@ -34,17 +34,17 @@ from .reading import read_text_file
 from .cpu_controls import cpu_controls, cpu_tensor
 from .errors import ExperimentError
 from .experiment import Experiment
-from .harness.case_data import case_bytes, memory_text
-from .harness.compiler import DEFAULT_ARCH, CompileError, compile_kernel
-from .harness.cubin import kept_state
-from .harness.inputs import InputError, generate, shape_of
-from .harness.math_units import precision_refusal
+from .worker.case_data import case_bytes, memory_text
+from .compilekit.compiler import DEFAULT_ARCH, CompileError, compile_kernel
+from .compilekit.cubin import kept_state
+from .worker.inputs import InputError, generate, shape_of
+from .compilekit.math_units import precision_refusal
 from .wire.launch import NOMINAL_DEVICE, device_defines
 from .wire.precision import allowed_math, math_text
 from .wire.protocol import CaseSpec, KernelSpec, LaunchSpec, Limits, ReferenceSpec, WireModel
 from .wire.signature import DTYPES, parse_signature
-from .harness.reference import ReferenceFailure, call_python, load_python
-from .harness.torch_reference import call_torch, import_torch
+from .worker.reference import ReferenceFailure, call_python, load_python
+from .worker.torch_reference import call_torch, import_torch
 
 REFERENCE_TIMEOUT_S = 120.0
 DEFAULT_GPU_MEMORY = 80 * 2**30  # the memory assumed when no GPU says how much it has
@@ -165,7 +165,7 @@ def check_memory(experiment: Experiment, cases: list[CaseSpec], path: Path, fiel
 
 
 def case_memory(experiment: Experiment, case) -> int:
-    """Bytes of device memory the worker holds for one case at its peak (harness/case_data.py)."""
+    """Bytes of device memory the worker holds for one case at its peak (worker/case_data.py)."""
     inputs, outputs = [], []
     for arg in experiment.signature.args:
         spec = case.inputs.get(arg.name) or case.outputs.get(arg.name)
@@ -282,7 +282,7 @@ def _run_reference_from_stdin() -> int:
 
 
 if __name__ == "__main__":
-    from .harness import lifeline
+    from .compilekit import lifeline
 
     lifeline.hold()
     sys.exit(_run_reference_from_stdin())

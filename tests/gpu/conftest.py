@@ -41,7 +41,7 @@ def small_request(sgemm):
 @pytest.fixture(scope="session")
 def gpu():
     """The GPU in this process (beside the supervisor's worker), for runners built by a test."""
-    from cudaopt.harness.gpu import Gpu
+    from cudaopt.worker.gpu import Gpu
 
     return Gpu(0)
 
@@ -51,9 +51,9 @@ def runner_without(gpu, monkeypatch, *, restore: bool = True, local: bool = True
     one rule alone stops a kernel which the others would stop too: ``restore``, the module's
     variables set back before each launch; ``local``, the local-memory wipe; ``shared``, the
     shared-memory, register and local-memory poison."""
-    from cudaopt.harness.entries import ModuleState
-    from cudaopt.harness.leftovers import Leftovers
-    from cudaopt.harness.runner import Runner
+    from cudaopt.worker.entries import ModuleState
+    from cudaopt.worker.leftovers import Leftovers
+    from cudaopt.worker.runner import Runner
 
     if not restore:
         monkeypatch.setattr(ModuleState, "restore", lambda self: None)

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def gpu():
-    from cudaopt.harness.gpu import Gpu
+    from cudaopt.worker.gpu import Gpu
 
     return Gpu(0)
 
@@ -22,8 +22,8 @@ def test_a_locked_answer_is_mapped_without_access_except_while_compared(gpu):
     (seen on the H200: docs/benchmarks.md). Read through the driver, so nothing faults here."""
     from cuda.bindings import driver
 
-    from cudaopt.harness.answers import LockedAnswer
-    from cudaopt.harness.gpu import call
+    from cudaopt.worker.answers import LockedAnswer
+    from cudaopt.worker.gpu import call
 
     location = driver.CUmemLocation()
     location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
@@ -41,7 +41,7 @@ def test_a_locked_answer_is_mapped_without_access_except_while_compared(gpu):
 
 
 def test_a_locked_answer_compares_like_any_other(gpu):
-    from cudaopt.harness.answers import LockedAnswer, check_output
+    from cudaopt.worker.answers import LockedAnswer, check_output
 
     ref = np.linspace(-1, 1, 1000).reshape(10, 100)
     key = LockedAnswer(gpu, ref)
@@ -63,8 +63,8 @@ def test_a_locked_answer_compares_like_any_other(gpu):
 
 
 def test_fresh_inputs_differ_per_stream_and_the_audit_sees_a_changed_one(gpu):
-    from cudaopt.harness.buffers import CaseBuffers
-    from cudaopt.harness.inputs import HostTensor
+    from cudaopt.worker.buffers import CaseBuffers
+    from cudaopt.worker.inputs import HostTensor
     from cudaopt.wire.signature import parse_signature
 
     sig = parse_signature('extern "C" __global__ void f(const float* x, const int* idx, float* y, int n)')
@@ -79,22 +79,22 @@ def test_fresh_inputs_differ_per_stream_and_the_audit_sees_a_changed_one(gpu):
         def read(name, dtype):
             return gpu.download(buffers.inputs[name].ptr, buffers.inputs[name].nbytes).view(dtype)
 
-        def audit(stream):
+        def scan(stream):
             gpu.fill_async(int(counters.handle), 16, b"\0")
-            buffers.audit(7, stream, int(counters.handle), inputs=True)
+            buffers.scan_launch(7, stream, int(counters.handle), inputs=True)
             return gpu.download(int(counters.handle), 16).view(np.uint64).tolist()
 
         buffers.stage_fresh(7, 1)
         first = read("x", np.float32).copy()
         assert 2.0 <= first.min() and first.max() < 3.0 and abs(first.mean() - 2.5) < 0.01
         assert (read("idx", np.int32) == np.arange(n)).all()  # an input that must not vary is copied
-        assert audit(1) == [n, 0]  # every output still poisoned, inputs as staged
+        assert scan(1) == [n, 0]  # every output still poisoned, inputs as staged
         buffers.stage_fresh(7, 2)
         assert (read("x", np.float32) != first).mean() > 0.99  # another launch, other values
         buffers.stage_fresh(7, 1)
         assert (read("x", np.float32) == first).all()  # drawn again for the reference: the same
         gpu.upload(buffers.inputs["x"].ptr + 40, np.array([9.0], np.float32))  # a kernel wrote an input
-        assert audit(1) == [n, 1]
+        assert scan(1) == [n, 1]
     finally:
         counters.close(gpu.stream)
         buffers.close()

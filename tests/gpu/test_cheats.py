@@ -47,7 +47,7 @@ def test_working_on_a_few_launches_is_caught_by_the_hidden_checks(gpu, monkeypat
 
 def test_skipping_launches_is_caught_by_the_per_launch_audit(gpu, monkeypatch, supervisor, small_request):
     """Its launch counter restored before every launch, it never skips (ok); left to count (the
-    restore off in this process), the per-launch audit sees the launches it skipped."""
+    restore off in this process), the launch scan sees the launches it skipped."""
     assert supervisor.evaluate(small_request(kernel_source("skip_launches.cu"))).status == "ok"
     result = runner_without(gpu, monkeypatch, restore=False).evaluate(
         small_request(kernel_source("skip_launches.cu"), protocol=MANY))

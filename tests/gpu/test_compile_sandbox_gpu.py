@@ -36,7 +36,7 @@ def test_the_worker_compiles_kernels_written_for_nvcc_in_a_confined_process(supe
     compiler process runs with no_new_privs, which Landlock confinement sets, where the kernel has it."""
     from pathlib import Path
 
-    from cudaopt.harness import landlock
+    from cudaopt.compilekit import landlock
 
     source = """
 extern "C" __global__ void matmul_f32(const float* a, const float* b, float* c, int m, int n, int k)
@@ -59,7 +59,7 @@ extern "C" __global__ void matmul_f32(const float* a, const float* b, float* c, 
             cmdline = (proc / "cmdline").read_bytes()
         except OSError:
             continue
-        if f"PPid:\t{worker}\n" in status and b"cudaopt.harness.compile_process" in cmdline:
+        if f"PPid:\t{worker}\n" in status and b"cudaopt.compilekit.compile_process" in cmdline:
             compilers.append(status)
     assert compilers, "the worker compiled without a compiler process"
     try:

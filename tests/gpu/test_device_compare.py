@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cudaopt.harness.compare import compare, poison_array
-from cudaopt.harness.inputs import from_numbers
+from cudaopt.worker.compare import compare, poison_array
+from cudaopt.worker.inputs import from_numbers
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
 def gpu():
-    from cudaopt.harness.gpu import Gpu
+    from cudaopt.worker.gpu import Gpu
 
     return Gpu(0)
 

@@ -1,4 +1,4 @@
-"""The real Device (harness/gpu.py) does what the interface (harness/device.py) and the CPU fake
+"""The real Device (worker/gpu.py) does what the interface (worker/device.py) and the CPU fake
 (tests/fake_device.py) say: events measure milliseconds, launches run a loaded module's kernel
 with a configuration, locked memory has no access until opened, memory_info answers."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cudaopt.harness.compiler import compile_kernel
+from cudaopt.compilekit.compiler import compile_kernel
 from cudaopt.wire.protocol import KernelSpec
 
 pytestmark = pytest.mark.gpu
@@ -22,7 +22,7 @@ SOURCE = ('extern "C" __global__ void twice(const float* x, float* y, int n) {\n
 
 @pytest.fixture(scope="module")
 def gpu():
-    from cudaopt.harness.gpu import Gpu
+    from cudaopt.worker.gpu import Gpu
 
     return Gpu(0)
 
@@ -51,7 +51,7 @@ def test_a_loaded_kernel_launches_with_a_configuration_and_events_time_it(gpu):
 def test_locked_memory_has_no_access_until_opened(gpu):
     from cuda.bindings import driver
 
-    from cudaopt.harness.driver import call
+    from cudaopt.worker.driver import call
 
     location = driver.CUmemLocation()
     location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE

@@ -73,9 +73,9 @@ def test_torch_answers_are_locked_and_the_reference_leaves_nothing_in_torchs_poo
     than the first did (cuBLAS's workspace)."""
     from cuda.bindings import driver
 
-    from cudaopt.harness.answers import LockedAnswer
-    from cudaopt.harness.gpu import Gpu, call
-    from cudaopt.harness.runner import Runner
+    from cudaopt.worker.answers import LockedAnswer
+    from cudaopt.worker.gpu import Gpu, call
+    from cudaopt.worker.runner import Runner
 
     runner = Runner(Gpu(0))
     exp = torch_experiment(tmp_path, FLOAT32_REFERENCE)

@@ -28,12 +28,12 @@ def test_evaluate_of_a_hanging_kernel_leaves_no_worker_when_stopped(tmp_path, si
                    tmp_path)
 
     def worker_started():
-        return [p for p in descendants(parent.pid) if b"cudaopt.harness.worker" in _cmdline(p)]
+        return [p for p in descendants(parent.pid) if b"cudaopt.worker.main" in _cmdline(p)]
 
     wait_for(worker_started, "a GPU worker started", parent)
     time.sleep(20.0)  # compiled, the first cases checked, the 256³ case spinning
     started = descendants(parent.pid)
-    assert any(b"cudaopt.harness.worker" in _cmdline(p) for p in started)
+    assert any(b"cudaopt.worker.main" in _cmdline(p) for p in started)
     stop_and_check(parent, signum, started)
 
 

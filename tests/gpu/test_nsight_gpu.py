@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from cudaopt.cli import app
 from cudaopt.insight import ncu
 from cudaopt.insight.card import build_card
-from cudaopt.harness.locate import find_tool
+from cudaopt.compilekit.locate import find_tool
 from tests.conftest import SGEMM
 from tests.fake_openai import FakeOpenAI
 

@@ -19,7 +19,7 @@ EVERY_SLOT = LaunchSpec(grid=["2 * num_sms"], block=[1024])  # two blocks of 102
 def clean_local_memory(gpu) -> None:
     """Wipe every thread's local memory once (what earlier tests left there would pass for a
     marker), before a test that switches the wipe off."""
-    from cudaopt.harness.leftovers import Leftovers
+    from cudaopt.worker.leftovers import Leftovers
 
     leftovers = Leftovers(gpu)
     leftovers.cover_local(8192)  # the test kernels' frames are 4 KiB
@@ -96,7 +96,7 @@ def test_the_local_wipe_costs_little_beside_a_launch(gpu):
     """What the wipe costs per launch (outside the timed interval), printed for the docs."""
     import time
 
-    from cudaopt.harness.leftovers import Leftovers
+    from cudaopt.worker.leftovers import Leftovers
 
     leftovers = Leftovers(gpu)
     for frame in (0, 16 * 1024):

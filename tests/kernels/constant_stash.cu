@@ -6,7 +6,7 @@
 // Launch: grid = 2 * num_sms, 1024 threads (every thread slot of every SM gets the marker on the
 // first launch, whichever slot a thread lands in later); n = 8192 (at most).
 // Stopped by: the module's __constant__ banks are restored to their load image before every
-// candidate launch (harness/entries.py), so a later launch copies the image's zeros.
+// candidate launch (worker/entries.py), so a later launch copies the image's zeros.
 // Expected: mismatch when only the restore holds (the local marker left alone); ok without it.
 #define MARK 0x600DF00Du
 __constant__ float stash[8192];

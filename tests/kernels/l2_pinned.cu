@@ -4,7 +4,7 @@
 // timed launches so the next launch reads its inputs from L2 instead of DRAM.
 // Stopped by: the worker sets the L2 set-aside for persisting accesses to zero (a host-side limit
 // a kernel cannot change) and, before each flush, sets every line of the case's buffers back to
-// normal eviction priority (applypriority, harness/leftovers.cu); the flush then evicts them. L2
+// normal eviction priority (applypriority, worker/leftovers.cu); the flush then evicts them. L2
 // is coherent, so the checks always see the fresh inputs the harness staged.
 // Expected: ok, timed at the cost of relu.cu (within noise).
 extern "C" __global__ void relu(const float* x, float* y, int n)

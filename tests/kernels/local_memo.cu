@@ -4,7 +4,7 @@
 // global-state rule sees it, and with inputs that never change every answer it returns is right.
 // The grid fills every thread slot of every SM, so every slot holds a memo after one launch.
 // Launch: grid = 2 * num_sms, 1024 threads; n = 1024 (at most).
-// Stopped by: the local-memory wipe before every candidate launch (harness/leftovers.cu): the
+// Stopped by: the local-memory wipe before every candidate launch (worker/leftovers.cu): the
 // marker is never found, so every launch does the work and is timed at its honest cost.
 // Expected: ok, timed like the honest work; without the wipe, ok and many times faster.
 #define N 1024

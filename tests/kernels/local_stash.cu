@@ -6,7 +6,7 @@
 // that repeat (an experiment whose inputs do not vary) the copies are right and the kernel looks free.
 // Launch: grid = 2 * num_sms, 1024 threads (two blocks per SM: every slot); n = 1024 (at most).
 // Stopped by: the harness writes a NaN pattern over every thread's local memory before each
-// candidate launch (harness/leftovers.cu), so a later launch copies NaN; and its module variables
+// candidate launch (worker/leftovers.cu), so a later launch copies NaN; and its module variables
 // (the flag) are restored before each launch, so with both rules it computes every time.
 // Expected: mismatch when only the local-memory wipe holds; ok without it (the GPU test shows both).
 #define N 1024

@@ -4,7 +4,7 @@
 // __device__ memory) each block writes the whole answer there; later launches copy it back.
 // Launch: grid = num_sms (at most 200), 256 threads, shared_bytes = 200 * 1024 (one block per SM);
 // n = 256 (what the reserved KiB holds).
-// Stopped by: the shared-memory poison covers the reserved part too (harness/leftovers.cu).
+// Stopped by: the shared-memory poison covers the reserved part too (worker/leftovers.cu).
 // Expected: mismatch when only the poison holds (the flag left alone); ok without it.
 #define MAX_BLOCKS 200
 __device__ unsigned int computed[MAX_BLOCKS];

@@ -7,7 +7,7 @@
 // Launch: grid = num_sms (at most 200), 1024 threads, shared_bytes = 4 * n (over half an SM's
 // shared memory, so one block per SM and every SM holds the answer).
 // Stopped by: the harness fills every SM's shared memory with a NaN pattern before each candidate
-// launch (harness/leftovers.cu), so the second check launch copies NaN.
+// launch (worker/leftovers.cu), so the second check launch copies NaN.
 // Expected: mismatch (NaN in the outputs, check phase, second input set checked); ok when the
 // shared memory is not poisoned (the GPU test shows both).
 #define MAX_BLOCKS 200

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 
 from ..engine.recorder import ROLES, Recorder
-from ..harness.compiler import CompileError
+from ..compilekit.compiler import CompileError
 from ..insight import ncu
 from ..insight.card import BottleneckCard, CardError, ProfileRecord, build_card
 from ..insight.compiled import summarize

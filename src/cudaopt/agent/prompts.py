@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from ..engine.scoring import medians
-from ..harness.compare import shown
+from ..worker.compare import shown
 from ..wire.precision import allowed_math
 from ..wire.protocol import MATH_CLASSES, CaseSpec, Limits
 from ..wire.results import CaseResult

@@ -31,7 +31,7 @@ import numpy as np
 from ..config import CasesFile, ExperimentConfig, TuneSection, VendorSection
 from ..errors import ExperimentError
 from ..experiment import Experiment, ExperimentArgs
-from ..harness.reference import named_outputs
+from ..worker.reference import named_outputs
 from ..kernelbench.translate import fit
 from ..paths import cache_root
 from ..trial import LaunchGiven, as_launch

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from ..crosschecks import SCALAR_RANGES
 from ..errors import ExperimentError
-from ..harness.host_headers import HEADERS, PRELUDE_NAME
-from ..harness.nvrtc_build import HEADER_LIBS
+from ..compilekit.host_headers import HEADERS, PRELUDE_NAME
+from ..compilekit.nvrtc_build import HEADER_LIBS
 from ..wire.launch import DEVICE_NAMES
 from ..wire.protocol import Expr
 from .launch_code import python_launch_config

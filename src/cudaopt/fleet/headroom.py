@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from ..config import RoiInputs
 from ..wire import expr
-from ..harness.peaks import compute_class, roofline
+from ..worker.peaks import compute_class, roofline
 from ..wire.protocol import CaseSpec
 from ..wire.results import CaseResult, DeviceInfo, EvalResult, Roofline
 from ..wire.signature import Signature

@@ -13,9 +13,9 @@ from collections import Counter
 
 from pydantic import Field
 
-from ..harness.compiler import compile_kernel, compile_ptx
-from ..harness.locate import find_tool
-from ..harness.math_units import MathUnreadable, classify, disassemble, instructions
+from ..compilekit.compiler import compile_kernel, compile_ptx
+from ..compilekit.locate import find_tool
+from ..compilekit.math_units import MathUnreadable, classify, disassemble, instructions
 from ..wire.protocol import KernelSpec, WireModel
 
 _PTX_LINE = re.compile(r"^\s*(?:@!?%\w+\s+)?([a-z][\w.:]*)")

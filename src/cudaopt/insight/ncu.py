@@ -1,6 +1,6 @@
 """Profiling one checked launch of a kernel with Nsight Compute, in a process of its own.
 
-The worker (``python -m cudaopt.harness.worker``) runs under ``ncu`` with a request for one case,
+The worker (``python -m cudaopt.worker.main``) runs under ``ncu`` with a request for one case,
 no timing, no gate and no L2 flush: the gate kernel spins on a host flag, which would deadlock
 under ncu's serialised, replayed launches, and timings taken under a profiler mean nothing. The
 check stays on, so the profiled launch is one whose output was compared with the reference.
@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..harness import lifeline
-from ..harness.inputs import shape_of
+from ..compilekit import lifeline
+from ..worker.inputs import shape_of
 from ..wire.messages import Done, Fatal, read_message
 from ..wire.protocol import CaseSpec, EvalRequest, TimingProtocol
 from ..wire.results import EvalResult
@@ -124,7 +124,7 @@ def command(ncu: str, request: EvalRequest, log_file: Path, python: str = sys.ex
         "--kernel-name", f"regex:^({'|'.join(names)})$", "--launch-skip", str(skip), "--launch-count", "1",
         "--csv", "--page", "raw", "--print-units", "base", "--log-file", str(log_file),
         "--metrics", ",".join(METRICS),
-        python, "-m", "cudaopt.harness.worker",
+        python, "-m", "cudaopt.worker.main",
     ]
 
 

@@ -1,4 +1,4 @@
-"""Imported cases that discriminate: negative controls (harness/controls.py) run at import.
+"""Imported cases that discriminate: negative controls (worker/controls.py) run at import.
 
 KernelBench's shapes are kept (so timings stay comparable), but its own draws and tolerance can make
 a check that cannot fail: an activation fed only values where it is the identity accepts a copy of
@@ -30,7 +30,7 @@ import numpy as np
 
 from ..config import KernelBenchCase, KernelBenchOrigin
 from ..cpu_controls import batch_shrunk, elements, reference_sets
-from ..harness.controls import negative_controls
+from ..worker.controls import negative_controls
 from ..wire.protocol import CaseSpec, InitSpec, InputSpec
 from ..wire.signature import Signature
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from ..config import CasesFile, ExperimentConfig, KernelBenchOrigin, VendorSection
 from ..errors import ExperimentError
 from ..experiment import Experiment, load_experiment
-from ..harness.inputs import InputError
-from ..harness.reference import ReferenceFailure, load_python
+from ..worker.inputs import InputError
+from ..worker.reference import ReferenceFailure, load_python
 from ..wire.precision import dtype_classes
 from ..wire.protocol import Limits
 from .discriminate import discriminate

@@ -161,7 +161,7 @@ def _child() -> int:
 
 
 if __name__ == "__main__":
-    from ..harness import lifeline
+    from ..compilekit import lifeline
 
     lifeline.hold()
     sys.exit(_child())

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from ..errors import ExperimentError
-from ..harness.sandbox import looks_secret
+from ..compilekit.sandbox import looks_secret
 from ..wire.messages import Done, Fatal, Prefetch, read_message
 from ..wire.protocol import EvalRequest, KernelSpec
 from ..wire.results import DeviceInfo, EvalResult

@@ -22,8 +22,8 @@ from pydantic import ValidationError
 
 import cudaopt
 
-from ..harness import lifeline
-from ..harness.sandbox import worker_environment
+from ..compilekit import lifeline
+from ..compilekit.sandbox import worker_environment
 from ..wire.messages import (
     CaseDone,
     Compiled,
@@ -40,7 +40,7 @@ from ..wire.results import DeviceInfo, EvalResult
 from .dispatch import Dispatcher, GpuRef, WorkerError, unfinished
 
 STARTUP_TIMEOUT_S = 120.0
-WORKER_COMMAND = [sys.executable, "-m", "cudaopt.harness.worker"]
+WORKER_COMMAND = [sys.executable, "-m", "cudaopt.worker.main"]
 
 
 __all__ = ["STARTUP_TIMEOUT_S", "WORKER_COMMAND", "Supervisor", "Worker", "WorkerError"]
@@ -237,7 +237,7 @@ class Supervisor(Dispatcher):
 
     def __init__(self, devices: list[int] | None = None, log_dir: Path | None = None,
                  command: list[str] | None = None, env: dict[str, str] | None = None):
-        """``command`` starts a worker (default: this Python's ``cudaopt.harness.worker``); ``env``
+        """``command`` starts a worker (default: this Python's ``cudaopt.worker.main``); ``env``
         adds variables to its allow-listed environment."""
         self.devices = devices if devices is not None else [0]
         if len(set(self.devices)) != len(self.devices):

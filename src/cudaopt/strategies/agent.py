@@ -7,7 +7,7 @@ from ..agent.instruments import Instruments
 from ..agent.model import ModelClient, make_chat_model
 from ..agent.research import search_cuda_docs
 from ..errors import ExperimentError
-from ..harness.locate import find_tool
+from ..compilekit.locate import find_tool
 from ..engine.recorder import Candidate
 from .base import Context, register
 

@@ -4,7 +4,7 @@ An experiment declares it in ``limits.precision``, a list of :data:`~.protocol.M
 one, the signature's pointer types decide (a ``float16`` pointer allows "fp16", ``bfloat16`` "bf16",
 ``int8``/``uint8`` "int8"), and ``limits.allow_tf32`` adds "tf32" either way. Every place that asks
 what a kernel may compute with asks :func:`allowed_math`: the check of the compiled code
-(harness/math_units.py), the speed-of-light floor (harness/peaks.py), the TF32 switch of a PyTorch
+(compilekit/math_units.py), the speed-of-light floor (worker/peaks.py), the TF32 switch of a PyTorch
 reference and of the vendors.
 """
 

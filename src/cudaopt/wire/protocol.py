@@ -26,7 +26,7 @@ MAX_LAUNCHES = 100_000  # warm-up or timed launches per case a request (or a com
 
 Role = Literal["correctness", "performance", "holdout"]
 Expr = str | int | float
-# Math a kernel may use beyond plain FP32/FP64 and integer ALU math (wire/precision.py, harness/math_units.py)
+# Math a kernel may use beyond plain FP32/FP64 and integer ALU math (wire/precision.py, compilekit/math_units.py)
 MathClass = Literal["tf32", "fp16", "bf16", "int8", "fp8", "approx"]
 MATH_CLASSES: tuple[str, ...] = MathClass.__args__
 

@@ -73,7 +73,7 @@ class EntryInfo(WireModel):
 
 
 class MathUse(WireModel):
-    """One class of math in a compiled module (harness/math_units.py): its instructions, by opcode,
+    """One class of math in a compiled module (compilekit/math_units.py): its instructions, by opcode,
     and the first of them as nvdisasm prints it, with the function it is in."""
 
     count: int
@@ -194,7 +194,7 @@ class Occupancy(WireModel):
 
 
 class Roofline(WireModel):
-    """Achieved rates against the roofs, and the speed-of-light floor (harness/peaks.py)."""
+    """Achieved rates against the roofs, and the speed-of-light floor (worker/peaks.py)."""
 
     flops: float | None = None
     achieved_tflops: float | None = None
@@ -241,7 +241,7 @@ class ControlOutcome(WireModel):
 
 
 class Controls(WireModel):
-    """The negative controls of a case (harness/controls.py): ``tried`` trivial outputs compared with
+    """The negative controls of a case (worker/controls.py): ``tried`` trivial outputs compared with
     the reference's answers under the case's tolerances; ``accepted`` those that passed (none: the
     case discriminates); ``waived`` the case's written ``trivial_ok`` reason when some passed."""
 

@@ -295,10 +295,10 @@ extern "C" __global__ void cudaopt_stage(const Slot* slots, int count, unsigned 
     }
 }
 
-// After a launch: counters[0] += output elements still poisoned (scanned outputs only); with
+// The launch scan, after a launch: counters[0] += output elements still poisoned (scanned outputs only); with
 // `inputs`, counters[1] += input elements that no longer hold what cudaopt_stage put there.
-extern "C" __global__ void cudaopt_audit(const Slot* slots, int count, unsigned long long seed,
-                                         unsigned long long stream, int inputs, unsigned long long* counters) {
+extern "C" __global__ void cudaopt_scan(const Slot* slots, int count, unsigned long long seed,
+                                        unsigned long long stream, int inputs, unsigned long long* counters) {
     unsigned long long unwritten = 0, changed = 0;
     for (int s = 0; s < count; ++s) {
         const Slot d = slots[s];
@@ -341,7 +341,7 @@ extern "C" __global__ void cudaopt_digest(const unsigned char* p, long long nbyt
 }
 
 // --- the module's variables set back to their load image --------------------------------------
-// Each run: `bytes` at `dst` copied from `src`, or zeroed where `src` is 0 (harness/entries.py).
+// Each run: `bytes` at `dst` copied from `src`, or zeroed where `src` is 0 (worker/entries.py).
 // One launch, in the stream's order like every kernel: before each launch of a candidate.
 struct CudaoptRun {
     unsigned long long dst, src, bytes;

@@ -18,11 +18,11 @@ import numpy as np
 from ..wire.protocol import Limits
 from ..wire.results import CompileInfo, EntryInfo
 from ..wire.signature import DTYPES, Signature, SignatureError, entry_names, find_entry, other_entry_problem
-from .compiler import parse_ptxas
-from .cubin import Section, kept_state, module_sections, workspace_names
+from ..compilekit.compiler import parse_ptxas
+from ..compilekit.cubin import Section, kept_state, module_sections, workspace_names
 from .launcher import CaseFailure
 from .leftovers import SHARED_POISON
-from .math_units import precision_refusal
+from ..compilekit.math_units import precision_refusal
 
 WORKSPACE_POISON = SHARED_POISON.to_bytes(4, "little")  # a float32 NaN
 _STACK_SIZES = re.compile(r"(\d+) bytes (?:stack frame|cumulative stack size)")

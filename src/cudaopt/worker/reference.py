@@ -111,7 +111,7 @@ class CudaReference:
     def kernel(self, ref):
         from ..wire.launch import device_defines
         from ..wire.protocol import KernelSpec
-        from .compiler import CompileError, compile_kernel
+        from ..compilekit.compiler import CompileError, compile_kernel
 
         key = (ref.source, ref.entry, self.launcher.gpu.arch)
         if key not in self._kernels:

@@ -41,7 +41,7 @@ def poison_bits(dtype: str) -> int:
 @dataclass
 class Peaks:
     """Spec peaks from the device's properties (generous on purpose): the speed-of-light floor uses
-    the larger of these and the measured peaks (harness/peaks.py)."""
+    the larger of these and the measured peaks (worker/peaks.py)."""
 
     bytes_per_s: float
     flops_per_s: dict[str, float]
@@ -97,7 +97,7 @@ class Gpu:
         self._utils = self._compile_utilities()
         self._stats = self.device.allocate(256, stream=self.stream)
         self._stats_ptr = int(self._stats.handle)
-        self.measured = None  # MeasuredPeaks, set by the worker (harness/peaks.py)
+        self.measured = None  # MeasuredPeaks, set by the worker (worker/peaks.py)
         self.stream.sync()
 
     # --- memory --------------------------------------------------------------------------
@@ -196,7 +196,7 @@ class Gpu:
         source = resources.files(__package__).joinpath("utilities.cu").read_text()
         module = Program(source, "c++", ProgramOptions(arch=self.arch, std="c++17")).compile("cubin", logs=io.StringIO())
         names = ("cudaopt_gate", "cudaopt_compare", "cudaopt_widen", "cudaopt_diff_bytes", "cudaopt_stage",
-                 "cudaopt_audit", "cudaopt_digest", "cudaopt_restore")
+                 "cudaopt_scan", "cudaopt_digest", "cudaopt_restore")
         return {name.removeprefix("cudaopt_"): module.get_kernel(name) for name in names}
 
     def _grid_for(self, n: int) -> int:
@@ -245,16 +245,17 @@ class Gpu:
         count, first = self.download(self._stats_ptr, 16).view(np.uint64)
         return int(count), (None if first == np.iinfo(np.uint64).max else int(first))
 
-    # --- fresh inputs and per-launch audits (stream-ordered, never waited on) --------------------
+    # --- fresh inputs and the launch scan (stream-ordered, never waited on) ----------------------
 
     def stage(self, slots: int, count: int, total: int, seed: int, stream: int) -> None:
         """Fill a case's buffers for one launch (utilities.cu ``cudaopt_stage``); ``total`` elements."""
         self._run_utility("stage", total, np.uint64(slots), np.int32(count), np.uint64(seed), np.uint64(stream))
 
-    def audit(self, slots: int, count: int, total: int, seed: int, stream: int, inputs: bool, counters: int) -> None:
-        """Count unwritten outputs (and, with ``inputs``, changed inputs) after one launch into two
-        u64 at ``counters``."""
-        self._run_utility("audit", total, np.uint64(slots), np.int32(count), np.uint64(seed), np.uint64(stream),
+    def scan_launch(self, slots: int, count: int, total: int, seed: int, stream: int, inputs: bool,
+                    counters: int) -> None:
+        """The launch scan (utilities.cu ``cudaopt_scan``): count unwritten outputs (and, with
+        ``inputs``, changed inputs) after one launch into two u64 at ``counters``."""
+        self._run_utility("scan", total, np.uint64(slots), np.int32(count), np.uint64(seed), np.uint64(stream),
                           np.int32(inputs), np.uint64(counters))
 
     def digest(self, ptr: int, nbytes: int, key: int, into: int) -> None:

@@ -82,7 +82,7 @@ class CaseBuffers:
     set_data: list[dict[str, object]] = field(default_factory=list)  # device copy per set
     slots: list[dict[str, object]] = field(default_factory=list)  # outputs of the checked timed launches
     key: str = ""  # what the buffers hold (case, input sets), for reuse across requests
-    _slots: tuple | None = None  # the stage/audit table on the device (see slot_table)
+    _slots: tuple | None = None  # the stage/scan table on the device (see slot_table)
 
     def __post_init__(self):
         for arg in self.signature.inputs:
@@ -127,14 +127,15 @@ class CaseBuffers:
         slots, count, most = self.slot_table()
         self.gpu.stage(slots, count, most, key, stream)
 
-    def audit(self, key: int, stream: int, counters: int, inputs: bool) -> None:
-        """After a launch on stream ``stream``'s inputs: add its unwritten output elements to the u64
-        at ``counters`` and, with ``inputs``, its changed input elements to the next one (async)."""
+    def scan_launch(self, key: int, stream: int, counters: int, inputs: bool) -> None:
+        """The launch scan, after a launch on stream ``stream``'s inputs: add its unwritten output
+        elements to the u64 at ``counters`` and, with ``inputs``, its changed input elements to the
+        next one (async)."""
         slots, count, most = self.slot_table()
-        self.gpu.audit(slots, count, most, key, stream, inputs, counters)
+        self.gpu.scan_launch(slots, count, most, key, stream, inputs, counters)
 
     def slot_table(self) -> tuple[int, int, int]:
-        """The device table utilities.cu's stage and audit kernels read: one slot per buffer
+        """The device table utilities.cu's stage and scan kernels read: one slot per buffer
         (built on first use; its upload waits on the stream, so never behind a closed gate)."""
         if self._slots is None:
             table = np.zeros(len(self.inputs) + len(self.outputs), dtype=SLOT)

@@ -1,10 +1,12 @@
 """A byte-bounded LRU cache, for what a worker keeps between requests: host input sets, locked
-reference outputs, compiled cubins."""
+reference outputs, and (:class:`CompileCache`) the cubins it compiled."""
 
 from __future__ import annotations
 
 import os
 from collections import OrderedDict
+
+from ..compilekit.compiler import Compiled
 
 CACHE_BYTES = 4 << 30
 
@@ -56,3 +58,32 @@ class Lru:
                 self.on_evict(value)
                 return True
         return False
+
+
+class CompileCache:
+    """Compilations a worker has made, by source, defines and architecture, for requests that name
+    the same kernel again (a guard's or a replay's interleaved pairs, a resumed run).
+
+    What is kept is the cubin's bytes, never a loaded module: each hit loads a fresh one, so no
+    request sees the __device__ globals an earlier request's launches left behind.
+    """
+
+    def __init__(self, limit_bytes: int = 64 << 20):
+        self._kept = Lru(limit_bytes)  # key -> (cubin bytes, the first compile's report)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._kept.items
+
+    def get(self, key: str) -> Compiled | None:
+        kept = self._kept.get(key)
+        if kept is None:
+            return None
+        code, info = kept
+        from cuda.core import ObjectCode
+
+        return Compiled(cubin=ObjectCode.from_cubin(code), info=info.model_copy(update={"cached": True}))
+
+    def put(self, key: str, compiled: Compiled) -> None:
+        if key not in self:
+            code = bytes(compiled.cubin.code)
+            self._kept.put(key, (code, compiled.info.model_copy()), len(code))

@@ -40,7 +40,7 @@ from .device import Device, Wipes
 from .launcher import CaseFailure, Launcher
 
 VENDOR_LAUNCHES = 1 << 40  # each vendor's fresh inputs come from launch numbers of their own (+ index << 32)
-_AUDIT_WORDS = 3  # per launch: unwritten output elements, changed input elements, the outputs' digest
+_SCAN_WORDS = 3  # per launch: unwritten output elements, changed input elements, the outputs' digest
 
 
 class Stopwatch:
@@ -97,7 +97,7 @@ class Timings:
 
 
 class TimedRun:
-    """Warm up and time one case's candidate (and vendor), with the per-launch audit."""
+    """Warm up and time one case's candidate (and vendor), with the launch scan."""
 
     def __init__(self, gpu: Device, launcher: Launcher, leftovers: Wipes, buffers: CaseBuffers,
                  proto: TimingProtocol, seed: int, plan: LaunchPlan, reset: Callable[[], None] | None = None):
@@ -105,9 +105,9 @@ class TimedRun:
         self.proto, self.seed, self.plan = proto, seed, plan
         self.reset = reset  # the candidate's module variables and workspace, before each of its launches
         total = plan.warmup + plan.iterations
-        self.audit_bytes = 8 * _AUDIT_WORDS * total
-        self.audit = gpu.alloc(self.audit_bytes)
-        gpu.fill_async(int(self.audit.handle), self.audit_bytes, b"\0")
+        self.scan_bytes = 8 * _SCAN_WORDS * total
+        self.scan = gpu.alloc(self.scan_bytes)
+        gpu.fill_async(int(self.scan.handle), self.scan_bytes, b"\0")
         # the keys of each launch's output digest, kept on the host: no kernel can forge a digest
         self.digest_keys = np.frombuffer(os.urandom(8 * total), dtype=np.uint64)
         self.decoy = len(plan.checked)  # the slot every launch that is not checked saves its outputs to
@@ -116,7 +116,7 @@ class TimedRun:
         self.ranges = leftovers.range_table(buffers.allocations())  # demoted in L2 before each flush
 
     def close(self) -> None:
-        self.audit.close(self.gpu.stream)
+        self.scan.close(self.gpu.stream)
         self.ranges[0].close(self.gpu.stream)
 
     def run(self, candidate: Callable[[], None] | None, vendors: list[Callable[[], None]]) -> Timings:
@@ -158,8 +158,8 @@ class TimedRun:
     def _sample(self, name: str, run, launch: int, timed: int | None):
         """Poison shared memory, registers and local memory, restore the candidate's module, stage
         fresh inputs, (demote and flush the L2, events around) the run; for the candidate, then the
-        audit of its inputs and outputs and its outputs set aside with their digest: the same work
-        after every launch, so nothing after a launch tells whether it is checked."""
+        launch scan of its inputs and outputs and its outputs set aside with their digest: the same
+        work after every launch, so nothing after a launch tells whether it is checked."""
         checked = name == "candidate" and timed is not None and timed in self.plan.checked
         # a checked launch's inputs are drawn like any other's: nothing in them tells it apart
         stream = launch if name == "candidate" else VENDOR_LAUNCHES + (int(name.split()[1]) << 32) + launch
@@ -178,8 +178,8 @@ class TimedRun:
             run()
             end = self.gpu.record_event()
         if name == "candidate":
-            words = int(self.audit.handle) + 8 * _AUDIT_WORDS * launch
-            self.buffers.audit(key, stream, words, inputs=True)
+            words = int(self.scan.handle) + 8 * _SCAN_WORDS * launch
+            self.buffers.scan_launch(key, stream, words, inputs=True)
             slot = self.plan.checked.index(timed) if checked else self.decoy
             self.buffers.save_outputs(slot, int(self.digest_keys[launch]), words + 16)
         return (start, end) if timed is not None else None
@@ -187,18 +187,18 @@ class TimedRun:
     def verify_saved_outputs(self) -> None:
         """Raise if the outputs set aside from a checked launch changed before they were judged
         (their digest, keyed by a number only the host knows, no longer matches)."""
-        words = self.gpu.download(int(self.audit.handle), self.audit_bytes).view(np.uint64).reshape(-1, _AUDIT_WORDS)
+        words = self.gpu.download(int(self.scan.handle), self.scan_bytes).view(np.uint64).reshape(-1, _SCAN_WORDS)
         for slot, timed in enumerate(self.plan.checked):
             launch = self.plan.launch_number(timed)
             if self.buffers.digest_slot(slot, int(self.digest_keys[launch])) != int(words[launch, 2]):
                 raise CaseFailure("guard_violation", f"the outputs set aside from timed launch {timed} were changed "
                                                      "by a later launch (memory outside the kernel's buffers)")
 
-    def verify_audit(self) -> int:
+    def verify_scan(self) -> int:
         """Raise for the first launch that left outputs unwritten or changed an input; return the
-        number of launches audited."""
-        words = self.gpu.download(int(self.audit.handle), self.audit_bytes).view(np.uint64)
-        words = words.reshape(-1, _AUDIT_WORDS)
+        number of launches scanned."""
+        words = self.gpu.download(int(self.scan.handle), self.scan_bytes).view(np.uint64)
+        words = words.reshape(-1, _SCAN_WORDS)
         for launch, (unwritten, changed, _digest) in enumerate(words):
             where = _describe(launch, self.plan)
             if unwritten:

@@ -1,7 +1,7 @@
 """The worker process: one GPU, JSON orders in on stdin (a request, or kernels to compile ahead),
 JSON messages out on stdout.
 
-Started as ``python -m cudaopt.harness.worker`` with ``CUDA_VISIBLE_DEVICES`` pinned, by the
+Started as ``python -m cudaopt.worker.main`` with ``CUDA_VISIBLE_DEVICES`` pinned, by the
 supervisor (pool/supervisor.py), by a Ray actor (pool/ray_cluster.py) or under compute-sanitizer.
 Anything else that writes to stdout (the user's reference, a library) is redirected to stderr so
 it cannot corrupt the message stream. The messages are declared in wire/messages.py. The
@@ -70,7 +70,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from . import lifeline
+    from ..compilekit import lifeline
 
     lifeline.hold()
     sys.exit(main())

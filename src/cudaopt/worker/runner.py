@@ -30,13 +30,13 @@ from .answers import HOST_DETAILS_BYTES, DeviceAnswer, LockedAnswer, answer_cont
 from .buffers import CaseBuffers
 from .case_data import DeviceCases, HostSets, Room, cache_key, case_bytes, check_order, make_room
 from .compare import describe
-from .compiler import CompileCache, CompileError, compile_kernel
+from ..compilekit.compiler import CompileError, compile_kernel
 from .controls import judge
 from .device import Device
 from .entries import Entries
 from .inputs import InputError
 from .launcher import CaseFailure, Launcher, is_cuda_error, occupancy
-from .lru import Lru
+from .lru import CompileCache, Lru
 from .peaks import judge_plausibility
 from .reference import CudaReference, ReferenceFailure, call_python, load_python
 from .timing import Stopwatch, TimedRun, draw_plan, method, new_seed
@@ -378,7 +378,7 @@ class Runner:
             candidate = (lambda: self.launcher.launch(kernel, launch, args)) if kernel is not None else None
             timings = run.run(candidate, timed)
             out.clocks["after"] = self.gpu.clocks()
-            scanned = run.verify_audit() if kernel is not None else 0
+            scanned = run.verify_scan() if kernel is not None else 0
             if kernel is not None:
                 entries.refuse_altered_state("during timing: ")
                 run.verify_saved_outputs()

@@ -52,7 +52,7 @@ class CompilerProcess:
     def __init__(self, workdir: str):
         line = lifeline.spawn(worker_environment(dict(os.environ)))
         self.proc = lifeline.track(subprocess.Popen(
-            [sys.executable, "-m", "cudaopt.harness.compile_process"], stdin=subprocess.PIPE,
+            [sys.executable, "-m", "cudaopt.compilekit.compile_process"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir, env=line.env, pass_fds=line.pass_fds,
         ))
         self.lines: queue.Queue[bytes | None] = queue.Queue()

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from ..wire.protocol import KernelSpec
 from ..wire.results import CompileInfo
 from .compile_process import compile_remote
-from .lru import Lru
 from .math_units import read_math
 from .nvrtc_build import CompileError, parse_ptxas, with_hints  # noqa: F401 (callers import them here)
 from .sandbox import PROGRAM_NAME, IncludeError, check_includes
@@ -26,35 +25,6 @@ DEFAULT_ARCH = "sm_90"
 class Compiled:
     cubin: object  # cuda.core ObjectCode
     info: CompileInfo
-
-
-class CompileCache:
-    """Compilations a worker has made, by source, defines and architecture, for requests that name
-    the same kernel again (a guard's or a replay's interleaved pairs, a resumed run).
-
-    What is kept is the cubin's bytes, never a loaded module: each hit loads a fresh one, so no
-    request sees the __device__ globals an earlier request's launches left behind.
-    """
-
-    def __init__(self, limit_bytes: int = 64 << 20):
-        self._kept = Lru(limit_bytes)  # key -> (cubin bytes, the first compile's report)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._kept.items
-
-    def get(self, key: str) -> Compiled | None:
-        kept = self._kept.get(key)
-        if kept is None:
-            return None
-        code, info = kept
-        from cuda.core import ObjectCode
-
-        return Compiled(cubin=ObjectCode.from_cubin(code), info=info.model_copy(update={"cached": True}))
-
-    def put(self, key: str, compiled: Compiled) -> None:
-        if key not in self:
-            code = bytes(compiled.cubin.code)
-            self._kept.put(key, (code, compiled.info.model_copy()), len(code))
 
 
 def compile_ptx(spec: KernelSpec, arch: str = DEFAULT_ARCH) -> str:

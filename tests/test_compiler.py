@@ -48,12 +48,16 @@ def test_cuda_headers_are_found():
     assert compile_kernel(KernelSpec(source=source, entry="k")).info.ok
 
 
-def test_harness_utilities_compile():
+def test_harness_utilities_compile_with_every_kernel_the_worker_launches():
     from importlib import resources
 
+    from cudaopt.worker.gpu import UTILITY_KERNELS
+
     source = resources.files("cudaopt.worker").joinpath("utilities.cu").read_text()
-    info = compile_kernel(KernelSpec(source=source, entry="cudaopt_compare")).info
-    assert info.ok and info.spill_stores == 0
+    compiled = compile_kernel(KernelSpec(source=source, entry="cudaopt_compare"))
+    assert compiled.info.ok and compiled.info.spill_stores == 0
+    code = bytes(compiled.cubin.code)
+    assert [name for name in UTILITY_KERNELS if f".text.{name}".encode() not in code] == []
 
 
 _ADD = 'extern "C" __global__ void add(float* x) { x[threadIdx.x] += 1.0f; }'

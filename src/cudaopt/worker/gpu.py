@@ -75,6 +75,11 @@ def floor_rate_key(dtype: str, allowed: frozenset[str], rates: dict[str, float])
     return max(keys, key=lambda key: (rates.get(key, 0.0), key == own))
 
 
+# the kernels of utilities.cu the worker launches, by name
+UTILITY_KERNELS = ("cudaopt_gate", "cudaopt_compare", "cudaopt_widen", "cudaopt_diff_bytes", "cudaopt_stage",
+                   "cudaopt_scan", "cudaopt_digest", "cudaopt_restore")
+
+
 class Gpu:
     """One device, one stream, and the harness's own utility kernels."""
 
@@ -195,9 +200,7 @@ class Gpu:
 
         source = resources.files(__package__).joinpath("utilities.cu").read_text()
         module = Program(source, "c++", ProgramOptions(arch=self.arch, std="c++17")).compile("cubin", logs=io.StringIO())
-        names = ("cudaopt_gate", "cudaopt_compare", "cudaopt_widen", "cudaopt_diff_bytes", "cudaopt_stage",
-                 "cudaopt_scan", "cudaopt_digest", "cudaopt_restore")
-        return {name.removeprefix("cudaopt_"): module.get_kernel(name) for name in names}
+        return {name.removeprefix("cudaopt_"): module.get_kernel(name) for name in UTILITY_KERNELS}
 
     def _grid_for(self, n: int) -> int:
         return max(1, min(-(-n // 256), int(self.props.multiprocessor_count) * 8))

@@ -96,6 +96,17 @@ def test_every_run_gets_a_self_contained_report(run_dir):
     assert "compile_error" in html and "identifier &#34;x&#34; is undefined" in html
 
 
+def test_the_report_says_where_the_runs_time_went(run_dir):
+    from cudaopt.record.files import Summary
+
+    spent = Summary.model_validate_json((run_dir / "summary.json").read_text()).time
+    html = (run_dir / "report.html").read_text()
+    table = html[html.index('id="time-spent"'):]
+    table = table[:table.index("</table>")]
+    assert "host and compile waits s" in table and f"<td>{spent.wall_s:.1f}</td>" in table
+    assert f"<td>{spent.checks_s:.1f}</td><td>{spent.timing_s:.1f}</td>" in table and spent.wall_s > 0
+
+
 def test_cudaopt_report_rebuilds_with_roi_inputs_and_verification(run_dir, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)

@@ -71,6 +71,17 @@ def test_each_gpu_compiles_ahead_the_share_of_the_sweep_it_will_be_handed(tmp_pa
     assert all(a.gpu.index == (0 if a.defines["BM"] in (16, 64) else 1) for a in attempts(run) if a.kind == "tune")
 
 
+def test_a_run_on_two_gpus_sums_its_steps_over_them_and_leaves_no_remainder(tmp_path, experiment):
+    """Two GPUs work side by side: their steps' sum may pass the wall time, so no remainder is told."""
+    from cudaopt.cli.render_experiments import time_line
+
+    _, summary = tune(tmp_path, experiment, ScriptedPool(2))
+    spent = summary.time
+    assert spent.gpus == 2 and spent.other_s is None
+    line = time_line(spent)
+    assert "checks (on 2 GPUs, summed)" in line and "host and compile waits" not in line
+
+
 def test_finalists_measured_on_different_gpus_are_measured_again_on_one_before_a_winner(tmp_path, experiment):
     # GPU 0 reports every time twice as fast: BM=64 (on GPU 0) looks best, BM=128 (on GPU 1) is
     run, summary = tune(tmp_path, experiment, ScriptedPool(2, delays={0: 0.05, 1: 0.05}, speeds={0: 0.5}))

@@ -186,9 +186,11 @@ def audit_line(summary) -> str:
 
 def time_line(spent) -> str:
     """Where the run's time went, in the order it was spent; steps that took no time left out."""
-    steps = [("pre-flight", spent.preflight_s), ("workers started", spent.workers_s), ("checks", spent.checks_s),
-             ("timing", spent.timing_s), ("finalists measured again", spent.measured_again_s),
-             ("crowning audit", spent.audit_s), ("host and compile waits", spent.other_s)]
+    on_gpus = "" if spent.gpus == 1 else f" (on {spent.gpus} GPUs, summed)"
+    steps = [("pre-flight", spent.preflight_s), ("workers started", spent.workers_s),
+             ("checks" + on_gpus, spent.checks_s), ("timing", spent.timing_s),
+             ("finalists measured again", spent.measured_again_s), ("crowning audit", spent.audit_s),
+             ("host and compile waits", spent.other_s or 0.0)]
     parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in steps if seconds >= 0.05)
     compiled = f"; NVRTC {spent.compile_s:.1f} s of CPU beside them" if spent.compile_s >= 0.05 else ""
     return f"time {spent.wall_s:.1f} s: {parts}{compiled}"

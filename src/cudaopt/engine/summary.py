@@ -58,7 +58,8 @@ def time_spent(attempts: Sequence[Attempt], finalists: Finalists | None, audit: 
         measured_again_s=round(finalists.seconds, 3) if finalists else 0.0,
         audit_s=round(sum(a.seconds for a in audit.audits), 3) if audit else 0.0,
         compile_s=round(sum(a.compile.seconds for a in measured if a.compile), 3),
-        wall_s=round(before.preflight_s + before.workers_s + wall_seconds, 3)))
+        wall_s=round(before.preflight_s + before.workers_s + wall_seconds, 3),
+        gpus=max(1, len({(a.gpu.host, a.gpu.pci_bus_id or a.gpu.index) for a in measured if a.gpu}))))
 
 
 def summarise(facts: RunFacts, attempts: Sequence[Attempt], calls: Sequence[ModelCall], *, stop_reason: str = "",

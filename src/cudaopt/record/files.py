@@ -194,9 +194,10 @@ class Totals(WireModel):
 
 class TimeSpent(WireModel):
     """Where a run's time went, in seconds. The steps on the GPU workers are summed over the run's
-    attempts (measured, not cached); NVRTC runs on the workers' CPUs beside them, so its sum is
-    apart and may exceed the wall time. The rest of ``wall_s`` is the host's own work: waiting for
-    a kernel still compiling, loading modules, the model's answers, writing the run directory."""
+    attempts (measured, not cached) and over its GPUs; NVRTC runs on the workers' CPUs beside them,
+    so its sum is apart and may exceed the wall time. On one GPU the rest of ``wall_s``
+    (:attr:`other_s`) is the host's own work: waiting for a kernel still compiling, loading
+    modules, the model's answers, writing the run directory."""
 
     preflight_s: float = 0.0  # the checks of ``cudaopt check``, before any GPU work
     workers_s: float = 0.0  # the GPU workers started: CUDA contexts, the device's peaks
@@ -206,9 +207,13 @@ class TimeSpent(WireModel):
     audit_s: float = 0.0  # the crowning audit's own evaluations
     compile_s: float = 0.0  # NVRTC, summed over the kernels compiled for the attempts
     wall_s: float = 0.0  # from the pre-flight to the summary
+    gpus: int = 1  # the GPUs the attempts were measured on
 
     @property
-    def other_s(self) -> float:
+    def other_s(self) -> float | None:
+        """The wall time no step accounts for; None on several GPUs, whose steps overlap."""
+        if self.gpus > 1:
+            return None
         return max(0.0, self.wall_s - (self.preflight_s + self.workers_s + self.checks_s + self.timing_s
                                        + self.measured_again_s + self.audit_s))
 

@@ -1,7 +1,8 @@
 """Optimisation strategies as plug-ins: each registers itself by name and implements :class:`Strategy`.
 
-``optimize.py`` evaluates the baseline (the recorder's ``ensure_baseline``), then hands the run
-to the chosen strategy until it returns a stop reason; every candidate it evaluates goes
+``optimize.py`` compiles what the strategy will measure first (its ``ahead``) while it evaluates the
+baseline (the recorder's ``ensure_baseline``), then hands the run to the chosen strategy until it
+returns a stop reason; every candidate it evaluates goes
 through the recorder, so the run directory means the same whichever strategy ran. To add one:
 a module here with a class decorated ``@register("name")`` (strategies/base.py), imported here.
 """

@@ -4,7 +4,8 @@ directory in ``results/run-NNN/``.
 The API has checked everything that needs no GPU (the experiment, the model's credentials, the
 budgets) and started the workers. The order here is the same for every strategy: the strategy's
 own check of the experiment, the run directory (settings, lock and environment written before
-anything is measured), the baseline (once per run, refused when a case does not discriminate),
+anything is measured), the baseline (once per run, refused when a case does not discriminate;
+what the strategy will measure first compiles beside it),
 the strategy until it returns a stop reason, the finalists measured again on one GPU (the best
 alone too), the crowning audit of the winner, the dispatch table, the summary, the heatmap and
 the report.

@@ -32,7 +32,8 @@ STEPS = ("preflight_s", "workers_s", "checks_s", "timing_s", "measured_again_s",
 def job(name: str, out: Path, profile: bool) -> dict:
     """One example's main job: its wall time and what its summary says."""
     results = Path(tempfile.mkdtemp(prefix=f"{name}-ttr-"))
-    if profile:
+    saved = dict(os.environ)
+    if profile:  # cli_run passes this process's environment on
         os.environ["CUDAOPT_PROFILE_DIR"] = str(out / "profiles" / name)
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "benchmarks" / "profile"),
                                                                  os.environ.get("PYTHONPATH")]))
@@ -40,7 +41,8 @@ def job(name: str, out: Path, profile: bool) -> dict:
         code, wall = cudaopt("optimize", "--config", str(ROOT / "examples" / name / "experiment.json"),
                              "--results-dir", str(results), log=out / f"{name}-optimize.txt")
     finally:
-        os.environ.pop("CUDAOPT_PROFILE_DIR", None)
+        os.environ.clear()
+        os.environ.update(saved)
     row = {"example": name, "exit": code, "wall_s": wall, "target_s": TARGETS_S[name]}
     summary_path = results / "run-001" / "summary.json"
     if summary_path.is_file():

@@ -179,9 +179,9 @@ class Recorder:
         """Candidates the run will measure next as one batch, compiled meanwhile (beside the
         baseline): a tuning sweep's compilation, seconds per configuration, leaves the critical path.
         Those the results cache answers are never measured, so not compiled."""
-        requests = [self.trial.variant(c.source, c.launch, c.defines).request(roles=ROLES, timeouts=self.timeouts())
+        requests = [self.trial.variant(c.source, c.launch, c.defines).request(roles=ROLES)
                     for c in candidates if c.source is not None]
-        kernels = [r.kernel for r in requests if not (self.cache and self.cache.get(r))]
+        kernels = [r.kernel for r in requests if not (self.cache and r in self.cache)]
         if kernels:
             self.evaluator.compile_ahead(kernels)
 

@@ -130,19 +130,21 @@ def _kernel_key(kernel: KernelSpec) -> str:
     return hashlib.sha256(kernel.to_json().encode()).hexdigest()
 
 
+def deal(pins: list[int | None], usable: list[int]) -> list[int]:
+    """The lane of each request of a batch: its pin, or else the usable lanes in turn."""
+    owners, turn = [], 0
+    for pin in pins:
+        owners.append(usable[turn % len(usable)] if pin is None else pin)
+        turn += pin is None
+    return owners
+
+
 def _share_out(lanes: list[Lane], requests: list[EvalRequest], pins: list[int | None], usable: list[int],
                lost: dict[int, str]) -> list[int | None]:
     """Which lane each request belongs to; each lane compiles its share ahead (a batch of one: nothing)."""
-    owners: list[int | None] = [None] * len(requests)
     if len(requests) < 2:
-        return owners
-    turn = 0
-    for i, pin in enumerate(pins):
-        if pin is None:
-            owners[i] = usable[turn % len(usable)]
-            turn += 1
-        else:
-            owners[i] = pin
+        return [None] * len(requests)
+    owners: list[int | None] = deal(pins, usable)
     for k in list(usable):
         kernels = {_kernel_key(r.kernel): r.kernel for r, o in zip(requests, owners, strict=True)
                    if o == k and r.kernel is not None}  # a vendor-only request has nothing to compile
@@ -309,12 +311,13 @@ class Dispatcher:
 
     def compile_ahead(self, kernels: list[KernelSpec]) -> None:
         """Each lane starts compiling the kernels it will be handed when they come as one batch of
-        requests, in this order (:func:`_share_out` deals them out the same way), so that the
-        compilation runs beside whatever the lanes measure first (a run's baseline)."""
+        requests, in this order (dealt as :func:`_share_out` deals them), so that the compilation
+        runs beside whatever the lanes measure first (a run's baseline)."""
         self.start()
         usable = [k for k in range(len(self.lanes)) if k not in self.lost]
-        for turn, k in enumerate(usable):
-            share = kernels[turn::len(usable)]
+        owners = deal([None] * len(kernels), usable)
+        for k in usable:
+            share = [kernel for kernel, owner in zip(kernels, owners, strict=True) if owner == k]
             if share:
                 try:
                     self.lanes[k].prefetch(share)

@@ -28,8 +28,16 @@ class ResultCache:
         data = request.model_dump(mode="json", exclude={"id", "timeouts"})
         return hashlib.sha256(json.dumps([data, self.device], sort_keys=True).encode()).hexdigest()
 
+    def path(self, request: EvalRequest) -> Path:
+        return self.folder / f"{self.key(request)}.json"
+
+    def __contains__(self, request: EvalRequest) -> bool:
+        """Whether a result is kept for ``request`` (not read: :meth:`get` reads it, and answers
+        None for one it cannot read)."""
+        return self.path(request).is_file()
+
     def get(self, request: EvalRequest) -> EvalResult | None:
-        path = self.folder / f"{self.key(request)}.json"
+        path = self.path(request)
         if not path.is_file():
             return None
         try:
@@ -40,4 +48,4 @@ class ResultCache:
     def put(self, request: EvalRequest, result: EvalResult) -> None:
         if result.status in ("timeout", "crashed", "internal_error"):
             return  # not a property of the kernel alone: measure again next time
-        write_atomic(self.folder / f"{self.key(request)}.json", result.to_json())
+        write_atomic(self.path(request), result.to_json())

@@ -56,8 +56,12 @@ class Tuner:
         configs = self.space.configurations()
         if not configs or len(configs) > self.max_evals:
             return []
+        return self._candidates(self._todo(configs))
+
+    def _todo(self, configs: list[dict]) -> list[dict]:
+        """The configurations this run has not evaluated yet."""
         done = self.done()
-        return self._candidates([c for c in configs if tuple(sorted(c.items())) not in done])
+        return [c for c in configs if tuple(sorted(c.items())) not in done]
 
     def _candidates(self, configs: list[dict]) -> list[Candidate]:
         parent = self.rec.baseline.id if self.rec.baseline else None
@@ -71,8 +75,7 @@ class Tuner:
         return [a.score_us for a in attempts]
 
     def _exhaustive(self, configs: list[dict]) -> str:
-        done = self.done()
-        todo = [c for c in configs if tuple(sorted(c.items())) not in done]
+        todo = self._todo(configs)
         if todo and self._evaluate(todo) is None:
             return "time limit reached"
         return "search space exhausted"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 
 from cudaopt.pool.dispatch import Dispatcher, GpuRef, dispatch
@@ -199,10 +200,14 @@ def stats(median: float, method: str = "scripted") -> TimingStats:
 class ScriptedPool(Dispatcher):
     """Several scripted GPUs of one model behind the real dispatcher. ``delays`` (seconds per
     request) make some finish later; ``speeds`` scale the times a GPU reports (0.5: it reports
-    every kernel twice as fast), as GPUs of one model that differ a little would."""
+    every kernel twice as fast), as GPUs of one model that differ a little would. ``lockstep``: the
+    lanes start each tuned attempt together, so none finishes its share early and takes another's."""
 
-    def __init__(self, count: int = 2, delays: dict[int, float] | None = None, speeds: dict[int, float] | None = None):
-        super().__init__([_Lane(i, (delays or {}).get(i, 0.0), (speeds or {}).get(i, 1.0)) for i in range(count)])
+    def __init__(self, count: int = 2, delays: dict[int, float] | None = None, speeds: dict[int, float] | None = None,
+                 lockstep: bool = False):
+        together = threading.Barrier(count, timeout=30) if lockstep else None
+        super().__init__([_Lane(i, (delays or {}).get(i, 0.0), (speeds or {}).get(i, 1.0), together)
+                          for i in range(count)])
 
     @property
     def requests(self) -> list:
@@ -210,11 +215,14 @@ class ScriptedPool(Dispatcher):
 
 
 class _Lane(ScriptedEvaluator):
-    def __init__(self, index: int, delay: float, speed: float):
+    def __init__(self, index: int, delay: float, speed: float, together: threading.Barrier | None = None):
         super().__init__(index)
-        self.delay, self.speed = delay, speed
+        self.delay, self.speed, self.together = delay, speed, together
 
     def evaluate(self, request, on_event=None) -> EvalResult:
+        tuned = request.id.startswith("attempt-") and request.kernel is not None and bool(request.kernel.defines)
+        if self.together is not None and tuned:
+            self.together.wait()
         time.sleep(self.delay)
         result = super().evaluate(request, on_event)
         for case in result.cases:

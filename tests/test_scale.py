@@ -63,8 +63,9 @@ def test_a_sweep_on_two_gpus_is_recorded_in_the_order_of_the_space_whichever_gpu
 
 def test_each_gpu_compiles_ahead_the_share_of_the_sweep_it_will_be_handed(tmp_path, experiment):
     """Before the baseline, each lane is asked to compile the configurations the dispatcher later
-    gives it, so a sweep's compilation runs beside the baseline on every GPU and none twice."""
-    pool = ScriptedPool(2)
+    gives it, so a sweep's compilation runs beside the baseline on every GPU and none twice. (In
+    lockstep: a lane that finishes its share early takes another's, which would make this a race.)"""
+    pool = ScriptedPool(2, lockstep=True)
     run, _ = tune(tmp_path, experiment, pool)
     ahead, batch = ([lane.prefetched[0] for lane in pool.lanes], [lane.prefetched[1] for lane in pool.lanes])
     assert ahead == batch == [[{"BM": 16}, {"BM": 64}], [{"BM": 32}, {"BM": 128}]]

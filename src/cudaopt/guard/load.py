@@ -29,10 +29,6 @@ class Kernel:
     trial: Trial
     label: str
 
-    @property
-    def source(self) -> str:
-        return self.trial.source
-
     def request(self, cases: list[CaseSpec], protocol: TimingProtocol | None = None, *, timed: bool,
                 vendor: bool = False) -> EvalRequest:
         """Checked on ``cases`` (fresh seeds: the caller's), and timed on their performance ones when
@@ -59,7 +55,7 @@ class Guarded:
 
     @property
     def source_changed(self) -> bool:
-        return sha256(self.kernel.source) != self.baseline.kernel.sha256
+        return sha256(self.kernel.trial.source) != self.baseline.kernel.sha256
 
 
 def sha256(text: str) -> str:
@@ -98,7 +94,7 @@ def load_guard(path: Path, against: Path | None = None, against_ref: str | None 
                 launch = measured.trial.launch or case.launch
                 field = "kernel.launch" if measured.trial.launch else f"{shown(experiment.cases_path)}: cases[{i}].launch"
                 if launch is not None:
-                    check_launch(path, field, launch, case, kernel=(measured.source, experiment.signature))
+                    check_launch(path, field, launch, case, kernel=(measured.trial.source, experiment.signature))
     return Guarded(path, baseline, kernel, old, notes)
 
 

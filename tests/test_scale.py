@@ -85,7 +85,7 @@ def test_a_run_on_two_gpus_sums_its_steps_over_them_and_leaves_no_remainder(tmp_
 
 def test_finalists_measured_on_different_gpus_are_measured_again_on_one_before_a_winner(tmp_path, experiment):
     # GPU 0 reports every time twice as fast: BM=64 (on GPU 0) looks best, BM=128 (on GPU 1) is
-    run, summary = tune(tmp_path, experiment, ScriptedPool(2, delays={0: 0.05, 1: 0.05}, speeds={0: 0.5}))
+    run, summary = tune(tmp_path, experiment, ScriptedPool(2, delays={0: 0.05, 1: 0.05}, speeds={0: 0.5}, lockstep=True))
     by_tile = {a.defines.get("BM"): a for a in attempts(run)}
     assert by_tile[64].gpu.index == 0 and by_tile[128].gpu.index == 1
     assert by_tile[64].score_us < by_tile[128].score_us  # as recorded, on two GPUs

@@ -298,6 +298,20 @@ def test_model_new_passes_the_model_s_parameters_to_the_kernel(tmp_path):
     assert module.shapes(2, 3, 5) == {"x": (2, 3), "bias": (5,), "gemm_weight": (5, 3), "out": (2, 5)}
 
 
+def test_model_new_passes_a_number_forward_takes_on_to_the_kernel(tmp_path):
+    optional("torch")
+    from cudaopt.kernelbench.importer import import_problem
+
+    exp = import_problem(KB / "5_Scale_by_a_number.py", tmp_path / "exp").experiment
+    src = from_flags(exp, kernel=KB / "scale.cu", entry=None, launch=None, unverified=True)
+    (path,) = write(src, "kernelbench", tmp_path / "kb")
+    text = path.read_text()
+    assert "def forward(self, x, factor):" in text
+    assert "return kb_5_scale_by_a_number(x.contiguous(), factor=factor)" in text
+    module = _load(path, "kb_5_model_new")
+    assert module.shapes(0.5, 2, 3) == {"x": (2, 3), "out": (2, 3)}
+
+
 def test_existing_files_are_kept_unless_forced(relu, tmp_path):
     write(relu, "torch", tmp_path)
     with pytest.raises(ExperimentError, match="already holds kb_19_relu.py \\(--force replaces them\\)"):

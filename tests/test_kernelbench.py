@@ -39,11 +39,13 @@ SIGNATURES = {
                                   "const float* proj_weight, float* out, int batch_size, int seq_len, int dim)",
     "101_Mean_absolute_error": "kb_101_mean_absolute_error(const float* predictions, const float* targets, float* out, "
                                "int batch_size, int input_shape_0)",
+    # a Python number forward takes is a kernel scalar, after the pointers
+    "5_Scale_by_a_number": "kb_5_scale_by_a_number(const float* x, float* out, float factor, int batch_size, int dim)",
 }
 
 
 KERNELS = {"19_ReLU": "relu.cu", "23_Softmax": "softmax.cu", "1_Square_matrix_multiplication_": "matmul.cu",
-           "47_Sum_reduction_over_a_dimension": "sum_reduction.cu"}  # the GPU tests' hand-written kernels
+           "47_Sum_reduction_over_a_dimension": "sum_reduction.cu", "5_Scale_by_a_number": "scale.cu"}  # the GPU tests' hand-written kernels
 
 
 def imported(tmp_path, stem: str, *extra: str):
@@ -175,10 +177,22 @@ def test_derived_constants_follow_the_sizes_a_case_sets(imports):
     assert loss.shape == () and torch.allclose(loss, torch.nn.functional.cross_entropy(predictions, targets))
 
 
+def test_a_number_forward_takes_is_a_kernel_scalar_the_same_in_every_case(imports):
+    from cudaopt.worker.reference import load_python
+
+    exp, _, _ = imports["5_Scale_by_a_number"]
+    assert all(c.scalars["factor"] == 0.5 and "factor" not in c.inputs for c in exp.case_specs)
+    assert "float factor: a number forward takes, as get_inputs() gives it (the same in every case)" in exp.description
+    reference = load_python(exp.reference_source, str(exp.reference_path), exp.reference_entry)
+    x = torch.randn(3, 5)
+    assert torch.equal(reference(x=x, factor=0.25, batch_size=3, dim=5), x * 0.25)
+
+
 @pytest.mark.parametrize("stem, field, message", [
     ("returns_a_float", "forward", "returns float, not a tensor or a tuple of tensors"),
     ("data_dependent_shape", "forward", "its output shape depends on the input data"),
-    ("scalar_input", "get_inputs", "item 1 is a float, not a tensor"),
+    ("string_input", "get_inputs", "item 1 is a str, not a tensor or a number: a kernel takes tensors, their sizes "
+                                   "and numbers only"),
     ("dropout", "forward", "gives different outputs for the same inputs"),
     ("too_large_for_the_cpu", "forward", "on torch's meta device, and with 16.0 GiB of inputs it is not run on the CPU"),
 ])
@@ -189,6 +203,8 @@ def test_a_problem_that_cannot_be_a_kernel_is_one_line_and_exit_2(tmp_path, stem
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"error: {path}: {field}: ") and message in lines[0], lines
     assert not (tmp_path / "out").exists()
+    if field == "get_inputs":  # what the problem is on any device: not told as a limit of the meta device
+        assert "meta device" not in lines[0]
 
 
 def test_bad_problem_files_name_what_is_missing(tmp_path):

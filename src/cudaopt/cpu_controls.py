@@ -93,7 +93,7 @@ def batch_shrunk(case: CaseSpec) -> dict | None:
     are independent: the outputs' scale stays the same); None where it never does. Used for
     imported KernelBench problems, whose references take any batch size."""
     scalars = dict(case.scalars)
-    batch = [n for n in scalars if "batch" in n.lower()]
+    batch = [n for n in scalars if "batch" in n.lower() and isinstance(scalars[n], int)]
     while elements(case.model_copy(update={"scalars": scalars})) > CPU_ELEMENTS:
         if not any(scalars[n] > 1 for n in batch):
             return None

@@ -27,6 +27,7 @@ KERNELS = {
     "23_Softmax": ("softmax.cu", {"grid": ["batch_size"], "block": [256]}),
     "1_Square_matrix_multiplication_": ("matmul.cu", {"grid": ["cdiv(N, 16)", "cdiv(N, 16)"], "block": [16, 16]}),
     "47_Sum_reduction_over_a_dimension": ("sum_reduction.cu", None),
+    "5_Scale_by_a_number": ("scale.cu", None),  # a number forward takes, given as a float scalar
 }
 
 

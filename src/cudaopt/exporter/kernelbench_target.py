@@ -65,7 +65,8 @@ def generate(src: ExportSource) -> str:
     m = read_mapping(src)
     sig = src.signature
     inferred = src.inferred()
-    fixed = {a.name: _default(src, a.name) for a in sig.scalars if a.name not in inferred}
+    passed = [a.name for a in sig.scalars if a.name in m.inputs]  # forward's number arguments, given on
+    fixed = {a.name: _default(src, a.name) for a in sig.scalars if a.name not in inferred and a.name not in passed}
     args = []
     for a in sig.inputs:
         if a.name in m.state:
@@ -74,7 +75,7 @@ def generate(src: ExportSource) -> str:
             args.append(f"{a.name}.contiguous().view(torch.uint8)")
         else:
             args.append(f"{a.name}.contiguous()")
-    keywords = [f"{py_name(k)}={v!r}" for k, v in fixed.items()]
+    keywords = [f"{py_name(n)}={n}" for n in passed] + [f"{py_name(k)}={v!r}" for k, v in fixed.items()]
     call = f"{sig.name}({', '.join(args + keywords)})"
     head = ['"""KernelBench ModelNew: the problem below, its forward computed by a kernel cudaopt verified.', "",
             *src.provenance.lines(), "",

@@ -126,6 +126,12 @@ def describe(problem: Problem, t: Translation, origin: KernelBenchOrigin | None 
                      f"{pairs}.")
     if t.bools:
         lines.append(f"{', '.join(t.bools)}: bool tensors, passed as one byte per element (0 or 1).")
+    numbers = [a for a in sig.scalars if a.name in t.inputs]
+    if numbers:
+        one = len(numbers) == 1
+        lines.append(f"{', '.join(a.c_decl() for a in numbers)}: {'a number' if one else 'numbers'} forward takes, "
+                     f"as get_inputs() gives {'it' if one else 'them'} (the same in every case), passed as "
+                     f"{'a kernel scalar' if one else 'kernel scalars'}.")
     lines.append(f"Outputs: {', '.join(a.name for a in sig.outputs)}.")
     constants = [s.scalar for s in t.sizes]
     if constants:

@@ -18,6 +18,7 @@ fits in ``CPU_BYTES``. Every problem that cannot become a kernel experiment is a
 from __future__ import annotations
 
 import ast
+import math
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ DTYPES = {"float32": "float32", "float64": "float64", "float16": "float16", "bfl
           "int8": "int8", "uint8": "uint8", "int16": "int16", "int32": "int32", "int64": "int64", "bool": "uint8"}
 SAMPLE_LIMIT = 1 << 27  # elements: above this a case's tensors are not drawn on the CPU to fit distributions
 CPU_BYTES = 2 << 30  # the most a run of the problem on the CPU may hold in its inputs, state and outputs
+INT32 = (-(1 << 31), (1 << 31) - 1)  # an int forward argument is a kernel's int
 
 
 @dataclass(frozen=True)
@@ -55,11 +57,17 @@ class Assignment:
 
 @dataclass
 class Tensor:
-    """One tensor of one evaluation of the problem: a forward argument, a model state entry, or an output."""
+    """One tensor of one evaluation of the problem: a forward argument, a model state entry, or an
+    output; or a forward argument that is a Python number (``value``), which the kernel gets as a scalar."""
 
     name: str  # as the kernel argument will be named (state: its module path until named)
-    dtype: str  # torch's name ("float32", "bool", ...)
+    dtype: str  # torch's name ("float32", "bool", ...); a number: "float" or "int"
     shape: tuple[int, ...]
+    value: int | float | None = None  # a number's value
+
+    @property
+    def is_number(self) -> bool:
+        return self.value is not None
 
 
 @dataclass
@@ -74,7 +82,11 @@ class Layout:
 
     def nbytes(self) -> int:
         return sum(int(np.prod(t.shape, dtype=np.int64)) * ITEMSIZE.get(t.dtype, 4)
-                   for t in [*self.inputs, *self.state, *self.outputs])
+                   for t in [*self.inputs, *self.state, *self.outputs] if not t.is_number)
+
+
+class Unfit(ExperimentError):
+    """What the problem is, on any device: not a limit of the meta device that the CPU could get round."""
 
 
 class Problem:
@@ -185,7 +197,8 @@ class Problem:
             torch.distributions.Distribution.set_default_validate_args(validate)
 
     def inputs(self, values: dict[str, int], device: str) -> list:
-        """``get_inputs()`` at these sizes, made on ``device``; only tensors are accepted."""
+        """``get_inputs()`` at these sizes, made on ``device``: tensors, and Python numbers (``forward(x, s)``),
+        which the kernel receives as scalars."""
         self.apply(values)
         torch = self.torch
         try:
@@ -194,11 +207,16 @@ class Problem:
         except Exception as exc:
             raise self.error("get_inputs", "raised", exc) from None
         if not isinstance(made, (list, tuple)) or not made:
-            raise ExperimentError(self.path, "get_inputs", f"returns {made!r:.60}, not a list of tensors")
+            raise Unfit(self.path, "get_inputs", f"returns {made!r:.60}, not a list of tensors")
         for i, item in enumerate(made):
-            if not isinstance(item, torch.Tensor):
-                raise ExperimentError(self.path, "get_inputs", f"item {i} is a {type(item).__name__}, not a tensor: "
-                                                               "a kernel takes tensors (and their sizes) only")
+            if isinstance(item, torch.Tensor):
+                continue
+            if not _is_number(item):
+                raise Unfit(self.path, "get_inputs", f"item {i} is a {type(item).__name__}, not a tensor or a number: "
+                                                     "a kernel takes tensors, their sizes and numbers only")
+            if not math.isfinite(item) or (isinstance(item, int) and not INT32[0] <= item <= INT32[1]):
+                raise Unfit(self.path, "get_inputs", f"item {i} is {item!r}: a number the kernel receives must be "
+                                                     "finite, and an int within 32 bits")
         return list(made)
 
     def model(self, values: dict[str, int], device: str, seed: int):
@@ -227,6 +245,8 @@ class Problem:
         with different inputs: an output shape that changes depends on the data, and is refused)."""
         try:
             return self._layout(values, "meta", seed)
+        except Unfit:
+            raise
         except ExperimentError as exc:
             self._cpu_can_hold(values, exc)
             first = self._layout(values, "cpu", seed)
@@ -251,12 +271,12 @@ class Problem:
         outputs = result if isinstance(result, (tuple, list)) else [result]
         if not outputs or not all(isinstance(o, torch.Tensor) for o in outputs):
             kinds = ", ".join(sorted({type(o).__name__ for o in outputs})) or "nothing"
-            raise ExperimentError(self.path, "forward", f"returns {kinds}, not a tensor or a tuple of tensors: a kernel "
+            raise Unfit(self.path, "forward", f"returns {kinds}, not a tensor or a tuple of tensors: a kernel "
                                                         "writes tensors only")
         state = [*model.named_parameters(), *model.named_buffers()]
         counts = counter.get_flop_counts().get("Global", {})
         flops = sum(v for op, v in counts.items() if str(op).split(".")[-1] in _MATMUL_OPS)
-        return Layout(inputs=[Tensor(f"#{i}", _dtype(t), tuple(t.shape)) for i, t in enumerate(inputs)],
+        return Layout(inputs=[_input(i, t) for i, t in enumerate(inputs)],
                       state=[Tensor(name, _dtype(t), tuple(t.shape)) for name, t in state],
                       outputs=[Tensor(f"#{i}", _dtype(t), tuple(t.shape)) for i, t in enumerate(outputs)],
                       matmul_flops=int(flops), flops=int(sum(counts.values())))
@@ -268,7 +288,7 @@ class Problem:
             made = self.inputs(values, "meta")
         except ExperimentError:
             return None
-        return Layout(inputs=[Tensor(f"#{i}", _dtype(t), tuple(t.shape)) for i, t in enumerate(made)], state=[],
+        return Layout(inputs=[_input(i, t) for i, t in enumerate(made)], state=[],
                       outputs=[])
 
     def _cpu_can_hold(self, values: dict[str, int], why: ExperimentError) -> None:
@@ -277,7 +297,7 @@ class Problem:
             made = self.inputs(values, "meta")
         except ExperimentError:
             made = None
-        nbytes = sum(t.numel() * t.element_size() for t in made) if made is not None else None
+        nbytes = sum(t.numel() * t.element_size() for t in made if not _is_number(t)) if made is not None else None
         if nbytes is None or 4 * nbytes > CPU_BYTES:
             size = f"{nbytes / 2**30:.1f} GiB of inputs" if nbytes is not None else "inputs of unknown size"
             raise ExperimentError(self.path, why.field, f"{why.message} on torch's meta device, and with {size} "
@@ -292,7 +312,8 @@ class Problem:
         torch.manual_seed(seed)
         inputs = self.inputs(values, "cpu")
         model = self.model(values, "cpu", seed)
-        first, second = (self.forward(model, [t.clone() for t in inputs], "cpu") for _ in range(2))
+        first, second = (self.forward(model, [t if _is_number(t) else t.clone() for t in inputs], "cpu")
+                         for _ in range(2))
         pairs = zip(first, second, strict=True) if isinstance(first, (tuple, list)) else [(first, second)]
         if not all(_same(torch, a, b) for a, b in pairs):
             raise ExperimentError(self.path, "forward", "gives different outputs for the same inputs (dropout or "
@@ -363,8 +384,20 @@ def _dtype(tensor) -> str:
     return str(tensor.dtype).removeprefix("torch.")
 
 
+def _input(position: int, item) -> Tensor:
+    """A forward argument as the layout holds it: a tensor's type and shape, or a number's value."""
+    if _is_number(item):
+        return Tensor(f"#{position}", "int" if _is_int(item) else "float", (), value=item)
+    return Tensor(f"#{position}", _dtype(item), tuple(item.shape))
+
+
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    """A Python int or float (not a bool: a flag is not data a kernel is given)."""
+    return _is_int(value) or isinstance(value, float)
 
 
 def _clean(doc: str | None) -> str:

@@ -3,7 +3,7 @@
 The mapping (docs/kernelbench.md has it for users):
 
 - **arguments**: one ``const T*`` per tensor ``get_inputs()`` returns (named like ``forward``'s
-  parameters), one per parameter of the model and per buffer whose value depends on the seed
+  parameters), a ``float`` or ``int`` scalar per number it returns (its value in every case), one per parameter of the model and per buffer whose value depends on the seed
   (the kernel must be given what it cannot know; fixed buffers such as masks stay part of the
   function), one ``T*`` per output (``out``, or ``out0``, ``out1``, ...), and one ``int`` per
   distinct dimension: named after the module constant it equals (found by changing each constant
@@ -45,6 +45,7 @@ _RESERVED = {
 EARLY_CHECK_BYTES = 64 << 20
 _SMALL = (37, 31, 29, 23, 19, 17, 13, 11, 7, 5)  # first correctness case: distinct odd primes
 _MEDIUM = (97, 89, 83, 79, 73, 71, 67, 61, 59, 53)  # the second
+NUMBER_TYPES = {"float": "float32", "int": "int32"}  # a Python number forward takes -> the kernel scalar's type
 
 
 @dataclass(frozen=True)
@@ -52,13 +53,17 @@ class Slot:
     """A kernel argument's place in a :class:`Layout`: an input or output by position, state by path."""
 
     arg: str
-    kind: str  # "input", "state", "output"
+    kind: str  # "input", "number" (a forward argument that is a Python number), "state", "output"
     key: int | str
 
     def of(self, layout: Layout) -> Tensor:
         if self.kind == "state":
             return next(t for t in layout.state if t.name == self.key)
-        return (layout.inputs if self.kind == "input" else layout.outputs)[self.key]
+        return (layout.outputs if self.kind == "output" else layout.inputs)[self.key]
+
+    @property
+    def pointer(self) -> bool:
+        return self.kind != "number"
 
 
 @dataclass
@@ -103,10 +108,11 @@ def translate(problem: Problem, *, name: str, seed: int, rtol: float, atol: floa
         notes.append("too large to run on the CPU at any size: not checked that forward is deterministic")
     slots, state, dims = _arguments(problem, base, follows, smallest, notes)
     scalars = list(dict.fromkeys(n for s in slots for n in dims[s.arg]))
-    args = [Arg(s.arg, DTYPES[s.of(base).dtype], True, s.kind != "output") for s in slots]
+    args = [Arg(s.arg, DTYPES[s.of(base).dtype], True, s.kind != "output") for s in slots if s.pointer]
+    numbers = [Arg(s.arg, NUMBER_TYPES[s.of(base).dtype], False, False) for s in slots if not s.pointer]
     used = {s.arg for s in slots} | set(scalars) | set(problem.namespace)
     entry = _unique(_identifier(name, lower=True), used, prefix="kb_")
-    signature = Signature(entry, (*args, *(Arg(n, "int32", False, False) for n in scalars)))
+    signature = Signature(entry, (*args, *numbers, *(Arg(n, "int32", False, False) for n in scalars)))
     cases = []
     samples: dict[tuple, dict] = {}
     for plan in _plans(problem, scalable, seed, notes):
@@ -115,8 +121,8 @@ def translate(problem: Problem, *, name: str, seed: int, rtol: float, atol: floa
     problem.apply(problem.defaults)
     elements = "*".join(dims[next(s.arg for s in slots if s.kind == "output")])
     launch = LaunchSpec(grid=[f"cdiv({elements}, 256)" if elements else 1], block=[256])
-    return Translation(signature=signature, inputs=[s.arg for s in slots if s.kind == "input"], state=state,
-                       bools=[s.arg for s in slots if s.kind != "output" and s.of(base).dtype == "bool"],
+    return Translation(signature=signature, inputs=[s.arg for s in slots if s.kind in ("input", "number")],
+                       state=state, bools=[s.arg for s in slots if s.kind != "output" and s.of(base).dtype == "bool"],
                        sizes=[s for s in problem.sizes if s.scalar in scalars], cases=cases, launch=launch,
                        notes=list(dict.fromkeys(notes)))
 
@@ -126,7 +132,8 @@ def _arguments(problem: Problem, base: Layout, follows: dict, smallest: dict[str
     """The kernel's pointer arguments (forward's inputs, the model's state it must be given, the
     outputs), which state path each is, and each one's dimensions as scalar names."""
     used: set[str] = set()
-    slots = [Slot(n, "input", i) for i, n in enumerate(_input_names(problem, len(base.inputs), used))]
+    slots = [Slot(n, "number" if base.inputs[i].is_number else "input", i)
+             for i, n in enumerate(_input_names(problem, len(base.inputs), used))]
     state = {}
     for path in _random_state(problem, base, smallest, notes):
         arg = _unique(_identifier(path.replace(".", "_")), used, prefix="p_")
@@ -136,7 +143,7 @@ def _arguments(problem: Problem, base: Layout, follows: dict, smallest: dict[str
                for i in range(len(base.outputs))]
     slots += [Slot(n, "output", i) for i, n in enumerate(outputs)]
     for slot in slots:
-        if slot.of(base).dtype not in DTYPES:
+        if slot.pointer and slot.of(base).dtype not in DTYPES:
             raise ExperimentError(problem.path, "forward" if slot.kind == "output" else "get_inputs",
                                   f"{slot.arg} is {slot.of(base).dtype}: no kernel element type holds it")
     constants = {s.scalar for s in problem.sizes}
@@ -278,16 +285,18 @@ def _label(kind: str, values: dict[str, int], scalable: set[str]) -> str:
 
 def _case(problem: Problem, plan: Plan, layout: Layout, slots: list[Slot], dims: dict[str, list[str]],
           smallest: dict[str, int], rtol: float, atol: float, notes: list[str], samples: dict) -> CaseSpec:
-    scalars: dict[str, int] = {}
+    scalars: dict[str, int | float] = {s.arg: s.of(layout).value for s in slots if not s.pointer}
     for slot in slots:
         for name, extent in zip(dims[slot.arg], slot.of(layout).shape, strict=True):
             if scalars.setdefault(name, extent) != extent:
                 raise ExperimentError(problem.path, name, f"names dimensions of {scalars[name]} and {extent} "
                                                           f"at the sizes of case {plan.name}")
-    inits = _fits(problem, plan, layout, [s for s in slots if s.kind != "output"], smallest, notes, samples)
-    inputs = {s.arg: InputSpec(shape=list(dims[s.arg]), init=inits[s.arg]) for s in slots if s.kind != "output"}
+    given = [s for s in slots if s.kind in ("input", "state")]
+    inits = _fits(problem, plan, layout, given, smallest, notes, samples)
+    inputs = {s.arg: InputSpec(shape=list(dims[s.arg]), init=inits[s.arg]) for s in given}
     outputs = {s.arg: OutputSpec(shape=list(dims[s.arg]), rtol=rtol, atol=atol) for s in slots if s.kind == "output"}
-    nbytes = " + ".join(f"{ITEMSIZE.get(s.of(layout).dtype, 4)}*{'*'.join(dims[s.arg]) or 1}" for s in slots)
+    nbytes = " + ".join(f"{ITEMSIZE.get(s.of(layout).dtype, 4)}*{'*'.join(dims[s.arg]) or 1}"
+                        for s in slots if s.pointer)
     return CaseSpec(name=plan.name, role=plan.role, seed=plan.seed, scalars=scalars, inputs=inputs, outputs=outputs,
                     bytes=nbytes, flops=layout.matmul_flops or None)
 

@@ -181,6 +181,24 @@ def test_help_shows_no_value_beside_a_flag_and_a_reference_may_be_pytorch():
     assert "PyTorch" in check.output and "--launch" in check.output and "<bool>" not in check.output
 
 
+def test_help_reads_as_the_readme_writes_it():
+    """The commands' list flows (a command's line is not cut where its docstring breaks), the
+    arguments are named as the README's command table names them, a repeatable option takes one
+    value at a time (no ``<list[float]>``), and no flag has a value beside it."""
+    top = runner.invoke(app, ["--help"]).output
+    assert "the vendor alone without an initial kernel" in " ".join(line.strip("│ ") for line in top.splitlines())
+    assert "(the vendor alone without an initial │" not in top
+    for command, named in [(["verify"], "{RUN_DIR}"), (["report"], "{RUN_DIR}"), (["export"], "[RUN_DIR]"),
+                           (["replay"], "{RUN_DIR|best-case-N.json}"), (["guard", "record"], "[RUN_DIR]"),
+                           (["guard", "check"], "{FILES}..."), (["audit"], "{DIR|LIST}"),
+                           (["import", "kernelbench"], "{PROBLEM}"), (["fast-p"], "{RUN_DIR}..."), (["docs"], "[QUERY]")]:
+        shown = runner.invoke(app, [*command, "--help"]).output
+        assert f"[OPTIONS] {named}" in shown, (command, shown)
+        assert "<list[" not in shown and "<bool>" not in shown, (command, shown)
+    missing = runner.invoke(app, ["verify"])
+    assert missing.exit_code == 2 and "Missing argument 'RUN_DIR'" in missing.output
+
+
 def test_an_unknown_flag_names_the_closest_one():
     result = runner.invoke(app, ["optimize", "--modle", "openai:gpt-5"])
     assert result.exit_code == 2

@@ -26,6 +26,14 @@ def test_doctor_reports_what_is_missing_and_what_to_do():
         assert "nvidia-smi should list it" in result.output
 
 
+def test_doctor_measure_without_a_gpu_says_nothing_was_measured():
+    if gpu_present():
+        pytest.skip("a GPU is here: --measure measures")
+    result = runner.invoke(app, ["doctor", "--measure"])
+    assert result.exit_code == 1
+    assert "--measure: nothing measured: missing GPU (the table says what to do)" in result.stderr
+
+
 def error_line(result):
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1, result.output

@@ -67,6 +67,9 @@ def doctor(
     found = api.doctor(measure=measure, device=device)
     console().print(doctor_table(found.checks))
     if not found.ok:
+        if measure:
+            say(console(stderr=True), f"--measure: nothing measured: missing {', '.join(found.missing)} (the table "
+                                      "says what to do)")
         raise typer.Exit(EXIT_FAILED)
     if found.peaks:
         console().print(peaks_table(found.peaks))

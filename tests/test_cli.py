@@ -78,6 +78,17 @@ def test_evaluate_without_a_gpu_says_so(tmp_path):
     assert result.exit_code == 3
     assert "did not start" in result.output and "Traceback" not in result.output
     assert "cudaopt doctor" in error_line(result) and "cudaopt check" in error_line(result)
+    assert "log: (empty)" not in result.output
+
+
+@pytest.mark.skipif(gpu_present(), reason="needs a machine without a GPU")
+def test_the_api_s_worker_error_says_no_empty_log():
+    from cudaopt import api
+    from cudaopt.errors import WorkerError
+
+    with pytest.raises(WorkerError, match="did not start") as raised:
+        api.evaluate(SGEMM / "experiment.json")
+    assert "log: (empty)" not in str(raised.value)
 
 
 def test_version():

@@ -66,8 +66,7 @@ def command(interrupted: str = "interrupted"):
             except ExperimentError as exc:
                 raise fail(str(exc), EXIT_BAD_INPUT) from None
             except WorkerError as exc:  # what failed, and what to do: doctor says what is missing
-                reason = str(exc).removesuffix("; log: (empty)")
-                raise fail(f"{reason} — `cudaopt doctor` shows what this machine lacks; `cudaopt check` checks an "
+                raise fail(f"{exc} — `cudaopt doctor` shows what this machine lacks; `cudaopt check` checks an "
                            "experiment without a GPU", EXIT_NO_GPU) from None
             except ModelFailed as exc:
                 raise fail(str(exc), EXIT_MODEL_FAILED) from None

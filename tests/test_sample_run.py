@@ -87,3 +87,5 @@ def test_export_unverified_writes_the_winner(run, tmp_path, target, written):
     assert result.exit_code == 0, result.output
     assert (out / written).is_file()
     assert "#define BN 256" in (out / written).read_text()  # the winner's tunables, baked in
+    first = (out / written).read_text().splitlines()[0]
+    assert "not verified (exported with --unverified)" in first and "verified by cudaopt" not in first

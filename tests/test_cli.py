@@ -66,6 +66,14 @@ def test_missing_kernel_file_and_bad_launch(tmp_path):
     assert result.exit_code == 2 and error_line(result).startswith("error: --launch: block:")
 
 
+@pytest.mark.parametrize("command", [["check"], ["evaluate"], ["optimize"]])
+def test_no_experiment_at_all_says_how_to_give_one(command):
+    result = runner.invoke(app, command)
+    assert result.exit_code == 2
+    assert error_line(result).startswith("error: --config: no experiment given: give --config FILE (such as "
+                                         "examples/sgemm/experiment.json)")
+
+
 def test_flags_without_config_must_name_the_signature():
     result = runner.invoke(app, ["evaluate", "--reference", str(SGEMM / "reference.cu")])
     assert result.exit_code == 2

@@ -26,6 +26,14 @@ def test_doctor_reports_what_is_missing_and_what_to_do():
         assert "nvidia-smi should list it" in result.output
 
 
+def test_doctor_measure_without_a_gpu_says_nothing_was_measured():
+    if gpu_present():
+        pytest.skip("a GPU is here: --measure measures")
+    result = runner.invoke(app, ["doctor", "--measure"])
+    assert result.exit_code == 1
+    assert "--measure: nothing measured: missing GPU (the table says what to do)" in result.stderr
+
+
 def error_line(result):
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1, result.output
@@ -58,6 +66,14 @@ def test_missing_kernel_file_and_bad_launch(tmp_path):
     assert result.exit_code == 2 and error_line(result).startswith("error: --launch: block:")
 
 
+@pytest.mark.parametrize("command", [["check"], ["evaluate"], ["optimize"]])
+def test_no_experiment_at_all_says_how_to_give_one(command):
+    result = runner.invoke(app, command)
+    assert result.exit_code == 2
+    assert error_line(result).startswith("error: --config: no experiment given: give --config FILE (such as "
+                                         "examples/sgemm/experiment.json)")
+
+
 def test_flags_without_config_must_name_the_signature():
     result = runner.invoke(app, ["evaluate", "--reference", str(SGEMM / "reference.cu")])
     assert result.exit_code == 2
@@ -70,6 +86,17 @@ def test_evaluate_without_a_gpu_says_so(tmp_path):
     assert result.exit_code == 3
     assert "did not start" in result.output and "Traceback" not in result.output
     assert "cudaopt doctor" in error_line(result) and "cudaopt check" in error_line(result)
+    assert "log: (empty)" not in result.output
+
+
+@pytest.mark.skipif(gpu_present(), reason="needs a machine without a GPU")
+def test_the_api_s_worker_error_says_no_empty_log():
+    from cudaopt import api
+    from cudaopt.errors import WorkerError
+
+    with pytest.raises(WorkerError, match="did not start") as raised:
+        api.evaluate(SGEMM / "experiment.json")
+    assert "log: (empty)" not in str(raised.value)
 
 
 def test_version():
@@ -179,6 +206,24 @@ def test_help_shows_no_value_beside_a_flag_and_a_reference_may_be_pytorch():
     assert verify.exit_code == 0 and "--sanitize" in verify.output and "<bool>" not in verify.output
     check = runner.invoke(app, ["check", "--help"])
     assert "PyTorch" in check.output and "--launch" in check.output and "<bool>" not in check.output
+
+
+def test_help_reads_as_the_readme_writes_it():
+    """The commands' list flows (a command's line is not cut where its docstring breaks), the
+    arguments are named as the README's command table names them, a repeatable option takes one
+    value at a time (no ``<list[float]>``), and no flag has a value beside it."""
+    top = runner.invoke(app, ["--help"]).output
+    assert "the vendor alone without an initial kernel" in " ".join(line.strip("│ ") for line in top.splitlines())
+    assert "(the vendor alone without an initial │" not in top
+    for command, named in [(["verify"], "{RUN_DIR}"), (["report"], "{RUN_DIR}"), (["export"], "[RUN_DIR]"),
+                           (["replay"], "{RUN_DIR|best-case-N.json}"), (["guard", "record"], "[RUN_DIR]"),
+                           (["guard", "check"], "{FILES}..."), (["audit"], "{DIR|LIST}"),
+                           (["import", "kernelbench"], "{PROBLEM}"), (["fast-p"], "{RUN_DIR}..."), (["docs"], "[QUERY]")]:
+        shown = runner.invoke(app, [*command, "--help"]).output
+        assert f"[OPTIONS] {named}" in shown, (command, shown)
+        assert "<list[" not in shown and "<bool>" not in shown, (command, shown)
+    missing = runner.invoke(app, ["verify"])
+    assert missing.exit_code == 2 and "Missing argument 'RUN_DIR'" in missing.output
 
 
 def test_an_unknown_flag_names_the_closest_one():

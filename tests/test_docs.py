@@ -1,6 +1,6 @@
 """The documentation a new user reads first: every relative link and ``#anchor`` in README.md and
 docs/*.md resolves (anchors by GitHub's rules for heading ids), and the README's command table
-lists exactly the commands the CLI has."""
+lists exactly the commands the CLI has, each with every option it takes and no other."""
 
 from __future__ import annotations
 
@@ -120,3 +120,47 @@ def readme_commands() -> set[str]:
 def test_the_readme_command_table_lists_exactly_the_cli_s_commands():
     listed, real = readme_commands(), cli_commands()
     assert listed == real, f"missing from the README: {sorted(real - listed)}; not commands: {sorted(listed - real)}"
+
+
+EXPERIMENT_FLAGS = {"--config", "--description", "--signature", "--reference", "--initial-kernel", "--input-cases"}
+
+
+def readme_usages() -> dict[str, set[str]]:
+    """The options each command's row of the README's table names (``experiment flags`` standing for
+    the six experiment options), every usage of a row together."""
+    text = (ROOT / "README.md").read_text()
+    table = text.split("## Commands", 1)[1].split("\n## ", 1)[0]
+    found: dict[str, set[str]] = {}
+    for row in table.splitlines():
+        if not row.startswith("| `cudaopt"):
+            continue
+        for usage in re.findall(r"`cudaopt ([^`]*)`", re.split(r"(?<!\\)\|", row)[1]):
+            name = " ".join(re.match(r"((?:[a-z][a-z-]* ?)+)", usage).group(1).split())
+            named = set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", usage))
+            if "experiment flags" in usage:
+                named |= EXPERIMENT_FLAGS
+            found.setdefault(name, set()).update(named)
+    return found
+
+
+def cli_options() -> dict[str, list[tuple[str, ...]]]:
+    """Each command's options, an option as all of its names (``--online``/``--offline`` together)."""
+    def walk(group, path):
+        for name, sub in group.commands.items():
+            if hasattr(sub, "commands"):
+                yield from walk(sub, [*path, name])
+            else:
+                yield " ".join([*path, name]), [tuple(o for o in (*p.opts, *p.secondary_opts) if o.startswith("-"))
+                                                for p in sub.params]
+
+    return {name: [names for names in params if names and "--help" not in names]
+            for name, params in walk(get_command(app), [])}
+
+
+def test_the_readme_command_table_names_every_option_and_only_real_ones():
+    listed, real = readme_usages(), cli_options()
+    for command, options in real.items():
+        names = {n for option in options for n in option}
+        assert listed[command] <= names, f"README: cudaopt {command}: not options: {sorted(listed[command] - names)}"
+        missing = [option[0] for option in options if not set(option) & listed[command]]
+        assert not missing, f"README: cudaopt {command}: options missing from its row: {missing}"

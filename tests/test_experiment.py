@@ -144,6 +144,20 @@ def test_an_unknown_key_in_the_input_cases_names_the_closest_known_one(example, 
     expect_error(folder, f"input_cases.json: {field}", f"not a known key: did you mean {closest!r}?")
 
 
+@pytest.mark.parametrize("change, field, closest", [
+    (lambda c: c["cases"][0]["inputs"]["a"].update(shapee=c["cases"][0]["inputs"]["a"].pop("shape")),
+     "cases[0].inputs.a.shapee", "shape"),
+    (lambda c: c["cases"][1].update(rol=c["cases"][1].pop("role")), "cases[1].rol", "role"),
+])
+def test_a_misspelt_key_is_said_before_the_key_it_leaves_missing(example, change, field, closest):
+    """A key typed wrong is also a required key left out: the line names the typo and the key it
+    meant, not "Field required", and does not count the missing key as another problem."""
+    folder, edit = example
+    edit("input_cases.json", change)
+    text = expect_error(folder, f"input_cases.json: {field}", f"not a known key: did you mean {closest!r}?")
+    assert "Field required" not in text and "more problem" not in text
+
+
 def test_an_unknown_key_like_no_known_one_lists_the_known_keys(example):
     folder, edit = example
     edit("input_cases.json", lambda c: c["cases"][0]["outputs"]["c"].update(zzzz=1))

@@ -131,6 +131,13 @@ def validation_message(exc, model=None) -> tuple[str, str]:
     the alternatives of a union are said together (``an integer, a number or a string``), never
     as the validator's type names; an unknown field of ``model`` names the closest known one."""
     errors = exc.errors()
+    unknown = [e for e in errors if e["type"] == "extra_forbidden" and e["loc"]]
+    if unknown:  # a mistyped key first: it is why the key it meant is missing (`shapee` for `shape`)
+        meant = {(*e["loc"][:-1], close) for e in unknown
+                 for close in difflib.get_close_matches(str(e["loc"][-1]), known_keys(model, e["loc"][:-1])
+                                                        if model is not None else [], n=1, cutoff=0.6)}
+        errors = [*unknown, *(e for e in errors if e["type"] != "extra_forbidden"
+                              and not (e["type"] == "missing" and tuple(e["loc"]) in meant))]
     field = _field(errors[0]["loc"])
     same = [e for e in errors if _field(e["loc"]) == field]
     special = _special(errors[0], model)

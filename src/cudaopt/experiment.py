@@ -103,6 +103,11 @@ class ExperimentArgs(WireModel):
     max_iterations: int | None = None
 
     def load(self) -> Experiment:
+        if not any(getattr(self, name) for name in ("config", "description", "signature", "reference",
+                                                      "initial_kernel", "input_cases")):
+            raise ExperimentError("--config", "", "no experiment given: give --config FILE (such as "
+                                                  "examples/sgemm/experiment.json) or the experiment flags "
+                                                  "(--signature, --reference, --input-cases, ...)")
         p = lambda v: Path(v) if v else None
         experiment = load_experiment(p(self.config), description=self.description, signature=self.signature,
                                      reference=p(self.reference), initial_kernel=p(self.initial_kernel),

@@ -130,7 +130,9 @@ def optimize(experiment: Given | None = None, *, strategy: str = "auto", model: 
     if proposals is not None and resumed is not None:
         raise ExperimentError("--proposals", "", "a resumed run keeps the proposals per round it started with")
     if resumed is None and experiment is None:
-        raise ExperimentError("--config", "", "no experiment given (a config, the experiment flags, or --resume)")
+        raise ExperimentError("--config", "", "no experiment given: give --config FILE (such as "
+                                              "examples/sgemm/experiment.json), the experiment flags (--signature, "
+                                              "--reference, --input-cases, ...) or --resume RUN_DIR")
     exp = experiment_of(experiment) if resumed is None else None
     if exp is not None:
         iterations = max_iterations or exp.max_iterations

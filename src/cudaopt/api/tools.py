@@ -54,6 +54,11 @@ class DoctorReport:
         """Whether the essentials are there: cuda-core, NVRTC and a GPU."""
         return all(c.ok for c in self.checks if c.name in ESSENTIAL)
 
+    @property
+    def missing(self) -> list[str]:
+        """The essentials that are missing (without them nothing is measured, ``measure`` included)."""
+        return [c.name for c in self.checks if c.name in ESSENTIAL and not c.ok]
+
 
 def doctor(*, measure: bool = False, device: int = 0) -> DoctorReport:
     """Check the GPU, driver, CUDA, NVRTC, the CUDA header roots, the compile sandbox, cuda-core,

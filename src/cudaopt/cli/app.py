@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import difflib
 import functools
+import inspect
+import re
 from typing import Annotated
 
 import typer
@@ -64,8 +66,7 @@ def command(interrupted: str = "interrupted"):
             except ExperimentError as exc:
                 raise fail(str(exc), EXIT_BAD_INPUT) from None
             except WorkerError as exc:  # what failed, and what to do: doctor says what is missing
-                reason = str(exc).removesuffix("; log: (empty)")
-                raise fail(f"{reason} — `cudaopt doctor` shows what this machine lacks; `cudaopt check` checks an "
+                raise fail(f"{exc} — `cudaopt doctor` shows what this machine lacks; `cudaopt check` checks an "
                            "experiment without a GPU", EXIT_NO_GPU) from None
             except ModelFailed as exc:
                 raise fail(str(exc), EXIT_MODEL_FAILED) from None
@@ -112,6 +113,32 @@ typer.rich_utils.negative_highlighter = _folded(typer.rich_utils.negative_highli
 _value_type = typer.core.TyperOption.display_type_rich
 typer.core.TyperOption.display_type_rich = lambda self, ctx: None if self.is_flag else _value_type(self, ctx)
 # (a flag takes no value: --help shows no <bool> beside it)
+
+
+def _one_value(display_type):
+    """A repeatable option or an argument of several values takes one value at a time: --help shows
+    ``<float>``, not ``<list[float]>`` (which reads as if a list were typed)."""
+    def shown(self, ctx):
+        made = display_type(self, ctx)
+        if isinstance(made, str):
+            made = re.sub(r"<list\[(\w+)\]>", lambda m: f"<{m.group(1).lower()}>", made)
+        return made
+    return shown
+
+
+typer.core.TyperOption.display_type = _one_value(typer.core.TyperOption.display_type)
+typer.core.TyperArgument.display_type = _one_value(typer.core.TyperArgument.display_type)
+_command_help = typer.rich_utils._make_command_help
+
+
+def _flowing_command_help(*, help_text: str, markup_mode):
+    """A command's line in its group's --help flows as one paragraph: the line breaks of its
+    docstring are not kept (they cut the list's lines mid-sentence)."""
+    first, _, rest = inspect.cleandoc(help_text).partition("\n\n")
+    return _command_help(help_text=" ".join(first.split()) + ("\n\n" + rest if rest else ""), markup_mode=markup_mode)
+
+
+typer.rich_utils._make_command_help = _flowing_command_help
 
 
 def _version(value: bool) -> None:

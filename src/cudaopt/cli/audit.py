@@ -17,8 +17,9 @@ from .render_audit import audit_table
 @app.command()
 @command(interrupted="interrupted: audit.json holds what was measured and every finished run")
 def audit(
-    source: Annotated[Path, typer.Argument(help="A folder of experiments (every experiment.json below it), or a "
-                                                "list file: one config path a line.")],
+    source: Annotated[Path, typer.Argument(metavar="DIR|LIST", help="A folder of experiments (every experiment.json "
+                                                                    "below it), or a list file: one config path a "
+                                                                    "line.")],
     out: Annotated[Path | None, typer.Option("--out", help="Where audit.json, audit.html and the runs go "
                                                            "(default: the next results/audit-NNN).")] = None,
     roof_target: Annotated[float, typer.Option(help="The share of its bounding roof a tuned kernel is assumed to "

@@ -27,8 +27,9 @@ def export(
                                                  "header and a .cu with a host launcher) or kernelbench (ModelNew, "
                                                  "for an imported KernelBench problem).")],
     out: Annotated[Path, typer.Option("--out", help="The folder to write into (made when missing).")],
-    run_dir: Annotated[Path | None, typer.Argument(help="A run directory: export its winner (best.cu, "
-                                                        "best-launch.json). Or give an experiment.")] = None,
+    run_dir: Annotated[Path | None, typer.Argument(metavar="RUN_DIR", help="A run directory: export its winner "
+                                                                           "(best.cu, best-launch.json). Or give an "
+                                                                           "experiment.")] = None,
     unverified: Annotated[bool, typer.Option("--unverified", help="Export a winner that did not pass `cudaopt "
                                              "verify`, or a kernel given by flags.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace files already in --out.")] = False,

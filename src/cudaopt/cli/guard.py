@@ -26,8 +26,9 @@ GuardDeviceOpt = Annotated[int, typer.Option(help="GPU ordinal.")]
 @takes_experiment
 def record(
     experiment,
-    run_dir: Annotated[Path | None, typer.Argument(help="A run directory: record its winner (best.cu, "
-                                                        "best-launch.json). Or give an experiment.")] = None,
+    run_dir: Annotated[Path | None, typer.Argument(metavar="RUN_DIR", help="A run directory: record its winner "
+                                                                           "(best.cu, best-launch.json). Or give an "
+                                                                           "experiment.")] = None,
     kernel: KernelOpt = None,
     entry: EntryOpt = None,
     launch: LaunchOpt = None,
@@ -57,7 +58,7 @@ def record(
 @guard_app.command("check")
 @command()
 def check(
-    files: Annotated[list[Path], typer.Argument(help="Guard files, e.g. guards/*.json.")],
+    files: Annotated[list[Path], typer.Argument(metavar="FILES", help="Guard files, e.g. guards/*.json.")],
     against: Annotated[Path | None, typer.Option("--against", help="The old kernel file: measured interleaved with "
                                                  "the current one in the same worker (one guard file only).")] = None,
     against_ref: Annotated[str | None, typer.Option("--against-ref", help="A git commit, branch or tag: the old kernel "

@@ -21,7 +21,8 @@ app.add_typer(imports, name="import")
 @imports.command("kernelbench")
 @command()
 def kernelbench(
-    problem: Annotated[Path, typer.Argument(help="A KernelBench problem file (Model, get_inputs, get_init_inputs).")],
+    problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="A KernelBench problem file (Model, get_inputs, "
+                                                                     "get_init_inputs).")],
     out: Annotated[Path, typer.Option("--out", help="The experiment directory to write.")],
     name: Annotated[str | None, typer.Option(help="The kernel's name (default: from the file name).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the Model's construction (KernelBench's: 42).")] = 42,
@@ -56,8 +57,8 @@ def kernelbench(
 @app.command("fast-p")
 @command()
 def fast_p(
-    runs: Annotated[list[Path], typer.Argument(help="Run directories, or results folders holding run-NNN directories "
-                                                    "(one run per problem).")],
+    runs: Annotated[list[Path], typer.Argument(metavar="RUN_DIR", help="Run directories, or results folders holding "
+                                                                       "run-NNN directories (one run per problem).")],
     p: Annotated[list[float] | None, typer.Option("--p", help="Speed-up thresholds (repeatable; default 0, 1, 1.5, "
                                                               "2).")] = None,
     baseline: Annotated[str, typer.Option(help="eager | compile: the PyTorch baseline of the speed-ups.")] = "eager",

@@ -17,7 +17,8 @@ from .render_runs import replay_lines, replay_table, timed_table, verify_lines, 
 @app.command()
 @command()
 def replay(
-    target: Annotated[Path, typer.Argument(help="A run directory, or one best-case-N.json request.")],
+    target: Annotated[Path, typer.Argument(metavar="RUN_DIR|best-case-N.json",
+                                           help="A run directory, or one best-case-N.json request.")],
     repeats: Annotated[int, typer.Option(help="Interleaved winner/baseline measurements per case.")] = 5,
     device: DeviceOpt = None,
     devices: DevicesOpt = None,
@@ -38,7 +39,7 @@ def replay(
 @app.command()
 @command()
 def verify(
-    run_dir: Annotated[Path, typer.Argument(help="A run directory (results/run-NNN).")],
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="A run directory (results/run-NNN).")],
     cases: Annotated[Path | None, typer.Option("--cases", help="Extra input cases (JSON) besides the holdout.")] = None,
     seed: SeedOpt = None,
     sanitize: Annotated[bool, typer.Option("--sanitize", help="Also run the winner under compute-sanitizer "
@@ -74,7 +75,7 @@ def verify(
 @app.command()
 @command()
 def report(
-    run_dir: Annotated[Path, typer.Argument(help="A run directory (results/run-NNN).")],
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="A run directory (results/run-NNN).")],
     engineer_hours: Annotated[float | None, typer.Option(help="Engineer time spent on the pilot.")] = None,
     engineer_rate_usd: Annotated[float | None, typer.Option(help="Engineer cost per hour.")] = None,
     gpu_hour_usd: Annotated[float | None, typer.Option(help="Price of one GPU hour.")] = None,

@@ -15,7 +15,8 @@ from .render_tools import doctor_table, peaks_table
 @app.command()
 @command()
 def docs(
-    query: Annotated[str | None, typer.Argument(help="What to look up, e.g. 'shared memory bank conflicts'.")] = None,
+    query: Annotated[str | None, typer.Argument(metavar="QUERY", help="What to look up, e.g. 'shared memory bank "
+                                                                      "conflicts'.")] = None,
     top: Annotated[int, typer.Option("--top", "-k", help="How many entries to show.")] = 3,
     online: Annotated[bool, typer.Option("--online/--offline", help="--online: fetch the NVIDIA pages missing from "
                                          "the cache or older than 30 days (when that fails: a notice, and the "
@@ -66,6 +67,9 @@ def doctor(
     found = api.doctor(measure=measure, device=device)
     console().print(doctor_table(found.checks))
     if not found.ok:
+        if measure:
+            say(console(stderr=True), f"--measure: nothing measured: missing {', '.join(found.missing)} (the table "
+                                      "says what to do)")
         raise typer.Exit(EXIT_FAILED)
     if found.peaks:
         console().print(peaks_table(found.peaks))

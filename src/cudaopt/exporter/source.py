@@ -36,6 +36,13 @@ class Provenance:
     gpu: str = ""
     figures: list[str] = field(default_factory=list)
     exported_at: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+    passed: bool = False  # whether `cudaopt verify` passed this kernel
+
+    @property
+    def kind(self) -> str:
+        """What the kernel is, for the first line of a file's header: never "verified" unless it was."""
+        return "a kernel verified by cudaopt" if self.passed else \
+            "a kernel checked by cudaopt, not verified (exported with --unverified)"
 
     def lines(self) -> list[str]:
         from importlib.metadata import PackageNotFoundError, version
@@ -118,7 +125,7 @@ def from_run(path: Path, *, unverified: bool = False) -> ExportSource:
         verified=verdict or f"passed ({RunDir.VERIFY}: every case, holdout included)",
         lock=_lock_hashes(trial.experiment),
         gpu=f"{gpu.name} ({gpu.arch}, {gpu.sm_count} SMs)" if gpu else "",
-        figures=_figures(summary))
+        figures=_figures(summary), passed=verdict is None)
     return from_trial(trial, provenance, gpu.sm_count if gpu and gpu.sm_count else NOMINAL_DEVICE["num_sms"])
 
 

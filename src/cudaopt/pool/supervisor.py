@@ -91,7 +91,9 @@ class Worker:
         if not isinstance(message, Ready):
             detail = message.message if isinstance(message, Fatal) else "no answer"
             self.kill()
-            raise WorkerError(f"GPU worker {self.device} did not start: {detail}; log: {self._tail()}")
+            tail = self._tail()
+            log_part = "" if tail == "(empty)" else f"; log: {tail}"  # an empty log says nothing
+            raise WorkerError(f"GPU worker {self.device} did not start: {detail}{log_part}")
         self.info = message.device
 
     @property

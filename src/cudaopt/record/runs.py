@@ -72,12 +72,29 @@ def load_run_experiment(run: RunDir) -> Experiment:
     """A run's experiment, refused when what defines right and wrong changed since the run started."""
     settings = read_run_json(run, RunDir.SETTINGS, RunSettings)
     lock = read_run_json(run, RunDir.LOCK, ExperimentLock)
+    _experiment_files_there(run, settings.experiment)
     experiment = settings.experiment.load()
     if lock.lock != experiment.lock().lock:
         raise ExperimentError(run.file(RunDir.LOCK), "lock",
                               "the reference, the input cases or the harness changed since this run started; "
                               "start a new run")
     return experiment
+
+
+def _experiment_files_there(run: RunDir, args: ExperimentArgs) -> None:
+    """A run loads its experiment again from the paths ``settings.json`` names (absolute, as the run
+    resolved them; relative ones start from the current folder). One that is not there is bad input
+    saying so, rather than a bare "not found" of a file the user never named."""
+    for field in ("config", "reference", "initial_kernel", "input_cases"):
+        value = getattr(args, field)
+        if not value or Path(value).exists():
+            continue
+        where = ("relative to the current folder: run the command from the folder it starts from"
+                 if not Path(value).is_absolute() else
+                 "the run reads its experiment again from where it was when the run started: put the "
+                 "experiment's files back at that path (a run directory copied to another machine needs them "
+                 "there too)")
+        raise ExperimentError(run.file(RunDir.SETTINGS), f"experiment.{field}", f"{value}: not found; {where}")
 
 
 def open_resumable(path: Path) -> tuple[RunDir, RunSettings, Experiment]:

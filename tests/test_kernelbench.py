@@ -39,6 +39,11 @@ SIGNATURES = {
                                   "const float* proj_weight, float* out, int batch_size, int seq_len, int dim)",
     "101_Mean_absolute_error": "kb_101_mean_absolute_error(const float* predictions, const float* targets, float* out, "
                                "int batch_size, int input_shape_0)",
+    # the output's length doubles with `length` but is not it at odd lengths: a scalar of its own
+    "38_Pool_then_transposed_conv": "kb_38_pool_then_transposed_conv(const float* x, const float* "
+                                    "conv_transpose_weight, const float* conv_transpose_bias, float* out, "
+                                    "int batch_size, int channels, int length, int conv_transpose_weight_dim2, "
+                                    "int out_dim2)",
     # a Python number forward takes is a kernel scalar, after the pointers
     "5_Scale_by_a_number": "kb_5_scale_by_a_number(const float* x, float* out, float factor, int batch_size, int dim)",
 }

@@ -106,6 +106,9 @@ def translate(problem: Problem, *, name: str, seed: int, rtol: float, atol: floa
     notes: list[str] = []
     if not checked and not problem.check_deterministic(smallest, seed):
         notes.append("too large to run on the CPU at any size: not checked that forward is deterministic")
+    plans = _plans(problem, scalable, seed, notes)
+    layouts = [base if plan.values == problem.defaults else problem.layout(plan.values) for plan in plans]
+    follows = _holding(follows, plans, layouts)
     slots, state, dims = _arguments(problem, base, follows, smallest, notes)
     scalars = list(dict.fromkeys(n for s in slots for n in dims[s.arg]))
     args = [Arg(s.arg, DTYPES[s.of(base).dtype], True, s.kind != "output") for s in slots if s.pointer]
@@ -115,8 +118,7 @@ def translate(problem: Problem, *, name: str, seed: int, rtol: float, atol: floa
     signature = Signature(entry, (*args, *numbers, *(Arg(n, "int32", False, False) for n in scalars)))
     cases = []
     samples: dict[tuple, dict] = {}
-    for plan in _plans(problem, scalable, seed, notes):
-        layout = base if plan.values == problem.defaults else problem.layout(plan.values)
+    for plan, layout in zip(plans, layouts, strict=True):
         cases.append(_case(problem, plan, layout, slots, dims, smallest, rtol, atol, notes, samples))
     problem.apply(problem.defaults)
     elements = "*".join(dims[next(s.arg for s in slots if s.kind == "output")])
@@ -226,6 +228,20 @@ def _follows(problem: Problem, base: Layout) -> dict[tuple[str, int | str, int],
                     if x == value and y == changed[size.scalar]:
                         found.setdefault((kind, key, axis), size.scalar)
     return found
+
+
+def _holding(follows: dict[tuple[str, int | str, int], str], plans: list[Plan],
+             layouts: list[Layout]) -> dict[tuple[str, int | str, int], str]:
+    """The dimensions that are their size constant in every case too. Doubling a constant can move a
+    dimension with it by coincidence (a transposed convolution's stride undone by a pooling: 2*D
+    then D, but D - 1 at odd sizes); such a dimension gets a scalar of its own."""
+    def extent(layout: Layout, kind: str, key: int | str, axis: int) -> int:
+        tensor = next(t for t in layout.state if t.name == key) if kind == "state" else \
+            (layout.inputs if kind == "input" else layout.outputs)[key]
+        return tensor.shape[axis]
+
+    return {where: size for where, size in follows.items()
+            if all(extent(layout, *where) == plan.values[size] for plan, layout in zip(plans, layouts, strict=True))}
 
 
 # --- cases -----------------------------------------------------------------------------------

@@ -51,3 +51,13 @@ def test_a_problem_that_hangs_while_it_is_read_is_stopped_at_the_floor(tmp_path,
     with pytest.raises(ExperimentError, match=r"within 3 s \(reading the problem and making its inputs\)"):
         isolated.import_isolated(problem, tmp_path / "out")
     assert not (tmp_path / "out" / "experiment.json").exists()
+
+
+def test_a_cap_short_of_what_the_sizes_need_says_so_rather_than_blame_the_problem(tmp_path):
+    optional("torch")
+    problem = tmp_path / "big.py"  # 128 MiB of inputs (its forward's flops never counted): 125 s on the CPU
+    problem.write_text(HANGS_IN_FORWARD.replace("torch.randn(16)", "torch.randn(4096, 4096), torch.randn(4096, 4096)")
+                       .replace("def forward(self, x):", "def forward(self, a, b):"))
+    with pytest.raises(ExperimentError, match=r"within 12 s \(--time-limit\), short of the 125 s its sizes may need "
+                                              r"on this CPU \(--time-limit raises the limit\)$"):
+        isolated.import_isolated(problem, tmp_path / "out", timeout_s=12)

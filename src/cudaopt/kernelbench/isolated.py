@@ -90,9 +90,7 @@ def import_isolated(path: Path, out: Path, *, name: str | None = None, seed: int
             done = run_child([sys.executable, "-m", "cudaopt.kernelbench.isolated"], input=job.to_json(),
                              timeout=limit)
         except subprocess.TimeoutExpired as stopped:
-            raise ExperimentError(path, "", f"the import did not finish within {stopped.timeout:g} s "
-                                            f"({_limit_basis(sizes, cap, timeout_s)}): its module-level code or "
-                                            "Model.forward never returned (--time-limit raises the limit)") from None
+            raise ExperimentError(path, "", _stopped(stopped.timeout, sizes, cap, timeout_s)) from None
         if not answer.is_file():
             lines = [line for line in done.stderr.splitlines() if line.strip()]
             why = f"signal {-done.returncode}" if done.returncode < 0 else f"exit status {done.returncode}"
@@ -123,11 +121,20 @@ def _needed(sizes: Path) -> float:
         return READ_S
 
 
-def _limit_basis(sizes: Path, cap: float, given: float | None) -> str:
-    """Why the limit was what it was, for the message of an import stopped at it."""
-    if cap <= _needed(sizes):
-        return "--time-limit" if given is not None else "the most any import is given"
-    return "what its sizes need" if sizes.is_file() else "reading the problem and making its inputs"
+def _stopped(after: float, sizes: Path, cap: float, given: float | None) -> str:
+    """Why an import was stopped where it was: a cap short of what the problem's sizes need says so,
+    rather than call a slow problem one that never returns."""
+    needed = _needed(sizes)
+    if cap <= needed:
+        by = "--time-limit" if given is not None else "the most any import is given"
+        if sizes.is_file():
+            return (f"the import did not finish within {after:g} s ({by}), short of the {needed:.0f} s its sizes "
+                    "may need on this CPU (--time-limit raises the limit)")
+        return (f"the import did not finish within {after:g} s ({by}), before get_inputs() had made its inputs "
+                "(--time-limit raises the limit)")
+    basis = "what its sizes need" if sizes.is_file() else "reading the problem and making its inputs"
+    return (f"the import did not finish within {after:g} s ({basis}): its module-level code or Model.forward never "
+            "returned (--time-limit raises the limit)")
 
 
 def _discarded(path: Path, out: Path, error: ExperimentError) -> ExperimentError:

@@ -87,6 +87,22 @@ def test_bad_calls_are_bad_input(folder, tmp_path):
         api.export(tmp_path, kernel="k.cu", to="torch", out=tmp_path)
 
 
+def test_a_path_argument_of_another_type_or_none_is_bad_input_naming_it(folder, tmp_path):
+    cases = [(lambda: api.verify(3), "RUN_DIR: a value of type int is not a path"),
+             (lambda: api.report(None), "RUN_DIR: missing: give a path"),
+             (lambda: api.replay([folder]), "TARGET: a value of type list is not a path"),
+             (lambda: api.fast_p(3), "RUNS: a value of type int is not a path"),
+             (lambda: api.audit(None), "SOURCE: missing: give a path"),
+             (lambda: api.check(folder / "experiment.json", kernel=b"k.cu"), "--kernel: a value of type bytes"),
+             (lambda: api.evaluate(folder / "experiment.json", json_out=1, evaluator=ScriptedEvaluator()),
+              "--json: a value of type int"),
+             (lambda: api.optimize(folder / "experiment.json", strategy="tune", prices=7), "--prices: a value of type int"),
+             (lambda: api.export(tmp_path / ("x" * 300), to="cuda", out=tmp_path), "RUN_DIR: .*longer than a file name")]
+    for call, words in cases:
+        with pytest.raises(ExperimentError, match=words):
+            call()
+
+
 def test_evaluate_checks_a_launch_before_the_gpu_as_the_cli_does(folder):
     class NoGpu(ScriptedEvaluator):
         def evaluate(self, *args, **kwargs):

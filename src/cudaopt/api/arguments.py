@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 from ..errors import ExperimentError
 from ..paths import check_writable_folder
+from ..wire.fields import unusable_name
 from ..wire.protocol import MAX_LAUNCHES
 
 SEED_MAX = 2**32 - 1  # seeds given by a user are non-negative 32-bit numbers
@@ -34,7 +35,8 @@ RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "gpu_hour_usd": (0, None, False), "calls_per_month": (0, None, False),
     "payback_window_months": (0, None, True), "p": (None, None, False),
 }
-FLAGS = {"json_out": "--json", "results": "--results-dir", "run": "RUN_DIR", "query": "QUERY"}
+FLAGS = {"json_out": "--json", "results": "--results-dir", "run": "RUN_DIR", "query": "QUERY", "target": "TARGET",
+         "source": "SOURCE", "problem": "PROBLEM", "files": "FILES", "runs": "RUNS"}
 URLS = {"base_url": "http://localhost:8000/v1", "pages": "https://docs.nvidia.com/cuda/..."}  # and an example
 
 
@@ -43,9 +45,23 @@ def flag(name: str) -> str:
     return FLAGS.get(name, "--" + name.replace("_", "-"))
 
 
-def path_of(value: str | os.PathLike | None) -> Path | None:
-    """A path argument given as ``str`` or ``Path`` (None stays None)."""
-    return None if value is None else Path(value)
+def path_of(value: str | os.PathLike | None, name: str, required: bool = False) -> Path | None:
+    """The path argument ``name`` given as ``str`` or ``Path`` (None stays None, unless
+    ``required``). Any other type, or a name the operating system would refuse (too long, a NUL
+    byte), is bad input naming the argument: the OS would raise on it deep inside, naming nothing."""
+    if value is None and required:
+        raise ExperimentError(flag(name), "", "missing: give a path")
+    if value is None:
+        return None
+    path = Path(value) if isinstance(value, str) or (isinstance(value, os.PathLike)
+                                                     and isinstance(os.fspath(value), str)) else None
+    if path is None:
+        raise ExperimentError(flag(name), "", f"a value of type {type(value).__name__} is not a path: give a str or "
+                                              "Path")
+    why = unusable_name(str(path))
+    if why is not None:
+        raise ExperimentError(flag(name), "", why)
+    return path
 
 
 def check(values: Mapping[str, object], *, lowest: Mapping[str, float] | None = None) -> None:
@@ -92,4 +108,4 @@ def _text(name: str, value) -> None:
     if name == "query" and not value.strip():
         raise ExperimentError(flag(name), "", "empty: give words to search for")
     if name == "results":
-        check_writable_folder(Path(value), flag(name))
+        check_writable_folder(path_of(value, name), flag(name))

@@ -64,7 +64,7 @@ def check(experiment: Given, *, kernel: PathArg | None = None, entry: str | None
     machine's GPU, else sm_90). What was checked, one line each."""
     check_arguments({"entry": entry})
     exp = experiment_of(experiment)
-    path = path_of(kernel) or (exp.initial_kernel_path if entry is not None or launch is not None else None)
+    path = path_of(kernel, "kernel") or (exp.initial_kernel_path if entry is not None or launch is not None else None)
     if path is None and (entry is not None or launch is not None):
         raise ExperimentError("--entry" if launch is None else "--launch", "", "no kernel to check it with: give "
                                                                                 "--kernel (the experiment has no "
@@ -95,7 +95,7 @@ def trial_of(experiment: Given | Trial, kernel: PathArg | None = None, *, entry:
     """A Trial prepared once (:func:`~cudaopt.trial.prepare_trial`), or the one given as it is."""
     if not isinstance(experiment, Trial):
         given = experiment if isinstance(experiment, (Experiment, ExperimentArgs)) else experiment_of(experiment)
-        return prepare(given, path_of(kernel), entry=entry, launch=launch, warmup=warmup, iterations=iterations,
+        return prepare(given, path_of(kernel, "kernel"), entry=entry, launch=launch, warmup=warmup, iterations=iterations,
                        outputs=outputs, on_progress=on_progress)
     extra = [name for name, v in (("--kernel", kernel), ("--entry", entry), ("--launch", launch), ("--warmup", warmup),
                                   ("--iterations", iterations)) if v is not None]
@@ -120,7 +120,7 @@ def evaluate(experiment: Given | Trial, kernel: PathArg | None = None, *, entry:
     compiled code uses math the experiment's precision policy leaves out."""
     check_arguments({"entry": entry, "warmup": warmup, "iterations": iterations, "device": device, "ray": ray})
     choice = chosen(device, devices, ray)
-    out = path_of(json_out)
+    out = path_of(json_out, "json_out")
     trial = trial_of(experiment, kernel, entry=entry, launch=launch, warmup=warmup, iterations=iterations,
                      outputs=[(out, "--json")] if out is not None else [], on_progress=on_progress)
     exp = trial.experiment

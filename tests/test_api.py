@@ -103,6 +103,30 @@ def test_a_path_argument_of_another_type_or_none_is_bad_input_naming_it(folder, 
             call()
 
 
+def test_an_argument_of_another_type_is_bad_input_before_any_gpu_work(folder):
+    config = folder / "experiment.json"
+    cases = [(lambda: api.evaluate(config, warmup="5", evaluator=NoGpu()), "--warmup: '5' is not a whole number"),
+             (lambda: api.evaluate(config, iterations=2.5, evaluator=NoGpu()), "--iterations: 2.5 is not a whole"),
+             (lambda: api.evaluate(config, devices=1.5), "--devices: '1.5' is neither all nor GPU ordinals"),
+             (lambda: api.optimize(config, strategy="tune", seed="1", evaluator=NoGpu()), "--seed: '1' is not"),
+             (lambda: api.optimize(config, strategy="tune", max_model_calls="x", evaluator=NoGpu()),
+              "--max-model-calls: 'x' is not a whole number"),
+             (lambda: api.optimize(config, strategy="tune", base_url=["http://x"], evaluator=NoGpu()),
+              r"--base-url: \['http://x'\] is not a string"),
+             (lambda: api.check(config, entry=3), "--entry: 3 is not a string"),
+             (lambda: api.check(config, arch=90), "--arch: 90 is not a string")]
+    for call, words in cases:
+        with pytest.raises(ExperimentError, match=words):
+            call()
+
+
+class NoGpu(ScriptedEvaluator):
+    def evaluate(self, *args, **kwargs):
+        raise AssertionError("bad input reached the evaluator")
+
+    evaluate_all = device_info = evaluate
+
+
 def test_evaluate_checks_a_launch_before_the_gpu_as_the_cli_does(folder):
     class NoGpu(ScriptedEvaluator):
         def evaluate(self, *args, **kwargs):

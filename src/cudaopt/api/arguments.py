@@ -10,6 +10,7 @@ URL, a kernel name) next to them.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,6 +36,10 @@ RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "gpu_hour_usd": (0, None, False), "calls_per_month": (0, None, False),
     "payback_window_months": (0, None, True), "p": (None, None, False),
 }
+WHOLE = {"seed", "repeats", "device", "warmup", "iterations", "max_iterations", "max_model_calls", "patience",
+         "max_model_errors", "proposals", "max_evals", "top"}  # counts and ordinals
+TEXT = {"model", "reasoning_effort", "base_url", "entry", "ray", "query", "arch", "pages"}
+SEVERAL = {"p", "pages"}  # the arguments that take a list
 FLAGS = {"json_out": "--json", "results": "--results-dir", "run": "RUN_DIR", "query": "QUERY", "target": "TARGET",
          "source": "SOURCE", "problem": "PROBLEM", "files": "FILES", "runs": "RUNS"}
 URLS = {"base_url": "http://localhost:8000/v1", "pages": "https://docs.nvidia.com/cuda/..."}  # and an example
@@ -72,15 +77,33 @@ def check(values: Mapping[str, object], *, lowest: Mapping[str, float] | None = 
     for name, value in values.items():
         if value is None:
             continue
-        for item in value if isinstance(value, (list, tuple)) else [value]:
+        for item in value if name in SEVERAL and isinstance(value, (list, tuple)) else [value]:
+            _kind(name, item)
             _number(name, item, (lowest or {}).get(name))
         _text(name, value)
 
 
-def _number(name: str, value, lowest: float | None) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+def _kind(name: str, value) -> None:
+    """A value of the type its flag takes: the command line's parser converts a flag's text, but a
+    Python caller's value arrives as it is, and a string where a number belongs would otherwise
+    pass every range check and fail deep inside, after the GPU workers started."""
+    if name in TEXT:
+        fits, kind = isinstance(value, str), "a string"
+    elif name in RANGES:
+        fits = isinstance(value, numbers.Real) and not isinstance(value, bool) and (
+            name not in WHOLE or isinstance(value, numbers.Integral))
+        kind = "a whole number" if name in WHOLE else "a number"
+    else:
         return
-    if isinstance(value, float) and not math.isfinite(value):
+    if not fits:
+        shown = repr(value) if len(repr(value)) <= 40 else f"a {type(value).__name__}"
+        raise ExperimentError(flag(name), "", f"{shown} is not {kind}")
+
+
+def _number(name: str, value, lowest: float | None) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return
+    if not math.isfinite(value):
         raise ExperimentError(flag(name), "", f"{value} is not a finite number")
     low, high, open_low = RANGES.get(name, (None, None, False))
     low = lowest if lowest is not None else low

@@ -62,7 +62,7 @@ def check(experiment: Given, *, kernel: PathArg | None = None, entry: str | None
     ``.py`` one called on the smallest case, the negative controls on the CPU), each kernel
     (``kernel`` instead of the initial one) compiled with NVRTC for ``arch`` (default: this
     machine's GPU, else sm_90). What was checked, one line each."""
-    check_arguments({"entry": entry})
+    check_arguments({"entry": entry, "arch": arch})
     exp = experiment_of(experiment)
     path = path_of(kernel, "kernel") or (exp.initial_kernel_path if entry is not None or launch is not None else None)
     if path is None and (entry is not None or launch is not None):

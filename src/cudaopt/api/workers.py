@@ -28,10 +28,10 @@ class Choice:
 def chosen(device: int | None = None, devices: Devices = None, ray: str | None = None) -> Choice:
     """The GPUs ``device`` (one ordinal), ``devices`` (``all``, ``"0,1"`` or a list) and ``ray`` ask
     for; the default is GPU 0, as for a command given none of its GPU flags."""
-    if isinstance(devices, int) and not isinstance(devices, bool):
-        devices = str(devices)
-    elif devices is not None and not isinstance(devices, str):
+    if isinstance(devices, (list, tuple, range)):
         devices = ",".join(str(d) for d in devices)
+    elif devices is not None:
+        devices = str(devices)  # an ordinal; anything else is refused as the flag's text would be
     return Choice(choose(device, devices, ray), ray)
 
 

@@ -22,14 +22,14 @@ import inspect
 import json
 import textwrap
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..config import CasesFile, ExperimentConfig, TuneSection, VendorSection
-from ..errors import ExperimentError
+from ..errors import ExperimentError, shortened
 from ..experiment import Experiment, ExperimentArgs
 from ..worker.reference import named_outputs
 from ..kernelbench.translate import fit
@@ -83,9 +83,7 @@ def experiment(reference: Callable, inputs: Mapping[str, Any] | Sequence[Mapping
         sig = parse_signature(signature)
     except SignatureError as exc:
         raise ExperimentError("signature", "", str(exc)) from None
-    examples = [dict(inputs)] if isinstance(inputs, Mapping) else [dict(e) for e in inputs]
-    if not examples:
-        raise ExperimentError("inputs", "", "give at least one example (a mapping of the signature's names)")
+    examples = _examples(inputs)
     torch_kind = any(_is_torch(v) for e in examples for v in e.values())
     arrays = [_arrays(sig, e, i) for i, e in enumerate(examples)]
     outputs = _outputs(reference, sig, examples[0])
@@ -143,12 +141,37 @@ def _cache_folder(files: dict[str, str]) -> Path:
     return cache_root() / EXPERIMENTS / digest
 
 
+def _examples(inputs) -> list[dict]:
+    """The examples ``inputs`` gives: one mapping, or a sequence of them."""
+    if isinstance(inputs, Mapping):
+        return [dict(inputs)]
+    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Iterable):
+        raise ExperimentError("inputs", "", f"a value of type {type(inputs).__name__} is no example: give a mapping "
+                                            "of the signature's names to arrays and scalars, or a list of them")
+    examples = list(inputs)
+    for i, example in enumerate(examples):
+        if not isinstance(example, Mapping):
+            raise ExperimentError(f"inputs[{i}]", "", f"a value of type {type(example).__name__} is no example: give "
+                                                      "a mapping of the signature's names to arrays and scalars")
+    if not examples:
+        raise ExperimentError("inputs", "", "give at least one example (a mapping of the signature's names)")
+    return [dict(e) for e in examples]
+
+
 def _is_torch(value) -> bool:
     return type(value).__module__.split(".")[0] == "torch" and hasattr(value, "detach")
 
 
 def _numpy(value) -> np.ndarray:
-    return value.detach().cpu().numpy() if _is_torch(value) else np.asarray(value)
+    """``value`` as a NumPy array; bfloat16, which NumPy lacks, as float32. ValueError says why it is
+    none (a ragged list, a tensor with no data on the CPU, a sparse one)."""
+    try:
+        if _is_torch(value):
+            tensor = value.detach().cpu()
+            return (tensor.float() if str(tensor.dtype) == "torch.bfloat16" else tensor).numpy()
+        return np.asarray(value)
+    except (TypeError, ValueError, RuntimeError, NotImplementedError) as exc:
+        raise ValueError(shortened(str(exc), 120)) from None
 
 
 def _arrays(sig: Signature, example: dict, index: int) -> dict:
@@ -169,9 +192,17 @@ def _arrays(sig: Signature, example: dict, index: int) -> dict:
             continue
         value = example[arg.name]
         if arg.pointer:
-            array = _numpy(value)
+            try:
+                array = _numpy(value)
+            except ValueError as exc:
+                raise ExperimentError(where, arg.name,
+                                      f"not an array of numbers ({type(value).__name__}: {exc})") from None
             if array.dtype.kind not in "biuf" or array.ndim == 0:
                 raise ExperimentError(where, arg.name, f"not an array of numbers ({type(value).__name__})")
+            bad = array.size - int(np.count_nonzero(np.isfinite(array)))
+            if bad:
+                raise ExperimentError(where, arg.name, f"{bad} NaN or infinite value(s): each input is drawn from a "
+                                                       "distribution fitted to the example's values; give finite ones")
             out[arg.name] = array
         elif isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise ExperimentError(where, arg.name, f"{value!r} is not a number (a scalar of the signature)")
@@ -181,13 +212,28 @@ def _arrays(sig: Signature, example: dict, index: int) -> dict:
 
 
 def _outputs(reference: Callable, sig: Signature, example: dict) -> dict[str, tuple[int, ...]]:
-    """Each output's shape, as the reference returns it on the first example."""
+    """Each output's shape, as the reference returns it on the first example: an array of numbers
+    with at least one element (an empty output checks nothing)."""
     try:
         result = reference(**{a.name: example[a.name] for a in sig.args if not a.is_output})
         named = named_outputs(result, [a.name for a in sig.outputs])
     except Exception as exc:
         raise ExperimentError("reference", "", f"on inputs[0]: {type(exc).__name__}: {exc}") from None
-    return {name: tuple(_numpy(value).shape) for name, value in named.items()}
+    except SystemExit as exc:  # the caller's program goes on: an exit is the reference's failure
+        raise ExperimentError("reference", "", f"on inputs[0]: exited (SystemExit {exc.code!r}) instead of "
+                                               "returning its output") from None
+    shapes = {}
+    for name, value in named.items():
+        try:
+            array = _numpy(value)
+        except ValueError as exc:
+            array, why = None, str(exc)
+        if array is None or array.dtype.kind not in "biuf" or array.size == 0:
+            what = why if array is None else "an empty array" if array.dtype.kind in "biuf" else f"dtype {array.dtype}"
+            raise ExperimentError("reference", "", f"on inputs[0]: returned {type(value).__name__} ({what}) for "
+                                                   f"{name}, not an array of numbers with at least one element")
+        shapes[name] = tuple(array.shape)
+    return shapes
 
 
 def _dimension(sizes: list[int], scalars: list[str], examples: list[dict], what: str) -> str | int:

@@ -106,6 +106,36 @@ def wrong_parameters(x):
     return x
 
 
+@pytest.mark.parametrize("arguments, words", [
+    ({"signature": None}, "signature: a value of type NoneType is no signature"),
+    ({"rtol": float("nan")}, "rtol: nan is not a tolerance"),
+    ({"atol": -1e-3}, "atol: -0.001 is not a tolerance"),
+    ({"description": 3}, "description: a value of type int is not text"),
+    ({"kernel": 3}, "kernel: a value of type int is neither a .cu file nor the kernel's source"),
+    ({"kernel": "k" * 300 + ".cu"}, "kernel: 'kkkk.*longer than a file name"),
+    ({"kernel": SIGNATURE + " {}", "tunables": {"BLOCK": []}}, "tunables: BLOCK: \\[\\]: give the values it takes"),
+    ({"kernel": SIGNATURE + " {}", "tunables": ["BLOCK"]}, "tunables: give each tunable's name and its values"),
+    ({"kernel": SIGNATURE + " {}", "tunables": {"BLOCK": [None]}}, "tunables: BLOCK\\[0\\]: None should be"),
+    ({"kernel": SIGNATURE + " {}", "tunables": {"B": [1, 2]}, "restrictions": "B > 1"},
+     "restrictions: give a list of conditions"),
+    ({"folder": 3}, "folder: a value of type int is not a path"),
+    ({"folder": "/proc/experiment"}, "folder: /proc/experiment: a system folder"),
+])
+def test_arguments_of_the_wrong_kind_are_refused_naming_them(arguments, words):
+    with pytest.raises(ExperimentError, match=words):
+        api.experiment(scaled_sum, example(2, 2), **{"signature": SIGNATURE, "launch": LAUNCH, **arguments})
+
+
+def test_a_kernel_file_that_is_no_text_or_a_folder_that_is_a_file_is_refused(tmp_path):
+    binary, taken = tmp_path / "k.cu", tmp_path / "taken"
+    binary.write_bytes(b"\xff\xfe\x00")
+    taken.write_text("a file where the folder would be")
+    with pytest.raises(ExperimentError, match="k.cu: kernel: not a UTF-8 text file"):
+        api.experiment(scaled_sum, example(2, 2), signature=SIGNATURE, launch=LAUNCH, kernel=binary)
+    with pytest.raises(ExperimentError, match="folder: .*taken exists and is not a folder"):
+        api.experiment(scaled_sum, example(2, 2), signature=SIGNATURE, launch=LAUNCH, folder=taken)
+
+
 def exits(a, b, m, n):
     raise SystemExit(3)
 

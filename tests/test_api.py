@@ -120,6 +120,22 @@ def test_an_argument_of_another_type_is_bad_input_before_any_gpu_work(folder):
             call()
 
 
+def test_the_other_functions_refuse_arguments_of_another_type_naming_them(folder, tmp_path):
+    (tmp_path / "problem.py").write_text("x = 1\n")
+    cases = [(lambda: api.load(folder / "experiment.json", max_iterations="7"), "--max-iterations: '7' is not a whole"),
+             (lambda: api.load(folder / "experiment.json", signature=3), "--signature: 3 is not a string"),
+             (lambda: api.load(3), "--config: a value of type int is not a path"),
+             (lambda: api.gpus(ray=3).__enter__(), "--ray: 3 is not a string"),
+             (lambda: api.fast_p(folder, p=1.5), r"--p: 1.5: give a list of thresholds"),
+             (lambda: api.import_kernelbench(tmp_path / "problem.py", tmp_path / "out", name=3),
+              "--name: 3 is not a C identifier"),
+             (lambda: api.docs("tiling", pages="https://docs.nvidia.com/cuda/", online=False),
+              "--page: 'https://docs.nvidia.com/cuda/': give a list of URLs")]
+    for call, words in cases:
+        with pytest.raises(ExperimentError, match=words):
+            call()
+
+
 class NoGpu(ScriptedEvaluator):
     def evaluate(self, *args, **kwargs):
         raise AssertionError("bad input reached the evaluator")

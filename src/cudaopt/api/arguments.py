@@ -38,10 +38,11 @@ RANGES: dict[str, tuple[float | None, float | None, bool]] = {
 }
 WHOLE = {"seed", "repeats", "device", "warmup", "iterations", "max_iterations", "max_model_calls", "patience",
          "max_model_errors", "proposals", "max_evals", "top"}  # counts and ordinals
-TEXT = {"model", "reasoning_effort", "base_url", "entry", "ray", "query", "arch", "pages"}
+TEXT = {"model", "reasoning_effort", "base_url", "entry", "ray", "query", "arch", "pages", "description",
+        "signature"}
 SEVERAL = {"p", "pages"}  # the arguments that take a list
 FLAGS = {"json_out": "--json", "results": "--results-dir", "run": "RUN_DIR", "query": "QUERY", "target": "TARGET",
-         "source": "SOURCE", "problem": "PROBLEM", "files": "FILES", "runs": "RUNS"}
+         "source": "SOURCE", "problem": "PROBLEM", "files": "FILES", "runs": "RUNS", "pages": "--page"}
 URLS = {"base_url": "http://localhost:8000/v1", "pages": "https://docs.nvidia.com/cuda/..."}  # and an example
 
 

@@ -37,10 +37,12 @@ def load(config: PathArg | None = None, *, description: str | None = None, signa
          input_cases: PathArg | None = None, max_iterations: int | None = None) -> Experiment:
     """An experiment from a config file and/or the seed-style fields (fields win), checked as
     every command checks it."""
-    text = lambda v: str(v) if v is not None else None
-    return ExperimentArgs(config=text(config), description=description, signature=signature,
-                          reference=text(reference), initial_kernel=text(initial_kernel),
-                          input_cases=text(input_cases), max_iterations=max_iterations).load()
+    check_arguments({"description": description, "signature": signature, "max_iterations": max_iterations})
+    paths = {name: path_of(value, name) for name, value in (("config", config), ("reference", reference),
+                                                             ("initial_kernel", initial_kernel),
+                                                             ("input_cases", input_cases))}
+    return ExperimentArgs(**{name: str(path) if path is not None else None for name, path in paths.items()},
+                          description=description, signature=signature, max_iterations=max_iterations).load()
 
 
 def experiment_of(given: Given) -> Experiment:
@@ -95,8 +97,8 @@ def trial_of(experiment: Given | Trial, kernel: PathArg | None = None, *, entry:
     """A Trial prepared once (:func:`~cudaopt.trial.prepare_trial`), or the one given as it is."""
     if not isinstance(experiment, Trial):
         given = experiment if isinstance(experiment, (Experiment, ExperimentArgs)) else experiment_of(experiment)
-        return prepare(given, path_of(kernel, "kernel"), entry=entry, launch=launch, warmup=warmup, iterations=iterations,
-                       outputs=outputs, on_progress=on_progress)
+        return prepare(given, path_of(kernel, "kernel"), entry=entry, launch=launch, warmup=warmup,
+                       iterations=iterations, outputs=outputs, on_progress=on_progress)
     extra = [name for name, v in (("--kernel", kernel), ("--entry", entry), ("--launch", launch), ("--warmup", warmup),
                                   ("--iterations", iterations)) if v is not None]
     if extra:

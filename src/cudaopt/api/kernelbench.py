@@ -29,7 +29,7 @@ def import_kernelbench(problem: PathArg, out: PathArg, *, name: str | None = Non
     import's notes."""
     check_arguments({"seed": seed, "rtol": rtol, "atol": atol, "time_limit": time_limit})
     source, folder = path_of(problem, "problem", True), path_of(out, "out", True)
-    if name is not None and not IDENTIFIER.fullmatch(name):
+    if name is not None and not (isinstance(name, str) and IDENTIFIER.fullmatch(name)):
         raise ExperimentError("--name", "", f"{name!r} is not a C identifier")
     if not (folder.exists() and not folder.is_dir()):  # a file in the way is said by the importer, naming it
         check_writable_folder(folder, "--out")
@@ -43,6 +43,8 @@ def fast_p(runs: PathArg | Sequence[PathArg], *, p: Sequence[float] | None = Non
     run correct or not and its speed-ups over PyTorch eager and torch.compile, and ``fast_p``, the
     fraction correct and faster than the ``baseline`` by more than each ``p`` (default 0, 1, 1.5, 2).
     Written to ``json_out`` when given."""
+    if p is not None and not isinstance(p, (list, tuple)):
+        raise ExperimentError("--p", "", f"{p!r}: give a list of thresholds, such as [1, 2]")
     check_arguments({"p": list(p) if p is not None else None})
     if baseline not in ("eager", "compile"):
         raise ExperimentError("--baseline", "", f"{baseline!r} is not eager or compile")

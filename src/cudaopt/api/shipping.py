@@ -33,6 +33,6 @@ def export(run: PathArg | None = None, *, to: str, out: PathArg, experiment: Giv
     if run is not None:
         source = exporter.from_run(path_of(run, "run"), unverified=unverified)
     else:
-        source = exporter.from_flags(experiment_of(experiment), kernel=path_of(kernel, "kernel"), entry=entry, launch=launch,
-                                     unverified=unverified)
+        source = exporter.from_flags(experiment_of(experiment), kernel=path_of(kernel, "kernel"), entry=entry,
+                                     launch=launch, unverified=unverified)
     return exporter.write(source, to, path_of(out, "out", required=True), force=force)

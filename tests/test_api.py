@@ -87,6 +87,62 @@ def test_bad_calls_are_bad_input(folder, tmp_path):
         api.export(tmp_path, kernel="k.cu", to="torch", out=tmp_path)
 
 
+def test_a_path_argument_of_another_type_or_none_is_bad_input_naming_it(folder, tmp_path):
+    cases = [(lambda: api.verify(3), "RUN_DIR: a value of type int is not a path"),
+             (lambda: api.report(None), "RUN_DIR: missing: give a path"),
+             (lambda: api.replay([folder]), "TARGET: a value of type list is not a path"),
+             (lambda: api.fast_p(3), "RUNS: a value of type int is not a path"),
+             (lambda: api.audit(None), "SOURCE: missing: give a path"),
+             (lambda: api.check(folder / "experiment.json", kernel=b"k.cu"), "--kernel: a value of type bytes"),
+             (lambda: api.evaluate(folder / "experiment.json", json_out=1, evaluator=ScriptedEvaluator()),
+              "--json: a value of type int"),
+             (lambda: api.optimize(folder / "experiment.json", strategy="tune", prices=7), "--prices: a value of type int"),
+             (lambda: api.export(tmp_path / ("x" * 300), to="cuda", out=tmp_path), "RUN_DIR: .*longer than a file name")]
+    for call, words in cases:
+        with pytest.raises(ExperimentError, match=words):
+            call()
+
+
+def test_an_argument_of_another_type_is_bad_input_before_any_gpu_work(folder):
+    config = folder / "experiment.json"
+    cases = [(lambda: api.evaluate(config, warmup="5", evaluator=NoGpu()), "--warmup: '5' is not a whole number"),
+             (lambda: api.evaluate(config, iterations=2.5, evaluator=NoGpu()), "--iterations: 2.5 is not a whole"),
+             (lambda: api.evaluate(config, devices=1.5), "--devices: '1.5' is neither all nor GPU ordinals"),
+             (lambda: api.optimize(config, strategy="tune", seed="1", evaluator=NoGpu()), "--seed: '1' is not"),
+             (lambda: api.optimize(config, strategy="tune", max_model_calls="x", evaluator=NoGpu()),
+              "--max-model-calls: 'x' is not a whole number"),
+             (lambda: api.optimize(config, strategy="tune", base_url=["http://x"], evaluator=NoGpu()),
+              r"--base-url: \['http://x'\] is not a string"),
+             (lambda: api.check(config, entry=3), "--entry: 3 is not a string"),
+             (lambda: api.check(config, arch=90), "--arch: 90 is not a string")]
+    for call, words in cases:
+        with pytest.raises(ExperimentError, match=words):
+            call()
+
+
+def test_the_other_functions_refuse_arguments_of_another_type_naming_them(folder, tmp_path):
+    (tmp_path / "problem.py").write_text("x = 1\n")
+    cases = [(lambda: api.load(folder / "experiment.json", max_iterations="7"), "--max-iterations: '7' is not a whole"),
+             (lambda: api.load(folder / "experiment.json", signature=3), "--signature: 3 is not a string"),
+             (lambda: api.load(3), "--config: a value of type int is not a path"),
+             (lambda: api.gpus(ray=3).__enter__(), "--ray: 3 is not a string"),
+             (lambda: api.fast_p(folder, p=1.5), r"--p: 1.5: give a list of thresholds"),
+             (lambda: api.import_kernelbench(tmp_path / "problem.py", tmp_path / "out", name=3),
+              "--name: 3 is not a C identifier"),
+             (lambda: api.docs("tiling", pages="https://docs.nvidia.com/cuda/", online=False),
+              "--page: 'https://docs.nvidia.com/cuda/': give a list of URLs")]
+    for call, words in cases:
+        with pytest.raises(ExperimentError, match=words):
+            call()
+
+
+class NoGpu(ScriptedEvaluator):
+    def evaluate(self, *args, **kwargs):
+        raise AssertionError("bad input reached the evaluator")
+
+    evaluate_all = device_info = evaluate
+
+
 def test_evaluate_checks_a_launch_before_the_gpu_as_the_cli_does(folder):
     class NoGpu(ScriptedEvaluator):
         def evaluate(self, *args, **kwargs):

@@ -268,6 +268,16 @@ CASES = [
     ("verify-missing-run", ["verify", "{d}/nope"], None, ("nope",)),
     ("replay-missing-run", ["replay", "{d}/nope"], None, ("nope",)),
     ("replay-bad-request", ["replay", "{d}/input_cases.json"], None, ("input_cases.json",)),
+    # names longer than a file system takes, on every command that reads or writes a path given to it
+    *[(f"name-too-long-{i}", [a.replace("LONG", "{d}/" + "x" * 300) for a in args], None, (flag, "longer than"))
+      for i, (args, flag) in enumerate((
+          (["verify", "LONG"], "RUN_DIR"), (["replay", "LONG"], "TARGET"), (["report", "LONG"], "RUN_DIR"),
+          (["fast-p", "LONG"], "RUNS"), (["audit", "LONG"], "SOURCE"), (["guard", "check", "LONG"], "FILES"),
+          (["export", "LONG", "--to", "cuda", "--out", "{d}/o"], "RUN_DIR"),
+          (["optimize", "--resume", "LONG"], "--resume"), (["evaluate", *CONFIG, "--json", "LONG"], "--json"),
+          ([*OPTIMIZE[:-2], "--results-dir", "LONG"], "--results-dir"),
+          (["export", *CONFIG, "--unverified", "--to", "cuda", "--out", "LONG"], "--out"),
+      ))],
 ]
 
 

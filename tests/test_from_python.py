@@ -11,6 +11,7 @@ import pytest
 
 from cudaopt import api
 from cudaopt.errors import ExperimentError
+from tests.conftest import optional
 
 SCALE = 2.0
 SIGNATURE = 'extern "C" __global__ void scaled_sum(const float* a, const float* b, float* c, int m, int n)'
@@ -76,6 +77,10 @@ def test_tunables_make_a_tune_section_and_the_cases_launch_with_their_first_valu
     ({**example(2, 2), "c": np.zeros((2, 2))}, "inputs[0]: c: an output (the reference returns it)"),
     ({**example(2, 2), "m": "two"}, "inputs[0]: m: 'two' is not a number"),
     ([example(2, 3), {**example(4, 5), "a": np.zeros((4, 5, 1), np.float32)}], "inputs: a: has a different number"),
+    (3, "inputs: a value of type int is no example"),
+    ([example(2, 2), None], "inputs[1]: a value of type NoneType is no example"),
+    ({**example(2, 2), "a": [[1.0], [1.0, 2.0]]}, "inputs[0]: a: not an array of numbers (list: setting an array"),
+    ({**example(2, 2), "b": np.full((2, 2), np.inf, np.float32)}, "inputs[0]: b: 4 NaN or infinite value(s)"),
 ])
 def test_examples_that_do_not_fit_the_signature_are_refused(inputs, words):
     with pytest.raises(ExperimentError, match=words.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")
@@ -99,3 +104,61 @@ def test_a_reference_that_cannot_be_written_alone_is_refused():
 
 def wrong_parameters(x):
     return x
+
+
+@pytest.mark.parametrize("arguments, words", [
+    ({"signature": None}, "signature: a value of type NoneType is no signature"),
+    ({"rtol": float("nan")}, "rtol: nan is not a tolerance"),
+    ({"atol": -1e-3}, "atol: -0.001 is not a tolerance"),
+    ({"description": 3}, "description: a value of type int is not text"),
+    ({"kernel": 3}, "kernel: a value of type int is neither a .cu file nor the kernel's source"),
+    ({"kernel": "k" * 300 + ".cu"}, "kernel: 'kkkk.*longer than a file name"),
+    ({"kernel": SIGNATURE + " {}", "tunables": {"BLOCK": []}}, "tunables: BLOCK: \\[\\]: give the values it takes"),
+    ({"kernel": SIGNATURE + " {}", "tunables": ["BLOCK"]}, "tunables: give each tunable's name and its values"),
+    ({"kernel": SIGNATURE + " {}", "tunables": {"BLOCK": [None]}}, "tunables: BLOCK\\[0\\]: None should be"),
+    ({"kernel": SIGNATURE + " {}", "tunables": {"B": [1, 2]}, "restrictions": "B > 1"},
+     "restrictions: give a list of conditions"),
+    ({"folder": 3}, "folder: a value of type int is not a path"),
+    ({"folder": "/proc/experiment"}, "folder: /proc/experiment: a system folder"),
+])
+def test_arguments_of_the_wrong_kind_are_refused_naming_them(arguments, words):
+    with pytest.raises(ExperimentError, match=words):
+        api.experiment(scaled_sum, example(2, 2), **{"signature": SIGNATURE, "launch": LAUNCH, **arguments})
+
+
+def test_a_kernel_file_that_is_no_text_or_a_folder_that_is_a_file_is_refused(tmp_path):
+    binary, taken = tmp_path / "k.cu", tmp_path / "taken"
+    binary.write_bytes(b"\xff\xfe\x00")
+    taken.write_text("a file where the folder would be")
+    with pytest.raises(ExperimentError, match="k.cu: kernel: not a UTF-8 text file"):
+        api.experiment(scaled_sum, example(2, 2), signature=SIGNATURE, launch=LAUNCH, kernel=binary)
+    with pytest.raises(ExperimentError, match="folder: .*taken exists and is not a folder"):
+        api.experiment(scaled_sum, example(2, 2), signature=SIGNATURE, launch=LAUNCH, folder=taken)
+
+
+def exits(a, b, m, n):
+    raise SystemExit(3)
+
+
+def returns_none(a, b, m, n):
+    return None
+
+
+def test_a_reference_that_exits_or_returns_no_numbers_is_refused_naming_it():
+    with pytest.raises(ExperimentError, match=r"reference: on inputs\[0\]: exited \(SystemExit 3\)"):
+        api.experiment(exits, example(2, 2), signature=SIGNATURE, launch=LAUNCH)
+    with pytest.raises(ExperimentError, match=r"reference: on inputs\[0\]: returned NoneType .* for c, not an array"):
+        api.experiment(returns_none, example(2, 2), signature=SIGNATURE, launch=LAUNCH)
+
+
+def bf16_sum(a, b, m, n):
+    return a + b
+
+
+def test_bfloat16_examples_are_read_as_numbers(tmp_path):
+    torch = optional("torch")
+    signature = SIGNATURE.replace("float*", "__nv_bfloat16*")
+    given = {name: torch.from_numpy(v).to(torch.bfloat16) if isinstance(v, np.ndarray) else v
+             for name, v in example(4, 8).items()}
+    exp = api.experiment(bf16_sum, given, signature=signature, launch=LAUNCH, folder=tmp_path / "exp")
+    assert exp.case_specs[0].inputs["a"].init.dist == "normal" and exp.case_specs[0].outputs["c"].shape == ["m", "n"]

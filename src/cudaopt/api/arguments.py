@@ -10,6 +10,7 @@ URL, a kernel name) next to them.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,6 +18,7 @@ from urllib.parse import urlparse
 
 from ..errors import ExperimentError
 from ..paths import check_writable_folder
+from ..wire.fields import unusable_name
 from ..wire.protocol import MAX_LAUNCHES
 
 SEED_MAX = 2**32 - 1  # seeds given by a user are non-negative 32-bit numbers
@@ -34,7 +36,13 @@ RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "gpu_hour_usd": (0, None, False), "calls_per_month": (0, None, False),
     "payback_window_months": (0, None, True), "p": (None, None, False),
 }
-FLAGS = {"json_out": "--json", "results": "--results-dir", "run": "RUN_DIR", "query": "QUERY"}
+WHOLE = {"seed", "repeats", "device", "warmup", "iterations", "max_iterations", "max_model_calls", "patience",
+         "max_model_errors", "proposals", "max_evals", "top"}  # counts and ordinals
+TEXT = {"model", "reasoning_effort", "base_url", "entry", "ray", "query", "arch", "pages", "description",
+        "signature"}
+SEVERAL = {"p", "pages"}  # the arguments that take a list
+FLAGS = {"json_out": "--json", "results": "--results-dir", "run": "RUN_DIR", "query": "QUERY", "target": "TARGET",
+         "source": "SOURCE", "problem": "PROBLEM", "files": "FILES", "runs": "RUNS", "pages": "--page"}
 URLS = {"base_url": "http://localhost:8000/v1", "pages": "https://docs.nvidia.com/cuda/..."}  # and an example
 
 
@@ -43,9 +51,23 @@ def flag(name: str) -> str:
     return FLAGS.get(name, "--" + name.replace("_", "-"))
 
 
-def path_of(value: str | os.PathLike | None) -> Path | None:
-    """A path argument given as ``str`` or ``Path`` (None stays None)."""
-    return None if value is None else Path(value)
+def path_of(value: str | os.PathLike | None, name: str, required: bool = False) -> Path | None:
+    """The path argument ``name`` given as ``str`` or ``Path`` (None stays None, unless
+    ``required``). Any other type, or a name the operating system would refuse (too long, a NUL
+    byte), is bad input naming the argument: the OS would raise on it deep inside, naming nothing."""
+    if value is None and required:
+        raise ExperimentError(flag(name), "", "missing: give a path")
+    if value is None:
+        return None
+    path = Path(value) if isinstance(value, str) or (isinstance(value, os.PathLike)
+                                                     and isinstance(os.fspath(value), str)) else None
+    if path is None:
+        raise ExperimentError(flag(name), "", f"a value of type {type(value).__name__} is not a path: give a str or "
+                                              "Path")
+    why = unusable_name(str(path))
+    if why is not None:
+        raise ExperimentError(flag(name), "", why)
+    return path
 
 
 def check(values: Mapping[str, object], *, lowest: Mapping[str, float] | None = None) -> None:
@@ -56,15 +78,33 @@ def check(values: Mapping[str, object], *, lowest: Mapping[str, float] | None = 
     for name, value in values.items():
         if value is None:
             continue
-        for item in value if isinstance(value, (list, tuple)) else [value]:
+        for item in value if name in SEVERAL and isinstance(value, (list, tuple)) else [value]:
+            _kind(name, item)
             _number(name, item, (lowest or {}).get(name))
         _text(name, value)
 
 
-def _number(name: str, value, lowest: float | None) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+def _kind(name: str, value) -> None:
+    """A value of the type its flag takes: the command line's parser converts a flag's text, but a
+    Python caller's value arrives as it is, and a string where a number belongs would otherwise
+    pass every range check and fail deep inside, after the GPU workers started."""
+    if name in TEXT:
+        fits, kind = isinstance(value, str), "a string"
+    elif name in RANGES:
+        fits = isinstance(value, numbers.Real) and not isinstance(value, bool) and (
+            name not in WHOLE or isinstance(value, numbers.Integral))
+        kind = "a whole number" if name in WHOLE else "a number"
+    else:
         return
-    if isinstance(value, float) and not math.isfinite(value):
+    if not fits:
+        shown = repr(value) if len(repr(value)) <= 40 else f"a {type(value).__name__}"
+        raise ExperimentError(flag(name), "", f"{shown} is not {kind}")
+
+
+def _number(name: str, value, lowest: float | None) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return
+    if not math.isfinite(value):
         raise ExperimentError(flag(name), "", f"{value} is not a finite number")
     low, high, open_low = RANGES.get(name, (None, None, False))
     low = lowest if lowest is not None else low
@@ -92,4 +132,4 @@ def _text(name: str, value) -> None:
     if name == "query" and not value.strip():
         raise ExperimentError(flag(name), "", "empty: give words to search for")
     if name == "results":
-        check_writable_folder(Path(value), flag(name))
+        check_writable_folder(path_of(value, name), flag(name))

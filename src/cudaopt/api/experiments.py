@@ -37,10 +37,12 @@ def load(config: PathArg | None = None, *, description: str | None = None, signa
          input_cases: PathArg | None = None, max_iterations: int | None = None) -> Experiment:
     """An experiment from a config file and/or the seed-style fields (fields win), checked as
     every command checks it."""
-    text = lambda v: str(v) if v is not None else None
-    return ExperimentArgs(config=text(config), description=description, signature=signature,
-                          reference=text(reference), initial_kernel=text(initial_kernel),
-                          input_cases=text(input_cases), max_iterations=max_iterations).load()
+    check_arguments({"description": description, "signature": signature, "max_iterations": max_iterations})
+    paths = {name: path_of(value, name) for name, value in (("config", config), ("reference", reference),
+                                                             ("initial_kernel", initial_kernel),
+                                                             ("input_cases", input_cases))}
+    return ExperimentArgs(**{name: str(path) if path is not None else None for name, path in paths.items()},
+                          description=description, signature=signature, max_iterations=max_iterations).load()
 
 
 def experiment_of(given: Given) -> Experiment:
@@ -62,9 +64,9 @@ def check(experiment: Given, *, kernel: PathArg | None = None, entry: str | None
     ``.py`` one called on the smallest case, the negative controls on the CPU), each kernel
     (``kernel`` instead of the initial one) compiled with NVRTC for ``arch`` (default: this
     machine's GPU, else sm_90). What was checked, one line each."""
-    check_arguments({"entry": entry})
+    check_arguments({"entry": entry, "arch": arch})
     exp = experiment_of(experiment)
-    path = path_of(kernel) or (exp.initial_kernel_path if entry is not None or launch is not None else None)
+    path = path_of(kernel, "kernel") or (exp.initial_kernel_path if entry is not None or launch is not None else None)
     if path is None and (entry is not None or launch is not None):
         raise ExperimentError("--entry" if launch is None else "--launch", "", "no kernel to check it with: give "
                                                                                 "--kernel (the experiment has no "
@@ -95,8 +97,8 @@ def trial_of(experiment: Given | Trial, kernel: PathArg | None = None, *, entry:
     """A Trial prepared once (:func:`~cudaopt.trial.prepare_trial`), or the one given as it is."""
     if not isinstance(experiment, Trial):
         given = experiment if isinstance(experiment, (Experiment, ExperimentArgs)) else experiment_of(experiment)
-        return prepare(given, path_of(kernel), entry=entry, launch=launch, warmup=warmup, iterations=iterations,
-                       outputs=outputs, on_progress=on_progress)
+        return prepare(given, path_of(kernel, "kernel"), entry=entry, launch=launch, warmup=warmup,
+                       iterations=iterations, outputs=outputs, on_progress=on_progress)
     extra = [name for name, v in (("--kernel", kernel), ("--entry", entry), ("--launch", launch), ("--warmup", warmup),
                                   ("--iterations", iterations)) if v is not None]
     if extra:
@@ -120,7 +122,7 @@ def evaluate(experiment: Given | Trial, kernel: PathArg | None = None, *, entry:
     compiled code uses math the experiment's precision policy leaves out."""
     check_arguments({"entry": entry, "warmup": warmup, "iterations": iterations, "device": device, "ray": ray})
     choice = chosen(device, devices, ray)
-    out = path_of(json_out)
+    out = path_of(json_out, "json_out")
     trial = trial_of(experiment, kernel, entry=entry, launch=launch, warmup=warmup, iterations=iterations,
                      outputs=[(out, "--json")] if out is not None else [], on_progress=on_progress)
     exp = trial.experiment

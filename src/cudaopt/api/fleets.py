@@ -44,7 +44,7 @@ def audit(source: PathArg, *, out: PathArg | None = None, roof_target: float = 0
                      "time_limit": time_limit, "max_iterations": max_iterations, "max_evals": max_evals,
                      "model": model, "base_url": base_url, "device": device, "ray": ray})
     choice = chosen(device, devices, ray)
-    fleet = Path(source)
+    fleet = path_of(source, "source", required=True)
     members = load_fleet(fleet)
     plan = None
     if optimize:
@@ -57,7 +57,7 @@ def audit(source: PathArg, *, out: PathArg | None = None, roof_target: float = 0
     elif max_cost_usd is not None or time_limit is not None:
         raise ExperimentError("--max-cost-usd" if max_cost_usd is not None else "--time-limit", "",
                               "budgets the runs of --optimize; give --optimize too")
-    folder = path_of(out)
+    folder = path_of(out, "out")
     if folder is not None and folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise ExperimentError("--out", "", f"{folder}: exists and is not an empty folder")
     if folder is not None:

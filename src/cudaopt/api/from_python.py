@@ -20,22 +20,29 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import math
+import numbers
+import os
+import re
 import textwrap
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from ..config import CasesFile, ExperimentConfig, TuneSection, VendorSection
-from ..errors import ExperimentError
+from ..errors import ExperimentError, shortened, validation_message
 from ..experiment import Experiment, ExperimentArgs
 from ..worker.reference import named_outputs
 from ..kernelbench.translate import fit
-from ..paths import cache_root
+from ..paths import cache_root, check_writable_folder
+from ..reading import missing_file, read_text_file
 from ..trial import LaunchGiven, as_launch
 from ..wire.protocol import CaseSpec, InputSpec, OutputSpec
+from ..wire.fields import unusable_name
 from ..wire.signature import Signature, SignatureError, parse_signature
 from .experiments import PathArg
 
@@ -79,13 +86,12 @@ def experiment(reference: Callable, inputs: Mapping[str, Any] | Sequence[Mapping
     (name -> values, with ``restrictions``) make the kernel tunable (``strategy="tune"``), its
     launch expressions may use them. The files go to ``folder`` (default: cudaopt's cache, named by
     their content)."""
+    _check_arguments(signature, rtol, atol, description, tunables, restrictions)
     try:
         sig = parse_signature(signature)
     except SignatureError as exc:
         raise ExperimentError("signature", "", str(exc)) from None
-    examples = [dict(inputs)] if isinstance(inputs, Mapping) else [dict(e) for e in inputs]
-    if not examples:
-        raise ExperimentError("inputs", "", "give at least one example (a mapping of the signature's names)")
+    examples = _examples(inputs)
     torch_kind = any(_is_torch(v) for e in examples for v in e.values())
     arrays = [_arrays(sig, e, i) for i, e in enumerate(examples)]
     outputs = _outputs(reference, sig, examples[0])
@@ -109,8 +115,13 @@ def experiment(reference: Callable, inputs: Mapping[str, Any] | Sequence[Mapping
                                             "\"block\": [256]})")
     tune, cases_launch = None, spec
     if tunables:
-        tune = TuneSection(kernel=f"{sig.name}.cu", tunables={k: list(v) for k, v in tunables.items()},
-                           restrictions=list(restrictions), launch=spec)
+        try:
+            tune = TuneSection(kernel=f"{sig.name}.cu", tunables={k: list(v) for k, v in tunables.items()},
+                               restrictions=list(restrictions), launch=spec)
+        except ValidationError as exc:  # a value no tunable takes (None, NaN, a dict), a name that is no string
+            field, message = validation_message(exc, TuneSection)
+            top = re.match(r"\w*", field).group()
+            raise ExperimentError(top or "tunables", field[len(top):].lstrip("."), message) from None
         # the kernel as given (no tunable defined) launches with each tunable's first value
         cases_launch = spec.model_copy(update={"let": {**{k: v[0] for k, v in tunables.items()}, **(spec.let or {})}})
     config = ExperimentConfig(description=description or (inspect.getdoc(reference) or ""), signature=str(sig),
@@ -120,11 +131,47 @@ def experiment(reference: Callable, inputs: Mapping[str, Any] | Sequence[Mapping
                               input_cases="input_cases.json", vendor=vendors, tune=tune)
     files["input_cases.json"] = CasesFile(launch=cases_launch, cases=cases).to_json(indent=2) + "\n"
     files["experiment.json"] = json.dumps(config.model_dump(mode="json", exclude_defaults=True), indent=2) + "\n"
-    where = Path(folder) if folder is not None else _cache_folder(files)
-    where.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (where / name).write_text(text)
+    where = _folder(folder) if folder is not None else _cache_folder(files)
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (where / name).write_text(text)
+    except OSError as exc:  # a mount's rules, a full disk: refused after the checks said it could be written
+        raise ExperimentError("folder", "", f"{where}: cannot be written: {exc.strerror or exc}") from None
     return ExperimentArgs(config=str(where.resolve() / "experiment.json")).load()
+
+
+def _check_arguments(signature, rtol, atol, description, tunables, restrictions) -> None:
+    """The arguments that are not examples, of the types they must have: a mistyped one would
+    otherwise fail deep inside, in the files' validation, naming a field of a file the caller
+    never wrote."""
+    if not isinstance(signature, str):
+        raise ExperimentError("signature", "", f"a value of type {type(signature).__name__} is no signature: give the "
+                                               "kernel's declaration as a string")
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+            raise ExperimentError(name, "", f"{value!r} is not a tolerance (a finite number, 0 or more)")
+    if description is not None and not isinstance(description, str):
+        raise ExperimentError("description", "", f"a value of type {type(description).__name__} is not text")
+    if tunables is not None and not isinstance(tunables, Mapping):
+        raise ExperimentError("tunables", "", "give each tunable's name and its values: {\"BLOCK\": [128, 256]}")
+    for name, values in (tunables or {}).items():
+        if not isinstance(name, str):
+            raise ExperimentError("tunables", repr(name), "a tunable's name is a string (a name the launch may use)")
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+            raise ExperimentError("tunables", str(name), f"{values!r}: give the values it takes, a non-empty list")
+    if isinstance(restrictions, (str, bytes)) or not isinstance(restrictions, Sequence):
+        raise ExperimentError("restrictions", "", "give a list of conditions on the tunables: [\"BLOCK >= 64\"]")
+
+
+def _folder(folder) -> Path:
+    """The folder the files go to, checked before anything is written."""
+    if not isinstance(folder, (str, os.PathLike)):
+        raise ExperimentError("folder", "", f"a value of type {type(folder).__name__} is not a path: give a str or "
+                                            "Path")
+    where = Path(folder)
+    check_writable_folder(where, "folder")
+    return where
 
 
 def made_in_cache(experiment: Experiment) -> Path | None:
@@ -143,12 +190,37 @@ def _cache_folder(files: dict[str, str]) -> Path:
     return cache_root() / EXPERIMENTS / digest
 
 
+def _examples(inputs) -> list[dict]:
+    """The examples ``inputs`` gives: one mapping, or a sequence of them."""
+    if isinstance(inputs, Mapping):
+        return [dict(inputs)]
+    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Iterable):
+        raise ExperimentError("inputs", "", f"a value of type {type(inputs).__name__} is no example: give a mapping "
+                                            "of the signature's names to arrays and scalars, or a list of them")
+    examples = list(inputs)
+    for i, example in enumerate(examples):
+        if not isinstance(example, Mapping):
+            raise ExperimentError(f"inputs[{i}]", "", f"a value of type {type(example).__name__} is no example: give "
+                                                      "a mapping of the signature's names to arrays and scalars")
+    if not examples:
+        raise ExperimentError("inputs", "", "give at least one example (a mapping of the signature's names)")
+    return [dict(e) for e in examples]
+
+
 def _is_torch(value) -> bool:
     return type(value).__module__.split(".")[0] == "torch" and hasattr(value, "detach")
 
 
 def _numpy(value) -> np.ndarray:
-    return value.detach().cpu().numpy() if _is_torch(value) else np.asarray(value)
+    """``value`` as a NumPy array; bfloat16, which NumPy lacks, as float32. ValueError says why it is
+    none (a ragged list, a tensor with no data on the CPU, a sparse one)."""
+    try:
+        if _is_torch(value):
+            tensor = value.detach().cpu()
+            return (tensor.float() if str(tensor.dtype) == "torch.bfloat16" else tensor).numpy()
+        return np.asarray(value)
+    except (TypeError, ValueError, RuntimeError, NotImplementedError) as exc:
+        raise ValueError(shortened(str(exc), 120)) from None
 
 
 def _arrays(sig: Signature, example: dict, index: int) -> dict:
@@ -169,9 +241,17 @@ def _arrays(sig: Signature, example: dict, index: int) -> dict:
             continue
         value = example[arg.name]
         if arg.pointer:
-            array = _numpy(value)
+            try:
+                array = _numpy(value)
+            except ValueError as exc:
+                raise ExperimentError(where, arg.name,
+                                      f"not an array of numbers ({type(value).__name__}: {exc})") from None
             if array.dtype.kind not in "biuf" or array.ndim == 0:
                 raise ExperimentError(where, arg.name, f"not an array of numbers ({type(value).__name__})")
+            bad = array.size - int(np.count_nonzero(np.isfinite(array)))
+            if bad:
+                raise ExperimentError(where, arg.name, f"{bad} NaN or infinite value(s): each input is drawn from a "
+                                                       "distribution fitted to the example's values; give finite ones")
             out[arg.name] = array
         elif isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise ExperimentError(where, arg.name, f"{value!r} is not a number (a scalar of the signature)")
@@ -181,13 +261,28 @@ def _arrays(sig: Signature, example: dict, index: int) -> dict:
 
 
 def _outputs(reference: Callable, sig: Signature, example: dict) -> dict[str, tuple[int, ...]]:
-    """Each output's shape, as the reference returns it on the first example."""
+    """Each output's shape, as the reference returns it on the first example: an array of numbers
+    with at least one element (an empty output checks nothing)."""
     try:
         result = reference(**{a.name: example[a.name] for a in sig.args if not a.is_output})
         named = named_outputs(result, [a.name for a in sig.outputs])
     except Exception as exc:
         raise ExperimentError("reference", "", f"on inputs[0]: {type(exc).__name__}: {exc}") from None
-    return {name: tuple(_numpy(value).shape) for name, value in named.items()}
+    except SystemExit as exc:  # the caller's program goes on: an exit is the reference's failure
+        raise ExperimentError("reference", "", f"on inputs[0]: exited (SystemExit {exc.code!r}) instead of "
+                                               "returning its output") from None
+    shapes = {}
+    for name, value in named.items():
+        try:
+            array = _numpy(value)
+        except ValueError as exc:
+            array, why = None, str(exc)
+        if array is None or array.dtype.kind not in "biuf" or array.size == 0:
+            what = why if array is None else "an empty array" if array.dtype.kind in "biuf" else f"dtype {array.dtype}"
+            raise ExperimentError("reference", "", f"on inputs[0]: returned {type(value).__name__} ({what}) for "
+                                                   f"{name}, not an array of numbers with at least one element")
+        shapes[name] = tuple(array.shape)
+    return shapes
 
 
 def _dimension(sizes: list[int], scalars: list[str], examples: list[dict], what: str) -> str | int:
@@ -225,13 +320,17 @@ def _cases(sig: Signature, arrays: list[dict], outputs: dict, rtol: float, atol:
 
 def _kernel_text(kernel: PathArg, sig: Signature) -> str:
     """The kernel's source: the file ``kernel`` names, or ``kernel`` itself when it is source text."""
+    if not isinstance(kernel, (str, os.PathLike)):
+        raise ExperimentError("kernel", "", f"a value of type {type(kernel).__name__} is neither a .cu file nor the "
+                                            "kernel's source")
     text = str(kernel)
     if "__global__" in text:
         return text if text.endswith("\n") else text + "\n"
     path = Path(kernel)
-    if not path.is_file():
-        raise ExperimentError("kernel", "", f"{path} not found (give a .cu file or the kernel's source)")
-    return path.read_text()
+    why = unusable_name(text) or (f"{path}: {missing_file(path)}" if missing_file(path) else None)
+    if why is not None:
+        raise ExperimentError("kernel", "", f"{why} (give a .cu file or the kernel's source)")
+    return read_text_file(path, "kernel")
 
 
 def _vendor_calls(sig: Signature, entry: str) -> str:

@@ -39,12 +39,12 @@ def guard_record(run: PathArg | Trial | None = None, *, experiment: Given | Tria
                      "entry": entry}, lowest={"repeats": 2})
     if isinstance(run, Trial) and experiment is None:
         run, experiment = None, run
-    target = path_of(out)
+    target = path_of(out, "out")
     checks = dict(warmup=warmup, iterations=iterations, outputs=[(target, "--out")], on_progress=on_progress)
     if run is not None:
         if any(v is not None for v in (experiment, kernel, entry, launch)):
             raise ExperimentError(run, "", "give a run directory or an experiment (--config, --kernel, ...), not both")
-        trial = winner_trial(Path(run), what="record", **checks)
+        trial = winner_trial(path_of(run, "run"), what="record", **checks)
     elif experiment is not None:
         trial = trial_of(experiment, kernel, entry=entry, launch=launch, **checks)
     else:
@@ -71,10 +71,10 @@ def guard_check(files: PathArg | Sequence[PathArg], *, against: PathArg | None =
     report, also written as JUnit XML, Markdown and JSON where asked."""
     check_arguments({"confidence": confidence, "repeats": repeats, "seed": seed, "device": device},
                     lowest={"repeats": 2})
-    paths = [Path(files)] if isinstance(files, (str, Path)) else [Path(f) for f in files]
+    paths = [path_of(f, "files", True) for f in (files if isinstance(files, (list, tuple)) else [files])]
     if not paths:
         raise ExperimentError("FILES", "", "give at least one guard file")
-    old = path_of(against)
+    old = path_of(against, "against")
     if old is not None and against_ref is not None:
         raise ExperimentError("--against", "", "give --against or --against-ref, not both")
     if old is not None and len(paths) > 1:
@@ -84,7 +84,8 @@ def guard_check(files: PathArg | Sequence[PathArg], *, against: PathArg | None =
         raise ExperimentError("--other-gpu", "", f"{other_gpu!r} is not fail or skip")
     settings = Settings(max_slowdown=slowdown(max_slowdown), confidence=confidence, repeats=repeats, quick=quick,
                         other_gpu=other_gpu, seed=seed)
-    outputs = {"--junit": path_of(junit), "--markdown": path_of(markdown), "--json": path_of(json_out)}
+    outputs = {"--junit": path_of(junit, "junit"), "--markdown": path_of(markdown, "markdown"),
+               "--json": path_of(json_out, "json_out")}
     for option, path in outputs.items():
         if path is not None:
             check_output_path(path, option)

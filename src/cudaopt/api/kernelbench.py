@@ -28,8 +28,8 @@ def import_kernelbench(problem: PathArg, out: PathArg, *, name: str | None = Non
     need, at most ``time_limit`` seconds (default 1800). The experiment written, loaded, and the
     import's notes."""
     check_arguments({"seed": seed, "rtol": rtol, "atol": atol, "time_limit": time_limit})
-    source, folder = Path(problem), Path(out)
-    if name is not None and not IDENTIFIER.fullmatch(name):
+    source, folder = path_of(problem, "problem", True), path_of(out, "out", True)
+    if name is not None and not (isinstance(name, str) and IDENTIFIER.fullmatch(name)):
         raise ExperimentError("--name", "", f"{name!r} is not a C identifier")
     if not (folder.exists() and not folder.is_dir()):  # a file in the way is said by the importer, naming it
         check_writable_folder(folder, "--out")
@@ -43,13 +43,15 @@ def fast_p(runs: PathArg | Sequence[PathArg], *, p: Sequence[float] | None = Non
     run correct or not and its speed-ups over PyTorch eager and torch.compile, and ``fast_p``, the
     fraction correct and faster than the ``baseline`` by more than each ``p`` (default 0, 1, 1.5, 2).
     Written to ``json_out`` when given."""
+    if p is not None and not isinstance(p, (list, tuple)):
+        raise ExperimentError("--p", "", f"{p!r}: give a list of thresholds, such as [1, 2]")
     check_arguments({"p": list(p) if p is not None else None})
     if baseline not in ("eager", "compile"):
         raise ExperimentError("--baseline", "", f"{baseline!r} is not eager or compile")
-    paths = [Path(runs)] if isinstance(runs, (str, Path)) else [Path(r) for r in runs]
+    paths = [path_of(r, "runs", True) for r in (runs if isinstance(runs, (list, tuple)) else [runs])]
     if not paths:
         raise ExperimentError("RUNS", "", "give at least one run directory or results folder")
-    out = path_of(json_out)
+    out = path_of(json_out, "json_out")
     if out is not None:
         check_output_path(out, "--json")
     result = report(paths, list(p or THRESHOLDS), baseline)  # type: ignore[arg-type]

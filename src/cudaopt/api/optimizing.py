@@ -57,8 +57,8 @@ def model_settings(model: str, reasoning_effort: str = "medium", base_url: str |
 def read_prices(given: PathArg | dict) -> dict[str, dict[str, float]]:
     """``{"model": {"input": USD/M, "output": USD/M}}``, from a file or as data; bad input naming the
     file (or ``--prices``) and the field."""
-    origin = "--prices" if isinstance(given, dict) else Path(given)
-    data = given if isinstance(given, dict) else read_json_file(Path(given), "price file")
+    origin = "--prices" if isinstance(given, dict) else path_of(given, "prices")
+    data = given if isinstance(given, dict) else read_json_file(origin, "price file")
     try:
         prices = TypeAdapter(dict[str, dict[str, float]]).validate_python(data)
     except ValidationError as exc:
@@ -118,13 +118,14 @@ def optimize(experiment: Given | None = None, *, strategy: str = "auto", model: 
                      "max_cost_usd": max_cost_usd, "time_limit": time_limit, "patience": patience,
                      "max_model_errors": max_model_errors, "proposals": proposals, "max_evals": max_evals,
                      "seed": seed, "device": device, "ray": ray})
+    folder = path_of(results, "results") or Path("results")
     settings = model_settings(model, reasoning_effort, base_url, prices)
     if strategy not in strategies.names():
         raise ExperimentError("--strategy", "", f"{strategy!r} is not one of {', '.join(strategies.names())}")
     choice = chosen(device, devices, ray)
     if use_nsight and ray is not None:
         raise ExperimentError("--use-nsight", "", "profiles on this machine's GPU; it does not combine with --ray")
-    resumed = path_of(resume)
+    resumed = path_of(resume, "resume")
     if resumed is not None and experiment is not None:
         raise ExperimentError("--resume", "", "a resumed run keeps the experiment it started with: give no other")
     if proposals is not None and resumed is not None:
@@ -165,7 +166,7 @@ def optimize(experiment: Given | None = None, *, strategy: str = "auto", model: 
     with workers(choice, evaluator, on_progress) as pool:
         if use_nsight:
             options.device_index = pool.gpus()[0].index
-        run, summary = start_or_resume(_args(exp), settings, budget, Path(results), pool, options,
+        run, summary = start_or_resume(_args(exp), settings, budget, folder, pool, options,
                                        resume=resumed, experiment=exp, keep=made_in_cache(exp) if exp else None,
                                        on_progress=on_progress, preflight_s=preflight_s)
     return RunResult(run.path, summary)

@@ -31,8 +31,8 @@ def export(run: PathArg | None = None, *, to: str, out: PathArg, experiment: Giv
         raise ExperimentError(run, "", "give a run directory or an experiment (--config, --kernel, ...), not both: "
                                        "the kernel, entry and launch come from the run")
     if run is not None:
-        source = exporter.from_run(Path(run), unverified=unverified)
+        source = exporter.from_run(path_of(run, "run"), unverified=unverified)
     else:
-        source = exporter.from_flags(experiment_of(experiment), kernel=path_of(kernel), entry=entry, launch=launch,
-                                     unverified=unverified)
-    return exporter.write(source, to, Path(out), force=force)
+        source = exporter.from_flags(experiment_of(experiment), kernel=path_of(kernel, "kernel"), entry=entry,
+                                     launch=launch, unverified=unverified)
+    return exporter.write(source, to, path_of(out, "out", required=True), force=force)

@@ -32,6 +32,8 @@ def docs(query: str | None = None, *, top: int = 3, online: bool = True, fetch: 
     they cite (and ``pages``), fetched once and cached for 30 days (``online`` False: the cache
     only; ``refresh``: fetch every page again). Every hit names its NVIDIA source. ``fetch`` fills
     the cache (no query needed)."""
+    if isinstance(pages, str):
+        raise ExperimentError("--page", "", f"{pages!r}: give a list of URLs, such as [{pages!r}]")
     check_arguments({"query": query, "top": top, "pages": list(pages)})
     if query is None and not fetch:
         raise ExperimentError("QUERY", "", "give a QUERY to search for, or --fetch")

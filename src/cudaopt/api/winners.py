@@ -41,8 +41,9 @@ def verify(run: PathArg | Trial, *, cases: PathArg | None = None, shapes: PathAr
     ``verify.json`` and its report rebuilt; nothing is written for a Trial."""
     check_arguments({"repeats": repeats, "seed": seed, "device": device, "ray": ray})
     choice = chosen(device, devices, ray)
-    target = run if isinstance(run, Trial) else path_of(run)
-    prepared = prepare(target, path_of(cases), path_of(shapes))  # read once, before any GPU work
+    target = run if isinstance(run, Trial) else path_of(run, "run", required=True)
+    extra, grid = path_of(cases, "cases"), path_of(shapes, "shapes")
+    prepared = prepare(target, extra, grid)  # read once, before any GPU work
     if sanitize:
         if ray is not None:
             raise ExperimentError("--sanitize", "", "runs compute-sanitizer on this machine's GPU; it does not "
@@ -52,10 +53,10 @@ def verify(run: PathArg | Trial, *, cases: PathArg | None = None, shapes: PathAr
                                                     "verify a run")
         find_sanitizer()  # before any GPU work: a missing tool is bad input
     with workers(choice, evaluator, on_progress) as pool:
-        outcome = run_verify(target, pool, path_of(cases), seed,
+        outcome = run_verify(target, pool, extra, seed,
                              sanitize_device=pool.gpus()[0].index if sanitize else None,
                              on_tool=lambda tool: on_progress(StepProgress(f"compute-sanitizer --tool {tool}", 0, 0)),
-                             shapes=path_of(shapes), repeats=repeats,
+                             shapes=grid, repeats=repeats,
                              on_step=lambda what, done, total: on_progress(StepProgress(f"timing {what}", done, total)),
                              prepared=prepared)
     _refresh(prepared.run)
@@ -69,7 +70,7 @@ def replay(target: PathArg, *, repeats: int = 5, evaluator: Evaluator | None = N
     ``replay.json`` and its report rebuilt."""
     check_arguments({"repeats": repeats, "device": device, "ray": ray})
     choice = chosen(device, devices, ray)
-    loaded = load_target(Path(target))  # read once, before any GPU work
+    loaded = load_target(path_of(target, "target", required=True))  # read once, before any GPU work
     with workers(choice, evaluator, on_progress) as pool:
         outcome = run_replay(loaded, pool, repeats)
     _refresh(loaded.run)
@@ -90,7 +91,7 @@ def report(run: PathArg, *, engineer_hours: float | None = None, engineer_rate_u
     given = {"engineer_hours": engineer_hours, "engineer_rate_usd": engineer_rate_usd, "gpu_hour_usd": gpu_hour_usd,
              "calls_per_month": calls_per_month, "payback_window_months": payback_window_months}
     check_arguments(given)
-    path = Path(run)
+    path = path_of(run, "run", required=True)
     if not path.exists():
         raise ExperimentError(path, "", "not found")
     if not (path / RunDir.SUMMARY).is_file() or not (path / RunDir.HISTORY).is_file():

@@ -13,6 +13,7 @@ from ..pool import pools
 from ..pool.devices import choose
 from ..pool.dispatch import Evaluator
 from ..record.events import Notice, OnProgress, ignore
+from .arguments import check as check_arguments
 
 Devices = int | str | Sequence[int] | None  # an ordinal, "all" or "0,1", or a list of ordinals
 
@@ -28,10 +29,10 @@ class Choice:
 def chosen(device: int | None = None, devices: Devices = None, ray: str | None = None) -> Choice:
     """The GPUs ``device`` (one ordinal), ``devices`` (``all``, ``"0,1"`` or a list) and ``ray`` ask
     for; the default is GPU 0, as for a command given none of its GPU flags."""
-    if isinstance(devices, int) and not isinstance(devices, bool):
-        devices = str(devices)
-    elif devices is not None and not isinstance(devices, str):
+    if isinstance(devices, (list, tuple, range)):
         devices = ",".join(str(d) for d in devices)
+    elif devices is not None:
+        devices = str(devices)  # an ordinal; anything else is refused as the flag's text would be
     return Choice(choose(device, devices, ray), ray)
 
 
@@ -56,5 +57,6 @@ def gpus(devices: Devices = None, ray: str | None = None) -> Iterator[Evaluator]
     """A pool of GPU workers kept open for several calls in a row (``evaluator=`` of each), one per
     GPU of ``devices`` (default GPU 0; ``"all"``: every visible one) or of a Ray cluster at ``ray``;
     closed on leaving the ``with`` block."""
+    check_arguments({"ray": ray})
     with workers(chosen(None, devices, ray)) as pool:
         yield pool

@@ -4,19 +4,29 @@ the name of a variable in a kernel; and the ``schema_version`` every file cudaop
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
 
-def _file_name(value: str) -> str:
-    """A file named in an input file: no NUL byte, no part longer than a file system allows (the
-    OS would raise on it, where a user needs the field named)."""
+def unusable_name(value: str) -> str | None:
+    """Why the operating system would refuse ``value`` as a path (None when it would not): a NUL
+    byte, a part longer than a file system allows. The OS raises on it deep inside, where a user
+    needs the field or argument named."""
     if "\0" in value:
-        raise ValueError("a path with a NUL byte names no file")
-    if any(len(part.encode()) > 255 for part in value.split("/")) or len(value.encode()) > 4096:
-        raise ValueError(f"{value[:40]!r}...: longer than a file name or path may be")
+        return "a path with a NUL byte names no file"
+    if any(len(os.fsencode(part)) > 255 for part in value.split("/")) or len(os.fsencode(value)) > 4096:
+        return f"{value[:40]!r}...: longer than a file name or path may be"
+    return None
+
+
+def _file_name(value: str) -> str:
+    """A file named in an input file, one the OS can take."""
+    why = unusable_name(value)
+    if why is not None:
+        raise ValueError(why)
     return value
 
 

@@ -136,6 +136,21 @@ def test_a_kernel_file_that_is_no_text_or_a_folder_that_is_a_file_is_refused(tmp
         api.experiment(scaled_sum, example(2, 2), signature=SIGNATURE, launch=LAUNCH, folder=taken)
 
 
+def test_a_folder_holding_another_experiment_is_kept_unless_forced(tmp_path):
+    folder = tmp_path / "exp"
+    api.experiment(scaled_sum, example(2, 2), signature=SIGNATURE, launch=LAUNCH, folder=folder)
+    before = (folder / "input_cases.json").read_text()
+    api.experiment(scaled_sum, example(2, 2), signature=SIGNATURE, launch=LAUNCH, folder=folder)  # the same: kept
+    with pytest.raises(ExperimentError, match=r"folder: .*exp already holds another experiment's input_cases.json "
+                                              r"\(force=True replaces them\)"):
+        api.experiment(scaled_sum, example(3, 5), signature=SIGNATURE, launch=LAUNCH, folder=folder)
+    assert (folder / "input_cases.json").read_text() == before  # nothing already written is lost
+    exp = api.experiment(scaled_sum, example(3, 5), signature=SIGNATURE, launch=LAUNCH, folder=folder, force=True)
+    assert (folder / "input_cases.json").read_text() != before and exp.case_specs
+    with pytest.raises(ExperimentError, match="folder: an empty path"):
+        api.experiment(scaled_sum, example(2, 2), signature=SIGNATURE, launch=LAUNCH, folder="")
+
+
 def exits(a, b, m, n):
     raise SystemExit(3)
 

@@ -74,7 +74,7 @@ def pytorch_compile({params}):
 def experiment(reference: Callable, inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, signature: str,
                kernel: PathArg | None = None, launch: LaunchGiven = None, description: str = "",
                rtol: float = 1e-4, atol: float = 1e-4, tunables: Mapping[str, Sequence] | None = None,
-               restrictions: Sequence[str] = (), folder: PathArg | None = None) -> Experiment:
+               restrictions: Sequence[str] = (), folder: PathArg | None = None, force: bool = False) -> Experiment:
     """An experiment from a reference function and example inputs.
 
     ``reference`` takes every input and scalar of ``signature`` by name and returns the output (a
@@ -85,7 +85,7 @@ def experiment(reference: Callable, inputs: Mapping[str, Any] | Sequence[Mapping
     scalars, or a tier table); ``rtol``/``atol``: each output's tolerances. ``tunables``
     (name -> values, with ``restrictions``) make the kernel tunable (``strategy="tune"``), its
     launch expressions may use them. The files go to ``folder`` (default: cudaopt's cache, named by
-    their content)."""
+    their content); a folder holding another experiment's files is refused unless ``force``."""
     _check_arguments(signature, rtol, atol, description, tunables, restrictions)
     try:
         sig = parse_signature(signature)
@@ -132,6 +132,10 @@ def experiment(reference: Callable, inputs: Mapping[str, Any] | Sequence[Mapping
     files["input_cases.json"] = CasesFile(launch=cases_launch, cases=cases).to_json(indent=2) + "\n"
     files["experiment.json"] = json.dumps(config.model_dump(mode="json", exclude_defaults=True), indent=2) + "\n"
     where = _folder(folder) if folder is not None else _cache_folder(files)
+    others = [name for name, text in files.items() if (where / name).is_file() and _text(where / name) != text]
+    if others and not force:
+        raise ExperimentError("folder", "", f"{where} already holds another experiment's {', '.join(others)} "
+                                            "(force=True replaces them)")
     try:
         where.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
@@ -169,9 +173,19 @@ def _folder(folder) -> Path:
     if not isinstance(folder, (str, os.PathLike)):
         raise ExperimentError("folder", "", f"a value of type {type(folder).__name__} is not a path: give a str or "
                                             "Path")
+    if not str(folder).strip():
+        raise ExperimentError("folder", "", "an empty path: give the folder the experiment's files go to")
     where = Path(folder)
     check_writable_folder(where, "folder")
     return where
+
+
+def _text(path: Path) -> str | None:
+    """A file's text, or None where it is not text this experiment could have written."""
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def made_in_cache(experiment: Experiment) -> Path | None:

@@ -439,6 +439,21 @@ def test_replaying_an_edited_request_checks_its_launch_before_any_worker(sgemm, 
     assert "division by zero" in one_line(result)
 
 
+@pytest.mark.parametrize("edit, words", [
+    ({"cases": []}, "best-case-0.json: cases: empty: a request checks and times at least one case"),
+    ({"kernel": None, "vendors": []}, "best-case-0.json: kernel: missing: a request without a kernel measures its "
+                                      "vendors, and names none"),
+])
+def test_replaying_a_request_that_would_measure_nothing_is_refused(sgemm, tmp_path, no_worker, edit, words):
+    """An edited request with nothing to measure would come back passed: refused before any worker."""
+    request = sgemm.request(sgemm.initial_kernel_path.read_text()).model_copy(update=edit)
+    path = tmp_path / "best-case-0.json"
+    path.write_text(request.to_json())
+    result = runner.invoke(app, ["replay", str(path)])
+    assert not no_worker
+    assert result.exit_code == 2 and words in one_line(result)
+
+
 def test_a_path_with_colons_is_printed_as_it_is(tmp_path):
     """":x:" in a path is not an emoji code: the error names the file the user gave."""
     missing = tmp_path / "run:x:1" / "experiment.json"

@@ -86,7 +86,12 @@ def check_request(path: Path, request: EvalRequest) -> None:
         signature = parse_signature(request.signature)
     except SignatureError as exc:
         raise ExperimentError(path, "signature", str(exc)) from None
+    if not request.cases:  # nothing checked would pass
+        raise ExperimentError(path, "cases", "empty: a request checks and times at least one case")
     if request.kernel is None:
+        if not request.vendors:
+            raise ExperimentError(path, "kernel", "missing: a request without a kernel measures its vendors, and "
+                                                  "names none")
         return
     defines = {k: v for k, v in request.kernel.defines.items() if isinstance(v, (int, float))}
     for i, case in enumerate(request.cases):

@@ -136,6 +136,20 @@ def test_a_kernel_file_that_is_no_text_or_a_folder_that_is_a_file_is_refused(tmp
         api.experiment(scaled_sum, example(2, 2), signature=SIGNATURE, launch=LAUNCH, folder=taken)
 
 
+@pytest.mark.parametrize("arguments, words", [
+    ({"launch": {"grid": ["q"], "block": [32]}}, "launch: grid[0]: case 'example': unknown name 'q'"),
+    ({"kernel": 'extern "C" __global__ void other(int x) {}'}, "kernel: entry: no 'extern \"C\" __global__ void "
+                                                                "scaled_sum(...)' found"),
+])
+def test_what_is_wrong_in_the_files_made_from_the_arguments_names_the_argument(arguments, words):
+    """The files go to cudaopt's cache, which the caller never sees: the error names the argument,
+    and no broken experiment is left there."""
+    with pytest.raises(ExperimentError) as caught:
+        api.experiment(scaled_sum, example(2, 3), **{"signature": SIGNATURE, "launch": LAUNCH, **arguments})
+    assert str(caught.value).startswith(words), str(caught.value)
+    assert "cache" not in str(caught.value)
+
+
 def test_a_folder_holding_another_experiment_is_kept_unless_forced(tmp_path):
     folder = tmp_path / "exp"
     api.experiment(scaled_sum, example(2, 2), signature=SIGNATURE, launch=LAUNCH, folder=folder)

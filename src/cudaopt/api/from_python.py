@@ -24,6 +24,7 @@ import math
 import numbers
 import os
 import re
+import shutil
 import textwrap
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -142,7 +143,28 @@ def experiment(reference: Callable, inputs: Mapping[str, Any] | Sequence[Mapping
             (where / name).write_text(text)
     except OSError as exc:  # a mount's rules, a full disk: refused after the checks said it could be written
         raise ExperimentError("folder", "", f"{where}: cannot be written: {exc.strerror or exc}") from None
-    return ExperimentArgs(config=str(where.resolve() / "experiment.json")).load()
+    try:
+        return ExperimentArgs(config=str(where.resolve() / "experiment.json")).load()
+    except ExperimentError as exc:
+        if folder is None:  # nothing broken is left in the cache
+            shutil.rmtree(where, ignore_errors=True)
+        raise _as_argument(exc, where, sig.name) from None
+
+
+def _as_argument(exc: ExperimentError, where: Path, entry: str) -> ExperimentError:
+    """A problem found in a file this function wrote, named by the argument it came from: the
+    caller never saw the file."""
+    if Path(exc.file).resolve().parent != where.resolve():
+        return exc
+    name, field = Path(exc.file).name, exc.field
+    if name == "input_cases.json" and field.startswith("launch"):
+        return ExperimentError("launch", field.removeprefix("launch").lstrip("."), exc.message)
+    if name == f"{entry}.cu":
+        return ExperimentError("kernel", field, exc.message)
+    if name == "experiment.json" and field.startswith("tune"):
+        which = "restrictions" if field.startswith("tune.restrictions") else "tunables"
+        return ExperimentError(which, field.removeprefix(f"tune.{which}").lstrip("."), exc.message)
+    return ExperimentError(f"{name} (made from the arguments)", field, exc.message)
 
 
 def _check_arguments(signature, rtol, atol, description, tunables, restrictions) -> None:

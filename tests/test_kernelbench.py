@@ -44,6 +44,9 @@ SIGNATURES = {
                                     "conv_transpose_weight, const float* conv_transpose_bias, float* out, "
                                     "int batch_size, int channels, int length, int conv_transpose_weight_dim2, "
                                     "int out_dim2)",
+    # sizes that change only together: dimensions named by tensor; too large to make on the CPU
+    "100_Hinge_loss_tied_sizes": "kb_100_hinge_loss_tied_sizes(const float* predictions, const float* targets, "
+                                 "float* out, int predictions_dim0, int predictions_dim1, int targets_dim0)",
     # a Python number forward takes is a kernel scalar, after the pointers
     "5_Scale_by_a_number": "kb_5_scale_by_a_number(const float* x, float* out, float factor, int batch_size, int dim)",
 }
@@ -180,6 +183,13 @@ def test_derived_constants_follow_the_sizes_a_case_sets(imports):
     targets = torch.randint(0, small["num_classes"], (small["batch_size"],))
     loss = reference(predictions=predictions, targets=targets, **small)
     assert loss.shape == () and torch.allclose(loss, torch.nn.functional.cross_entropy(predictions, targets))
+
+
+def test_inputs_too_large_to_make_on_the_cpu_at_any_size_get_plain_distributions_said_so(imports):
+    exp, _, output = imports["100_Hinge_loss_tied_sizes"]
+    perf = next(c for c in exp.case_specs if c.role == "performance")
+    assert perf.inputs["predictions"].init.dist == "normal" and perf.inputs["predictions"].init.std == 1.0
+    assert "kernelbench: too large to make on the CPU at any size it runs at" in " ".join(output.split())
 
 
 def test_a_number_forward_takes_is_a_kernel_scalar_the_same_in_every_case(imports):

@@ -322,10 +322,17 @@ def _fits(problem: Problem, plan: Plan, layout: Layout, slots: list[Slot], small
     """How the harness draws each input: fitted to what the problem makes at this case's sizes (at
     the smallest sizes when this case is too large to make on the CPU; a model too large even there
     gets PyTorch's default initialisation, ±1/sqrt(fan_in), for its parameters)."""
-    count = sum(int(np.prod(s.of(layout).shape, dtype=np.int64)) for s in slots)
+    def count(at: Layout) -> int:
+        return sum(int(np.prod(s.of(at).shape, dtype=np.int64)) for s in slots)
+
     values = plan.values
-    if count > SAMPLE_LIMIT:
+    if count(layout) > SAMPLE_LIMIT:
         values = smallest
+        if smallest == plan.values or count(problem.layout(smallest, twice=False)) > SAMPLE_LIMIT:
+            notes.append(f"{plan.name}: too large to make on the CPU at any size it runs at: floating inputs are "
+                         "drawn from a standard normal, integer ones from {0, 1}, parameters like PyTorch's default "
+                         "initialisation (not fitted to what the problem makes)")
+            return _unfitted(layout, slots)
         notes.append(f"{plan.name}: too large to draw on the CPU; its distributions are fitted at smaller sizes")
     key = tuple(sorted(values.items()))
     if key not in samples:
@@ -358,6 +365,20 @@ def _sample(problem: Problem, values: dict[str, int], seed: int, slots: list[Slo
         else:
             bound = 1 / np.sqrt(_fan_in(str(slot.key), at))
             fits[slot.arg] = InitSpec(dist="uniform", low=-_round(bound, down=False), high=_round(bound, down=False))
+    return fits
+
+
+def _unfitted(layout: Layout, slots: list[Slot]) -> dict[str, InitSpec]:
+    """Distributions for inputs no size lets the CPU make: nothing is fitted, so the plainest."""
+    fits = {}
+    for slot in slots:
+        if slot.kind == "state":
+            bound = _round(1 / np.sqrt(_fan_in(str(slot.key), layout)), down=False)
+            fits[slot.arg] = InitSpec(dist="uniform", low=-bound, high=bound)
+        elif slot.of(layout).dtype.startswith(("float", "bfloat")):
+            fits[slot.arg] = InitSpec(dist="normal", mean=0.0, std=1.0)
+        else:
+            fits[slot.arg] = InitSpec(dist="integers", low=0, high=2)
     return fits
 
 

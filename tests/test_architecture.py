@@ -74,7 +74,8 @@ PACKAGE_LAYERS = {
     "guard": [{"files", "git", "stats"}, {"junit", "load", "summaries"}, {"check", "record"}],
     "fleet": [{"files"}, {"headroom", "page"}, {"audit"}],
     "api": [
-        {"arguments", "workers"},  # the checks on every argument; the GPU workers a function measures on
+        {"arguments"},  # the checks on every argument
+        {"workers"},  # the GPU workers a function measures on (their arguments checked first)
         {"experiments"},  # how an experiment is given; check, evaluate
         {"from_python"},  # an experiment built in Python
         {"guards", "kernelbench", "optimizing", "shipping", "tools", "winners"},  # one group of commands each

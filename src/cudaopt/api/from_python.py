@@ -13,6 +13,9 @@ seed (for ``verify``). Each input is drawn from a distribution fitted to the exa
 dimension is written as the scalar that has its size in every example (a literal where none has),
 each output's shape read off what the reference returns on the first example. A PyTorch reference
 also serves as the vendor baselines, PyTorch eager and ``torch.compile``, timed beside the kernel.
+
+Long because every argument a caller may get wrong is checked here, before anything is written,
+and named as the argument it is: the files it writes are not the caller's.
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ The mapping (docs/kernelbench.md has it for users):
   seeded model make at that case's sizes (normal, uniform, or integers over the observed range).
 - **work**: ``bytes`` counts every argument once; ``flops`` only matrix products (torch's flop
   counter), since other operations may be done with fewer flops than their direct form.
+
+Long because the mapping is one piece: the arguments, the sizes each dimension follows, the cases
+and how each input is drawn are read off the same probes of the problem.
 """
 
 from __future__ import annotations

@@ -42,7 +42,8 @@ TEXT = {"model", "reasoning_effort", "base_url", "entry", "ray", "query", "arch"
         "signature"}
 SEVERAL = {"p", "pages"}  # the arguments that take a list
 FLAGS = {"json_out": "--json", "results": "--results-dir", "run": "RUN_DIR", "query": "QUERY", "target": "TARGET",
-         "source": "SOURCE", "problem": "PROBLEM", "files": "FILES", "runs": "RUNS", "pages": "--page"}
+         "source": "SOURCE", "problem": "PROBLEM", "files": "FILES", "runs": "RUNS", "pages": "--page",
+         "folder": "folder"}  # api.experiment's, which no flag gives
 URLS = {"base_url": "http://localhost:8000/v1", "pages": "https://docs.nvidia.com/cuda/..."}  # and an example
 
 

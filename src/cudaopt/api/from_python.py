@@ -47,6 +47,7 @@ from ..reading import missing_file, read_text_file
 from ..trial import LaunchGiven, as_launch
 from ..wire.protocol import CaseSpec, InputSpec, OutputSpec
 from ..wire.fields import unusable_name
+from .arguments import path_of
 from ..wire.signature import Signature, SignatureError, parse_signature
 from .experiments import PathArg
 
@@ -195,12 +196,9 @@ def _check_arguments(signature, rtol, atol, description, tunables, restrictions)
 
 def _folder(folder) -> Path:
     """The folder the files go to, checked before anything is written."""
-    if not isinstance(folder, (str, os.PathLike)):
-        raise ExperimentError("folder", "", f"a value of type {type(folder).__name__} is not a path: give a str or "
-                                            "Path")
+    where = path_of(folder, "folder")
     if not str(folder).strip():
         raise ExperimentError("folder", "", "an empty path: give the folder the experiment's files go to")
-    where = Path(folder)
     check_writable_folder(where, "folder")
     return where
 

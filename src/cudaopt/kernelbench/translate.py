@@ -366,8 +366,7 @@ def _sample(problem: Problem, values: dict[str, int], seed: int, slots: list[Slo
             if note:
                 notes.append(f"{slot.arg}: {note}")
         else:
-            bound = 1 / np.sqrt(_fan_in(str(slot.key), at))
-            fits[slot.arg] = InitSpec(dist="uniform", low=-_round(bound, down=False), high=_round(bound, down=False))
+            fits[slot.arg] = _default_init(str(slot.key), at)
     return fits
 
 
@@ -376,13 +375,18 @@ def _unfitted(layout: Layout, slots: list[Slot]) -> dict[str, InitSpec]:
     fits = {}
     for slot in slots:
         if slot.kind == "state":
-            bound = _round(1 / np.sqrt(_fan_in(str(slot.key), layout)), down=False)
-            fits[slot.arg] = InitSpec(dist="uniform", low=-bound, high=bound)
+            fits[slot.arg] = _default_init(str(slot.key), layout)
         elif slot.of(layout).dtype.startswith(("float", "bfloat")):
             fits[slot.arg] = InitSpec(dist="normal", mean=0.0, std=1.0)
         else:
             fits[slot.arg] = InitSpec(dist="integers", low=0, high=2)
     return fits
+
+
+def _default_init(path: str, layout: Layout) -> InitSpec:
+    """PyTorch's default initialisation of a parameter, uniform ±1/sqrt(fan_in)."""
+    bound = _round(1 / np.sqrt(_fan_in(path, layout)), down=False)
+    return InitSpec(dist="uniform", low=-bound, high=bound)
 
 
 def _fan_in(path: str, layout: Layout) -> int:

@@ -189,8 +189,9 @@ def pages(urls: list[str], online: bool = True, refresh: bool = False) -> tuple[
             continue
         except OSError as exc:
             reason = getattr(exc, "reason", None) or exc
-            rest = " and the cached pages" if cached else " only"
-            notices.append(f"NVIDIA docs not reachable ({reason}); searching the bundled knowledge base{rest}")
+            left = len(wanted) - wanted.index(url)
+            serving = f"the bundled entries and {len(cached)} cached pages" if cached else "the bundled entries only"
+            notices.append(f"NVIDIA docs not reachable ({reason}): {left} pages not fetched; {serving} serve")
             break
         if not page.sections:
             notices.append(f"{url}: no sections found; not cached")

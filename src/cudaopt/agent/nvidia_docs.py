@@ -189,9 +189,8 @@ def pages(urls: list[str], online: bool = True, refresh: bool = False) -> tuple[
             continue
         except OSError as exc:
             reason = getattr(exc, "reason", None) or exc
-            left = len(wanted) - wanted.index(url)
             serving = f"the bundled entries and {len(cached)} cached pages" if cached else "the bundled entries only"
-            notices.append(f"NVIDIA docs not reachable ({reason}): {left} pages not fetched; {serving} serve")
+            notices.append(f"NVIDIA docs not reachable ({reason}); {serving} serve")
             break
         if not page.sections:
             notices.append(f"{url}: no sections found; not cached")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Download, into .whl/, the wheels a GPU machine without network needs beyond its own image
-# (Python 3.12, x86-64; numpy, cuda-core, torch, cupy, matplotlib, jinja2, typer, rich are there).
+# (Python 3.12, x86-64; numpy, cuda-core, torch, cupy, matplotlib, jinja2 are there; its typer is older
+# than the one the CLI needs).
 # scripts/gpu-session.sh installs whatever lies in .whl/ before running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,5 +15,6 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   requests-toolbelt sniffio tenacity truststore uuid-utils websockets zstandard xxhash \
   optuna alembic colorlog sqlalchemy mako bm25s \
   kernel-tuner python-constraint2 xmltodict jsonschema jsonschema-specifications referencing rpds-py \
-  pymoo autograd cma alive-progress about-time graphemeu deprecated moocore cffi pycparser platformdirs
+  pymoo autograd cma alive-progress about-time graphemeu deprecated moocore cffi pycparser platformdirs \
+  typer rich shellingham annotated-doc markdown-it-py mdurl pygments
 ls .whl | wc -l

@@ -16,5 +16,6 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   optuna alembic colorlog sqlalchemy mako bm25s \
   kernel-tuner python-constraint2 xmltodict jsonschema jsonschema-specifications referencing rpds-py \
   pymoo autograd cma alive-progress about-time graphemeu deprecated moocore cffi pycparser platformdirs \
-  typer rich shellingham annotated-doc markdown-it-py mdurl pygments
+  typer rich shellingham annotated-doc markdown-it-py mdurl pygments \
+  'nvidia-cuda-crt==13.0.*'  # <mma.h> and the crt headers, matching the image's CUDA 13.0 runtime
 ls .whl | wc -l

@@ -407,3 +407,21 @@ def test_a_workspace_name_must_be_an_identifier():
 
     with pytest.raises(ValidationError, match="not a C identifier"):
         Limits(workspace=["ws[0]"])
+
+
+def test_buffers_larger_than_the_budget_are_freed_without_pushing_out_the_others():
+    """A case whose buffers exceed the whole budget for kept buffers (a quarter of the device) is
+    uploaded again per request, but the other cases' kept buffers stay: kept, it would push them
+    all out, then itself, and every case would be uploaded again on every request."""
+    device = FakeDevice(memory_total=160 << 20)
+    device.kernel("relu", relu, SIZES, 0.02)
+    runner = Runner(device)
+    small, large = case("small", n=100_000), case("large", n=1_600_000)
+    for _ in range(2):
+        assert runner.evaluate(request(small, large)).status == "ok"
+        (kept,) = runner._devices.kept.values()
+        assert kept.output_shapes["y"] == (100_000,)  # the small case's; the large case's 7 buffers were freed
+    assert 7 * 4 * 1_600_000 > runner._devices.budget  # 3 input sets, the working input and output, 2 checked copies
+    allocations = len(device.memory)
+    assert runner.evaluate(request(small)).status == "ok"
+    assert len(device.memory) == allocations  # the small case's buffers, kept beside the large case's requests

@@ -23,6 +23,7 @@ import importlib.util
 import math
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,18 +77,53 @@ def preflight(experiment: Experiment, *, kernel: Path | None = None, entry: str 
     ``kernel`` replaces the initial kernel; ``tune`` includes the tunable kernel; ``launch``
     (given by ``launch_origin``: a flag or a file) replaces every case's launch."""
     arch = arch or local_arch()
-    done = [Checked("experiment", f"{len(experiment.case_specs)} cases, signature {experiment.signature}")]
     sources = [(kernel, entry)] if kernel else []
     if experiment.initial_kernel_path and not kernel:
         sources.append((experiment.initial_kernel_path, None))
+    with Compilations(experiment, sources, arch, tune) as compiled:
+        return _checks(experiment, sources, compiled, arch, launch, launch_origin)
+
+
+class Compilations:
+    """The pre-flight's NVRTC compilations (a ``.cu`` reference, each kernel, the tunable kernel's first
+    configuration), started together on entry, each in a compiler process of its own, so the checks
+    wait for the slowest rather than for their sum; read in the checks' order, so the first failure
+    reported is the same. Those not yet read when a check fails are cancelled, or awaited on exit."""
+
+    def __init__(self, experiment: Experiment, sources: list[tuple[Path, str | None]], arch: str, tune: bool):
+        self._pool = ThreadPoolExecutor(max_workers=len(sources) + 2, thread_name_prefix="preflight-compile")
+        self.reference = None
+        if experiment.reference_kind == "cu":
+            self.reference = self._pool.submit(_compile, experiment.reference_path, experiment.reference_source,
+                                               experiment.reference_entry, {}, arch)
+        self.kernels = [self._pool.submit(lambda p=path, n=name: _compile(p, p.read_text(), n or
+                                                                          experiment.signature.name, {}, arch,
+                                                                          experiment))
+                        for path, name in sources]
+        self.tuning = None
+        if tune and experiment.tuning is not None:
+            tuning = experiment.tuning
+            self.tuning = self._pool.submit(lambda: _compile(tuning.path, tuning.source, experiment.signature.name,
+                                                             tuning.space.first(), arch, experiment))
+
+    def __enter__(self) -> Compilations:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _checks(experiment: Experiment, sources: list[tuple[Path, str | None]], compiled: Compilations, arch: str,
+            launch: LaunchSpec | None, launch_origin: str) -> list[Checked]:
+    done = [Checked("experiment", f"{len(experiment.case_specs)} cases, signature {experiment.signature}")]
     for path, _ in sources:
         launches = check_launches(experiment, read_text_file(path, "kernel"), launch, launch_origin, arch)
     if sources:
         done.append(Checked("launches", launches))
     done.append(Checked("memory", memory_estimate(experiment)))
     name = experiment.reference_path.name
-    if experiment.reference_kind == "cu":
-        _compile(experiment.reference_path, experiment.reference_source, experiment.reference_entry, {}, arch)
+    if compiled.reference is not None:
+        compiled.reference.result()
         done.append(Checked("reference", f"{name} compiles for {arch}"))
     elif experiment.reference_kind == "torch" and importlib.util.find_spec("torch") is None:
         done.append(Checked("reference", f"{name}: a PyTorch reference, not run: torch is not installed here "
@@ -101,17 +137,16 @@ def preflight(experiment: Experiment, *, kernel: Path | None = None, entry: str 
         done.append(Checked("reference", f"{name} ({kind}) ran on case {case.name!r}{where}, "
                                          "outputs of the right shapes"))
     done += [Checked("controls", line) for line in cpu_controls(experiment).lines()]
-    for path, name in sources:
-        info = _compile(path, path.read_text(), name or experiment.signature.name, {}, arch, experiment)
+    for (path, name), compilation in zip(sources, compiled.kernels, strict=True):
+        info = compilation.result()
         if info.registers is None:
             raise ExperimentError(path, "entry", f"{name or experiment.signature.name} is not in the compiled code: "
                                                  'declare it extern "C" __global__ (C++ names are mangled)')
         done.append(Checked("kernel", f"{path.name} compiles for {arch}: {info.registers} registers, "
                                       f"{info.spill_stores or 0} B spilled; math: {math_text(info)}"))
-    if tune and experiment.tuning is not None:
+    if compiled.tuning is not None:
         tuning = experiment.tuning
-        first = tuning.space.first()
-        info = _compile(tuning.path, tuning.source, experiment.signature.name, first, arch, experiment)
+        info = compiled.tuning.result()
         poisoned = f"; a workspace of {info.workspace_bytes} bytes, poisoned before every launch" \
             if info.workspace_bytes else ""
         done.append(Checked("tune", f"{tuning.path.name}: {tuning.space.count()} configurations; the first compiles"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -55,7 +56,9 @@ def test_a_torch_function_becomes_a_checked_and_timed_kernel_by_either_door(expe
 def test_tuned_verified_and_exported_as_a_torch_operator(experiment, tmp_path):
     run = api.optimize(experiment, strategy="tune", results=tmp_path / "results")
     assert run.summary.best_attempt is not None and run.model_failure is None
-    assert (run.path / "experiment" / "experiment.json").is_file()  # the experiment kept with the run
+    settings = json.loads((run.path / "settings.json").read_text())  # an experiment in a folder of its own
+    assert Path(settings["experiment"]["config"]).resolve() == Path(experiment.args.config).resolve()  # named, not copied
+    assert not (run.path / "experiment").exists()
     outcome = api.verify(run.path)
     assert outcome.passed, outcome.reason
     assert "verify" in (run.path / "report.html").read_text()

@@ -98,7 +98,10 @@ class DeviceCases:
         return buffers
 
     def give_back(self, buffers: CaseBuffers, keep: bool) -> None:
-        if not keep:
+        """Keep ``buffers`` for the case's next request, the least recently kept freed beyond the
+        budget. Buffers larger than the whole budget are freed at once: kept, they would push every
+        other case's out and then themselves, and each request would upload every case again."""
+        if not keep or buffers.device_bytes() > self.budget:
             buffers.close()
             return
         self.kept[buffers.key] = buffers

@@ -67,7 +67,7 @@ def test_a_run_whose_experiment_is_elsewhere_says_where_to_run_from(tmp_path, mo
 def test_the_summary_holds_what_the_walkthrough_quotes():
     summary = json.loads((SAMPLE / "summary.json").read_text())
     assert summary["best_attempt"] == 9 and summary["best_math"] == "FP32 CUDA cores"
-    assert round(summary["baseline_score_us"], 2) == 166.11 and round(summary["best_score_us"], 2) == 60.89
+    assert round(summary["baseline_score_us"], 2) == 165.11 and round(summary["best_score_us"], 2) == 58.93
     assert min(summary["audit"]["checked_launches_per_case"].values()) >= 11
     assert summary["audit"]["escape_bound"] < 1e-3
     assert summary["totals"]["model_calls"] == 0

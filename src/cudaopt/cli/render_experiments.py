@@ -201,7 +201,7 @@ def summary_lines(summary) -> list[str]:
     t = summary.totals
     lines = [f"{summary.attempts} attempts ({summary.valid} valid), {t.model_calls} model calls, "
              f"{t.input_tokens} input / {t.output_tokens} output tokens, ${t.cost_usd:.4f}, "
-             f"GPU {t.gpu_seconds:.1f} s, wall {t.wall_seconds:.1f} s"]
+             f"GPU {t.gpu_seconds:.1f} s, wall {t.wall_seconds:.1f} s once the workers started"]
     if summary.time:
         lines.append(time_line(summary.time))
     if summary.best_defines:

@@ -198,7 +198,7 @@ __device__ __forceinline__ bool staged_vec(const float* a, const float* b, int n
 // advanced, shared ones moved to the other buffer), not recomputed from the thread index: under
 // the loop's register pressure the compiler did recompute those, once a slice, and waited on the
 // special-register read. Together, on the H200: splitk2r 8192 x 128 x 4096 226 -> 215 us, 4096^3
-// level, 4097 x 4095 x 4099 3248 -> 3213 us (benchmarks.md, sixteenth session).
+// level, 4097 x 4095 x 4099 3248 -> 3213 us (docs/benchmarks.md, "The staged main loop's loads").
 template <class T, bool VEC>
 __device__ __forceinline__ void staged_mainloop(const float* __restrict__ a, const float* __restrict__ b, int m, int n,
                                                 int k, int k0, int k1, float* smem, float (&acc)[T::tm][T::tn],
@@ -704,7 +704,7 @@ __device__ __forceinline__ void splitk_gemm(const float* __restrict__ a, const f
     // before the first is used, so that the round trips overlap (one quad's loads alone would wait
     // on each other's adds), and move partial tiles as float4 (each_output); the cp.async tiers
     // keep one quad at a time: with both, their registers fell (splitk2g 159 -> 125) and they ran
-    // 2-7% slower on the H200 (benchmarks.md, fourteenth session).
+    // 2-7% slower on the H200 (measured side by side with benchmarks/sgemm_kernel_matrix.py, 2026-12-03).
     constexpr int PER = (QUADS + THREADS - 1) / THREADS;
     constexpr int BATCH = !T::staged ? 1 : PER < 16 / S ? PER : 16 / S;  // S <= 8
     for (int e0 = threadIdx.x; e0 < QUADS; e0 += BATCH * THREADS) {

@@ -80,8 +80,9 @@ def preflight(experiment: Experiment, *, kernel: Path | None = None, entry: str 
     sources = [(kernel, entry)] if kernel else []
     if experiment.initial_kernel_path and not kernel:
         sources.append((experiment.initial_kernel_path, None))
-    with Compilations(experiment, sources, arch, tune) as compiled:
-        return _checks(experiment, sources, compiled, arch, launch, launch_origin)
+    texts = [read_text_file(path, "kernel") for path, _ in sources]  # a missing or unreadable kernel first
+    with Compilations(experiment, sources, texts, arch, tune) as compiled:
+        return _checks(experiment, sources, texts, compiled, arch, launch, launch_origin)
 
 
 class Compilations:
@@ -90,21 +91,20 @@ class Compilations:
     wait for the slowest rather than for their sum; read in the checks' order, so the first failure
     reported is the same. Those not yet read when a check fails are cancelled, or awaited on exit."""
 
-    def __init__(self, experiment: Experiment, sources: list[tuple[Path, str | None]], arch: str, tune: bool):
+    def __init__(self, experiment: Experiment, sources: list[tuple[Path, str | None]], texts: list[str], arch: str,
+                 tune: bool):
         self._pool = ThreadPoolExecutor(max_workers=len(sources) + 2, thread_name_prefix="preflight-compile")
         self.reference = None
         if experiment.reference_kind == "cu":
             self.reference = self._pool.submit(_compile, experiment.reference_path, experiment.reference_source,
                                                experiment.reference_entry, {}, arch)
-        self.kernels = [self._pool.submit(lambda p=path, n=name: _compile(p, p.read_text(), n or
-                                                                          experiment.signature.name, {}, arch,
-                                                                          experiment))
-                        for path, name in sources]
+        self.kernels = [self._pool.submit(_compile, path, text, name or experiment.signature.name, {}, arch,
+                                          experiment) for (path, name), text in zip(sources, texts, strict=True)]
         self.tuning = None
         if tune and experiment.tuning is not None:
             tuning = experiment.tuning
             self.tuning = self._pool.submit(lambda: _compile(tuning.path, tuning.source, experiment.signature.name,
-                                                             tuning.space.first(), arch, experiment))
+                                                             tuning.space.first(), arch, experiment))  # its error in turn
 
     def __enter__(self) -> Compilations:
         return self
@@ -113,11 +113,11 @@ class Compilations:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _checks(experiment: Experiment, sources: list[tuple[Path, str | None]], compiled: Compilations, arch: str,
-            launch: LaunchSpec | None, launch_origin: str) -> list[Checked]:
+def _checks(experiment: Experiment, sources: list[tuple[Path, str | None]], texts: list[str],
+            compiled: Compilations, arch: str, launch: LaunchSpec | None, launch_origin: str) -> list[Checked]:
     done = [Checked("experiment", f"{len(experiment.case_specs)} cases, signature {experiment.signature}")]
-    for path, _ in sources:
-        launches = check_launches(experiment, read_text_file(path, "kernel"), launch, launch_origin, arch)
+    for text in texts:
+        launches = check_launches(experiment, text, launch, launch_origin, arch)
     if sources:
         done.append(Checked("launches", launches))
     done.append(Checked("memory", memory_estimate(experiment)))

@@ -46,7 +46,7 @@ PACKAGE_LAYERS = {
         {"pp_lines", "host_headers", "landlock", "cubin", "locate", "lifeline"},
         {"sandbox", "math_units"},  # the include scan; the math units of the SASS
         {"nvrtc_build"},  # one compilation
-        {"compile_process"},  # the confined compiler process
+        {"compile_process", "kept_cubins"},  # the confined compiler process; cubins kept on disk
         {"compiler"},  # what callers call: scan, compile remotely, read the math
     ],
     "worker": [

@@ -153,3 +153,44 @@ def test_the_example_split_k_kernels_keep_nothing_but_the_spread_workspace():
             assert not atomics and not any(name in body for name in mutable), s
         assert re.search(rf"\.reqnctapercluster 1, 1, {s.rstrip('sgr')}\b", body), s
         assert body.count("barrier.cluster.arrive") == 2 and "ld.shared::cluster" in body, s
+
+
+def test_a_kernel_compiled_once_is_read_from_disk_by_the_next_process_with_its_math_read_again(monkeypatch):
+    """The pre-flight's compilations serve the worker, and a second run compiles nothing: the cubin
+    comes from cudaopt's cache, and its math units are read from it again, not taken on trust."""
+    from cudaopt.compilekit import compiler, kept_cubins
+
+    spec = KernelSpec(source=_ADD, entry="add", defines={"N": 5})
+    first = compile_kernel(spec)
+    assert not first.info.kept and first.info.seconds > 0 and first.info.math
+    calls = []
+    monkeypatch.setattr(compiler, "compile_remote", lambda *a: calls.append(a))  # nothing may compile now
+    monkeypatch.setattr(compiler, "read_math", lambda code, info: setattr(info, "math_error", "read again"))
+    again = compile_kernel(spec)
+    assert calls == [] and again.info.kept and again.info.seconds == 0.0 and again.info.math_error == "read again"
+    assert bytes(again.cubin.code) == bytes(first.cubin.code) and again.info.registers == first.info.registers
+    assert len(list(kept_cubins.folder().glob("*.cubin"))) == 1
+
+
+def test_a_kept_cubin_differs_by_every_input_of_the_compiler_and_a_damaged_one_is_compiled_again():
+    from cudaopt.compilekit import kept_cubins
+
+    spec = KernelSpec(source=_ADD, entry="add", defines={"N": 6})
+    keys = {kept_cubins.key_of(spec, "sm_90"), kept_cubins.key_of(spec, "sm_80"),
+            kept_cubins.key_of(spec.model_copy(update={"defines": {"N": 7}}), "sm_90"),
+            kept_cubins.key_of(spec.model_copy(update={"source": _ADD + "\n"}), "sm_90")}
+    assert len(keys) == 4
+    compile_kernel(spec)
+    (cubin,) = kept_cubins.folder().glob("*.cubin")
+    cubin.write_bytes(cubin.read_bytes()[:-8] + b"\0" * 8)  # changed after it was kept
+    again = compile_kernel(spec)
+    assert not again.info.kept and again.info.seconds > 0
+    assert compile_kernel(spec).info.kept  # the fresh compilation replaced it
+
+
+def test_a_cache_folder_that_cannot_be_written_never_fails_a_compilation(monkeypatch, tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("CUDAOPT_CACHE_DIR", str(blocked))
+    compiled = compile_kernel(KernelSpec(source=_ADD, entry="add", defines={"N": 8}))
+    assert compiled.info.ok and not compiled.info.kept

@@ -146,3 +146,44 @@ def test_a_case_that_cannot_fit_this_machines_gpu_is_refused_before_any_worker(m
     assert "input_cases.json" in line and "kernelbench-4096x393216" in line and "more than the 80 GiB of this" in line
     monkeypatch.setattr(pre, "gpu_memory", lambda: (140 * 2**30, pre.THIS_GPU))
     assert "of the 140 GiB of this machine's GPU" in pre.memory_estimate(_softmax())
+
+
+TINY_TUNABLE = """extern "C" __global__ void matmul_f32(const float* a, const float* b, float* c, int m, int n, int k) {
+#if BROKEN
+    this line does not compile;
+#endif
+    int row = blockIdx.y * BM + threadIdx.y, col = blockIdx.x * 32 + threadIdx.x;
+    if (row >= m || col >= n) return;
+    float sum = 0.0f;
+    for (int i = 0; i < k; ++i) sum += a[row * k + i] * b[i * n + col];
+    c[row * n + col] = sum;
+}
+"""
+
+
+def test_a_runs_sweep_is_compiled_beside_the_checks_and_kept_for_the_worker(tmp_path):
+    """Given the configurations a tune run measures first, the pre-flight compiles them too, and the
+    GPU worker then reads their cubins from disk; one that does not compile is left to the run,
+    which reports it as that attempt's compile error."""
+    import shutil
+
+    from cudaopt.compilekit import kept_cubins
+    from cudaopt.compilekit.compiler import compile_kernel
+    from cudaopt.wire.launch import NOMINAL_DEVICE, device_defines
+    from cudaopt.wire.protocol import KernelSpec
+
+    folder = tmp_path / "exp"
+    shutil.copytree(SGEMM, folder)
+    (folder / "tunable.cu").write_text(TINY_TUNABLE)
+    config = json.loads((folder / "experiment.json").read_text())
+    config["tune"] = {"kernel": "tunable.cu", "tunables": {"BM": [4, 8], "BROKEN": [0, 1]},
+                      "launch": {"grid": ["cdiv(n, 32)", "cdiv(m, BM)"], "block": [32, "BM"]}}
+    (folder / "experiment.json").write_text(json.dumps(config))
+    experiment = load_experiment(folder / "experiment.json")
+    sweep = experiment.tuning.space.sweep(10)
+    assert len(sweep) == 4 and experiment.tuning.space.sweep(3) == []  # a larger space is sampled as it goes
+    checked = preflight(experiment, ahead=sweep)
+    assert checked[-1].what == "ahead" and checked[-1].detail.startswith("1 of 3 further configurations compiled")
+    spec = KernelSpec(source=TINY_TUNABLE, entry="matmul_f32", defines={"BM": 8, "BROKEN": 0})
+    assert compile_kernel(device_defines(spec, NOMINAL_DEVICE)).info.kept  # what the worker compiles: read from disk
+    assert len(list(kept_cubins.folder().glob("*.cubin"))) == 4  # the reference, the initial kernel, two configurations

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from cudaopt.wire.messages import CaseDone, Done, PhaseStarted, Prefetch, read_message, read_order
-from cudaopt.wire.protocol import EvalRequest
+from cudaopt.wire.protocol import EvalRequest, TimingProtocol
 from cudaopt.wire.results import CaseResult, CheckInfo, EvalResult, ResolvedLaunch, VendorResult
 from tests.conftest import ROOT, SGEMM
 from tests.scripted import stats
@@ -26,7 +26,8 @@ def test_request_is_self_contained(sgemm):
     assert data["kernel"]["source"] == "kernel source"
     assert {c["role"] for c in data["cases"]} == {"correctness", "performance"}  # holdout stays out
     assert data["protocol"] == {"warmup": 10, "iterations": 100, "flush_l2": True, "input_sets": 3,
-                                "gate": True, "chunk": 25, "checked_launches": 3, "seed": None}
+                                "gate": True, "chunk": 25, "checked_launches": 3, "seed": None,
+                                "timed_ms": None, "min_iterations": 20}
     assert data["limits"] == {"global_bytes": 65536, "workspace": ["spread_bands"], "allow_tf32": False,
                               "precision": None}
 
@@ -117,3 +118,28 @@ def test_every_file_of_a_run_carries_a_schema_version():
     unversioned = {"best-case-N.json", "cache-result.json", "experiment.json", "input_cases.json",
                    "worker-message.json"}  # requests and results carry harness_version; user files and the wire none
     assert set(FILES) - set(versioned) == unversioned
+
+
+def test_a_time_bound_lowers_the_timed_launches_of_a_long_kernel_only_down_to_its_floor():
+    bounded = TimingProtocol(iterations=100, timed_ms=50, min_iterations=20)
+    assert bounded.timed_launches(0.1) == 100  # 100 launches of 0.1 ms fit 50 ms
+    assert bounded.timed_launches(1.0) == 50
+    assert bounded.timed_launches(10.0) == 20  # never below min_iterations
+    assert bounded.timed_launches(None) == 100  # no warm-up measured: every iteration
+    assert TimingProtocol(iterations=100).timed_launches(10.0) == 100  # no bound: every iteration
+    assert TimingProtocol(iterations=10, timed_ms=50, min_iterations=20).timed_launches(10.0) == 10
+
+
+def test_a_time_bound_keeps_room_for_every_checked_launch():
+    with pytest.raises(ValidationError, match="exceeds min_iterations"):
+        TimingProtocol(checked_launches=8, min_iterations=5, timed_ms=50)
+
+
+def test_an_optimize_run_bounds_a_long_kernels_timing_unless_its_experiment_says(sgemm):
+    from cudaopt.trial import run_trial
+    from cudaopt.wire.protocol import OPTIMIZE_TIMED_MS
+
+    assert sgemm.protocol().timed_ms is None  # evaluate, verify, replay, guard: every iteration
+    assert run_trial(sgemm).protocol.timed_ms == OPTIMIZE_TIMED_MS
+    sgemm.timing = sgemm.timing.model_copy(update={"timed_ms": 0.0})
+    assert run_trial(sgemm).protocol.timed_ms == 0.0

@@ -410,12 +410,14 @@ def test_a_workspace_name_must_be_an_identifier():
 
 
 def test_buffers_larger_than_the_budget_are_freed_without_pushing_out_the_others():
-    """A case whose buffers exceed the whole budget for kept buffers (a quarter of the device) is
+    """A case whose buffers exceed the whole budget for kept buffers (45% of the device) is
     uploaded again per request, but the other cases' kept buffers stay: kept, it would push them
     all out, then itself, and every case would be uploaded again on every request."""
     device = FakeDevice(memory_total=160 << 20)
     device.kernel("relu", relu, SIZES, 0.02)
     runner = Runner(device)
+    assert runner._devices.budget == (160 << 20) * 45 // 100
+    runner._devices._budget = 40 << 20  # below the large case's buffers, above the small case's
     small, large = case("small", n=100_000), case("large", n=1_600_000)
     for _ in range(2):
         assert runner.evaluate(request(small, large)).status == "ok"
@@ -425,3 +427,44 @@ def test_buffers_larger_than_the_budget_are_freed_without_pushing_out_the_others
     allocations = len(device.memory)
     assert runner.evaluate(request(small)).status == "ok"
     assert len(device.memory) == allocations  # the small case's buffers, kept beside the large case's requests
+
+
+def test_a_long_kernel_gets_fewer_timed_launches_and_its_checked_ones_are_drawn_among_them(device):
+    bounded = PROTOCOL.model_copy(update={"iterations": 40, "timed_ms": 10.0, "min_iterations": 5})
+    result = run(device, request(protocol=bounded), duration_ms=1.0)  # 1 ms warm-ups: 10 launches fill 10 ms
+    assert result.status == "ok", result.reason
+    (out,) = result.cases
+    assert out.timing.n == 10
+    assert out.scan.launches_scanned == 2 + 10  # the warm-ups and the launches timed, no more
+    assert len(out.scan.checked_launches) == 2 and all(0 <= i < 10 for i in out.scan.checked_launches)
+    assert [c.phase for c in out.checks].count("timed") == 2
+
+
+def test_a_short_kernel_and_a_protocol_without_a_time_bound_time_every_iteration(device):
+    bounded = PROTOCOL.model_copy(update={"iterations": 40, "timed_ms": 10.0, "min_iterations": 5})
+    assert run(device, request(protocol=bounded), duration_ms=0.01).cases[0].timing.n == 40
+    assert run(FakeDevice(), request(protocol=PROTOCOL.model_copy(update={"iterations": 40})),
+               duration_ms=5.0).cases[0].timing.n == 40
+
+
+def test_the_time_bound_never_goes_below_min_iterations(device):
+    bounded = PROTOCOL.model_copy(update={"iterations": 40, "timed_ms": 10.0, "min_iterations": 8})
+    assert run(device, request(protocol=bounded), duration_ms=50.0).cases[0].timing.n == 8
+
+
+def test_a_kernel_slow_only_in_its_warm_ups_is_still_checked_on_the_launches_it_gets(device):
+    """A kernel that slows its warm-ups down to be timed less gains nothing: its checked launches
+    are drawn among the fewer timed ones, and wrong answers there are caught."""
+    bounded = PROTOCOL.model_copy(update={"iterations": 40, "timed_ms": 10.0, "min_iterations": 5,
+                                          "checked_launches": 5})
+
+    def wrong_after_warmups(dev, launch, x, y, n):
+        relu(dev, launch, x, y, n)
+        if dev.kernels["relu"].launches >= 5:  # after the checks of 3 input sets and the 2 warm-ups
+            dev.view(y, np.float32, int(n))[:] = 0
+
+    result = run(device, request(protocol=bounded), body=wrong_after_warmups,
+                 duration_ms=lambda k: 5.0 if k < 5 else 0.001)
+    bad = next(c for c in result.cases[0].checks if not c.ok)
+    assert result.status == "mismatch" and bad.phase == "timed"
+    assert result.cases[0].scan.launches_scanned == 2 + 5 and 0 <= bad.launch < 5

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from cudaopt.cli import app
 from cudaopt.worker.reference import ReferenceFailure
-from cudaopt.worker.timing import VENDOR_LAUNCHES, LaunchPlan, TimedRun
+from cudaopt.worker.timing import VENDOR_LAUNCHES, TimedRun
 from cudaopt.worker.vendor import BoundVendor
 from cudaopt.wire.protocol import EvalRequest, TimingProtocol, VendorSpec
 from cudaopt.wire.results import CaseResult
@@ -250,9 +250,8 @@ class StandInLeftovers:
 
 def timed_run(candidate: bool, vendors: int, failing: int | None = None):
     gpu = StandInGpu()
-    plan = LaunchPlan(warmup=1, iterations=4, checked=(2,))
     run = TimedRun(gpu, SimpleNamespace(sync=lambda: None), StandInLeftovers(gpu), StandInBuffers(gpu),
-                   TimingProtocol(warmup=1, iterations=4, chunk=2, checked_launches=1), 7, plan)
+                   TimingProtocol(warmup=1, iterations=4, chunk=2, checked_launches=1), 7, "case")
 
     def runner_for(name):
         def call():

@@ -253,11 +253,12 @@ def test_an_exhaustive_sweep_asks_to_compile_its_uncached_configurations_up_fron
     first.measured_before, again.measured_before = [], []
     tune(tmp_path, args, first, max_evals=100)
     # the sweep's 8, asked before the baseline is measured (they compile beside it), and again with their
-    # batch (the worker compiles each once); then the winner's finalists' rounds
-    assert [len(kernels) for kernels in first.prefetched] == [8, 8, 1] and first.measured_before[0] == []
+    # batch (the worker compiles each once); the winner's finalists' rounds, one request each, compile as they go
+    assert [len(kernels) for kernels in first.prefetched] == [8, 8] and first.measured_before[0] == []
     assert first.prefetched[0] == first.prefetched[1]
-    tune(tmp_path, args, again, max_evals=100)  # all cached now: nothing to compile but the winner's rounds
-    assert again.attempts == [] and [len(kernels) for kernels in again.prefetched] == [1]
+    tune(tmp_path, args, again, max_evals=100)  # all cached now: nothing to compile ahead
+    assert again.attempts == [] and again.prefetched == []
+    assert [r.id for r in again.requests][:3] == [f"finalist-{again.requests[0].id.split('-')[1]}-{i}" for i in range(3)]
 
 
 def test_large_spaces_are_sampled_within_the_budget_and_repeatably(tmp_path, experiment):

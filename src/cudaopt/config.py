@@ -206,6 +206,12 @@ class TuneSpace(WireModel):
             self.count(limit)  # the lists' product, refused before it is built
         return list(self._bounded(limit))
 
+    def sweep(self, max_evals: int) -> list[dict]:
+        """What a tune run measures, when it knows it up front: every configuration, when there are
+        no more than ``max_evals`` (a larger space is sampled as the search goes)."""
+        configs = self.configurations()
+        return configs if len(configs) <= max_evals else []
+
 
 class SpaceError(ValueError):
     """A search space that cannot be used; the message names the field."""

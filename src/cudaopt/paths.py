@@ -8,17 +8,12 @@ import os
 import traceback
 from pathlib import Path
 
+from .compilekit.locate import cache_root
 from .errors import ExperimentError
 
+__all__ = ["cache_root"]  # kept beside the compiler, which the GPU worker's side may import
+
 _SYSTEM_TREES = (Path("/proc"), Path("/sys"), Path("/dev"))
-
-
-def cache_root() -> Path:
-    """``$CUDAOPT_CACHE_DIR``, else ``$XDG_CACHE_HOME/cudaopt`` (default ``~/.cache/cudaopt``)."""
-    root = os.environ.get("CUDAOPT_CACHE_DIR")
-    if root:
-        return Path(root)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cudaopt"
 
 
 def in_system_tree(path: Path) -> bool:

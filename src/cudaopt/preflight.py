@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +38,7 @@ from .cpu_controls import cpu_controls, cpu_tensor
 from .errors import ExperimentError
 from .experiment import Experiment
 from .worker.case_data import case_bytes, memory_text
-from .compilekit.compiler import DEFAULT_ARCH, CompileError, compile_kernel
+from .compilekit.compiler import DEFAULT_ARCH, CompileError, compile_kernel, ready
 from .compilekit.cubin import kept_state
 from .worker.inputs import InputError, generate, shape_of
 from .compilekit.math_units import precision_refusal
@@ -61,28 +63,46 @@ class Checked:
 
 def local_arch() -> str:
     """The first GPU's architecture (sm_XY), or sm_90 where there is none."""
+    cc = _local_capability()
+    return f"sm_{cc.major}{cc.minor}" if cc is not None else DEFAULT_ARCH
+
+
+def has_local_gpu() -> bool:
+    """Whether the driver opens a GPU on this machine."""
+    return _local_capability() is not None
+
+
+def _local_capability():
     try:
         from cuda.core import Device
 
-        cc = Device(0).compute_capability
-        return f"sm_{cc.major}{cc.minor}"
-    except Exception:  # no driver, no device: compile for the default target
-        return DEFAULT_ARCH
+        return Device(0).compute_capability
+    except Exception:  # no driver, no device
+        return None
 
 
 def preflight(experiment: Experiment, *, kernel: Path | None = None, entry: str | None = None,
               arch: str | None = None, tune: bool = True, launch: LaunchSpec | None = None,
-              launch_origin: str = "--launch") -> list[Checked]:
+              launch_origin: str = "--launch", ahead: Sequence[dict] = ()) -> list[Checked]:
     """Run every check; raise :class:`ExperimentError` (file and field) at the first failure.
     ``kernel`` replaces the initial kernel; ``tune`` includes the tunable kernel; ``launch``
-    (given by ``launch_origin``: a flag or a file) replaces every case's launch."""
+    (given by ``launch_origin``: a flag or a file) replaces every case's launch. ``ahead``: the
+    tunable kernel's configurations a run on this machine's GPU measures first, compiled beside
+    the checks and kept on disk (kept_cubins.py), so its GPU worker loads them instead of making
+    the run wait for their compilation; one that does not compile is the run's to report, as its
+    attempt's compile error."""
     arch = arch or local_arch()
     sources = [(kernel, entry)] if kernel else []
     if experiment.initial_kernel_path and not kernel:
         sources.append((experiment.initial_kernel_path, None))
     texts = [read_text_file(path, "kernel") for path, _ in sources]  # a missing or unreadable kernel first
-    with Compilations(experiment, sources, texts, arch, tune) as compiled:
-        return _checks(experiment, sources, texts, compiled, arch, launch, launch_origin)
+    with Compilations(experiment, sources, texts, arch, tune, ahead) as compiled:
+        done = _checks(experiment, sources, texts, compiled, arch, launch, launch_origin)
+        kept = sum(f.result() for f in compiled.ahead)
+        if compiled.ahead:
+            done.append(Checked("ahead", f"{kept} of {len(compiled.ahead)} further configurations compiled for "
+                                         "the run's GPU worker"))
+        return done
 
 
 class Compilations:
@@ -92,8 +112,12 @@ class Compilations:
     reported is the same. Those not yet read when a check fails are cancelled, or awaited on exit."""
 
     def __init__(self, experiment: Experiment, sources: list[tuple[Path, str | None]], texts: list[str], arch: str,
-                 tune: bool):
-        self._pool = ThreadPoolExecutor(max_workers=len(sources) + 2, thread_name_prefix="preflight-compile")
+                 tune: bool, ahead: Sequence[dict] = ()):
+        tuning = experiment.tuning if tune else None
+        ahead = [d for d in ahead if tuning is not None and d != tuning.space.first()]
+        cores = min(len(ahead), max(1, (os.cpu_count() or 2) - len(sources) - 2))
+        ready()
+        self._pool = ThreadPoolExecutor(max_workers=len(sources) + 2 + cores, thread_name_prefix="preflight-compile")
         self.reference = None
         if experiment.reference_kind == "cu":
             self.reference = self._pool.submit(_compile, experiment.reference_path, experiment.reference_source,
@@ -101,16 +125,17 @@ class Compilations:
         self.kernels = [self._pool.submit(_compile, path, text, name or experiment.signature.name, {}, arch,
                                           experiment) for (path, name), text in zip(sources, texts, strict=True)]
         self.tuning = None
-        if tune and experiment.tuning is not None:
-            tuning = experiment.tuning
+        if tuning is not None:
             self.tuning = self._pool.submit(lambda: _compile(tuning.path, tuning.source, experiment.signature.name,
                                                              tuning.space.first(), arch, experiment))  # its error in turn
+        self.ahead = [self._pool.submit(_compile_ahead, tuning.source, experiment.signature.name, defines, arch)
+                      for defines in ahead]
 
     def __enter__(self) -> Compilations:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+    def __exit__(self, kind, *exc) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=kind is not None)
 
 
 def _checks(experiment: Experiment, sources: list[tuple[Path, str | None]], texts: list[str],
@@ -252,6 +277,16 @@ def _compile(path: Path, source: str, entry: str, defines: dict, arch: str, expe
         where = f" (with {defines})" if defines else ""
         raise ExperimentError(path, "limits.precision", f"the kernel{where} {problem}")
     return compiled.info
+
+
+def _compile_ahead(source: str, entry: str, defines: dict, arch: str) -> bool:
+    """Compile one configuration as the worker will (the cubin is kept on disk); whether it compiled."""
+    try:
+        compile_kernel(device_defines(KernelSpec(source=source, entry=entry, defines=dict(defines)), NOMINAL_DEVICE),
+                       arch, math=False)
+    except CompileError:
+        return False
+    return True
 
 
 def smallest_case(experiment: Experiment) -> CaseSpec:

@@ -22,7 +22,7 @@ from pathlib import Path
 from .errors import ExperimentError
 from .experiment import Experiment, ExperimentArgs, kernel_file
 from .reading import load_launch
-from .wire.protocol import CaseSpec, EvalRequest, LaunchSpec, TimingProtocol, Timeouts
+from .wire.protocol import OPTIMIZE_TIMED_MS, CaseSpec, EvalRequest, LaunchSpec, TimingProtocol, Timeouts
 from .paths import check_output_path
 from .preflight import preflight
 from .record.rundir import RunDir
@@ -157,6 +157,12 @@ def source_trial(experiment: Experiment, source: str | None, *, kernel: Path | N
 
 def run_trial(experiment: Experiment) -> Trial:
     """The run engine's Trial: the experiment and its protocol, with the initial kernel (when there is
-    one) as its kernel; each candidate is a :meth:`Trial.variant` of it."""
+    one) as its kernel; each candidate is a :meth:`Trial.variant` of it. A run times a long kernel's
+    cases for ``OPTIMIZE_TIMED_MS`` of kernel time unless the experiment says otherwise: it measures
+    dozens of candidates, each again in the finalists' rounds."""
     path = experiment.initial_kernel_path
-    return source_trial(experiment, path.read_text() if path else None, kernel=path)
+    protocol = experiment.protocol()
+    if protocol.timed_ms is None:
+        protocol = protocol.model_copy(update={"timed_ms": OPTIMIZE_TIMED_MS, "min_iterations": max(
+            protocol.min_iterations, protocol.checked_launches)})
+    return source_trial(experiment, path.read_text() if path else None, kernel=path, protocol=protocol)

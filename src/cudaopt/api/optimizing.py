@@ -19,7 +19,7 @@ from ..errors import ExperimentError, shortened, validation_message
 from ..experiment import Experiment, ExperimentArgs
 from ..optimize import Options, start_or_resume, stored_iterations, stored_strategy
 from ..pool.dispatch import Evaluator
-from ..preflight import preflight
+from ..preflight import has_local_gpu, preflight
 from ..reading import read_json_file
 from ..record.events import Notice, OnProgress, StepProgress, ignore
 from ..record.files import Summary
@@ -155,7 +155,10 @@ def optimize(experiment: Given | None = None, *, strategy: str = "auto", model: 
     checked = time.monotonic()
     if exp is not None:
         on_progress(StepProgress("checking the experiment", 0, 0))
-        preflight(exp)
+        local = evaluator is None and choice.ray is None
+        ahead = exp.tuning.space.sweep(max_evals) if strategy == "tune" and exp.tuning and local and has_local_gpu() \
+            else []
+        preflight(exp, ahead=ahead)  # a tune run's sweep compiled beside the checks, for the worker on this machine
     preflight_s = time.monotonic() - checked
     budget = Budget(max_iterations=iterations, max_model_calls=max_model_calls, max_cost_usd=max_cost_usd,
                     time_limit_s=time_limit, patience=patience, max_model_errors=max_model_errors)

@@ -211,8 +211,8 @@ def summary_lines(summary) -> list[str]:
     lines += [f"review: {flag}" for flag in summary.review]
     if summary.finalists:
         f = summary.finalists
-        scores = ", ".join(f"#{x.attempt} {x.score_us:.2f} µs" if x.score_us is not None else f"#{x.attempt} {x.status}"
-                           for x in f.finalists)
+        scores = ", ".join(f"#{x.attempt} {x.score_us:.2f} µs" + (" (dropped after one round)" if x.dropped else "")
+                           if x.score_us is not None else f"#{x.attempt} {x.status}" for x in f.finalists)
         lines.append(f"finalists measured again on {f.gpu.label} ({f.repeats}×): {scores}; winner "
                      f"{'#' + str(f.winner) if f.winner is not None else 'none'}")
     if summary.audit:

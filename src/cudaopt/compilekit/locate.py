@@ -1,4 +1,4 @@
-"""Finding NVIDIA's command-line tools (ncu, nvdisasm, cuobjdump) on this machine."""
+"""Finding NVIDIA's command-line tools (ncu, nvdisasm, cuobjdump) on this machine, and cudaopt's own cache."""
 
 from __future__ import annotations
 
@@ -32,3 +32,11 @@ def _wheel_bins() -> list[Path]:
     if spec is None:
         return []
     return [Path(p) / "cu13" / "bin" for p in spec.submodule_search_locations or []]
+
+
+def cache_root() -> Path:
+    """``$CUDAOPT_CACHE_DIR``, else ``$XDG_CACHE_HOME/cudaopt`` (default ``~/.cache/cudaopt``)."""
+    root = os.environ.get("CUDAOPT_CACHE_DIR")
+    if root:
+        return Path(root)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cudaopt"

@@ -53,7 +53,7 @@ def best_of(attempts: Sequence[Attempt], finalists: Finalists | None = None,
     again, a candidate the crowning audit refused). Ties: the earlier attempt."""
     baseline, out = baseline_of(attempts), set(disqualified)
     if finalists is not None:
-        qualified = [f for f in finalists.finalists if f.score_us is not None and f.attempt not in out]
+        qualified = [f for f in finalists.finalists if f.score_us is not None and not f.dropped and f.attempt not in out]
         if qualified:
             return attempts[min(qualified, key=lambda f: (f.score_us, f.attempt)).attempt]
     scored = [a for a in attempts if a.score_us is not None and a.id not in out and comparable(a, baseline)]

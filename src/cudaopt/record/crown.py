@@ -19,6 +19,8 @@ class Finalist(WireModel):
     score_us: float | None = None  # the median of the repeats; None: it failed, and cannot win
     status: str = "ok"
     reason: str = ""
+    # slower than the first round's fastest beyond the rounds' noise: not measured again, cannot win
+    dropped: bool = False
 
 
 class Finalists(WireModel):

@@ -53,10 +53,7 @@ class Tuner:
     def first_batch(self) -> list[Candidate]:
         """What :meth:`execute` measures first when it is known up front: an exhaustive sweep's
         configurations not yet evaluated (a sampled search asks its sampler as it goes)."""
-        configs = self.space.configurations()
-        if not configs or len(configs) > self.max_evals:
-            return []
-        return self._candidates(self._todo(configs))
+        return self._candidates(self._todo(self.space.sweep(self.max_evals)))
 
     def _todo(self, configs: list[dict]) -> list[dict]:
         """The configurations this run has not evaluated yet."""

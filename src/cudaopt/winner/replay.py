@@ -47,7 +47,7 @@ from ..record.events import AttemptStarted
 from ..record.rundir import RunDir
 from ..record.runs import open_run, read_run_json
 from ..record.crown import Finalist, Finalists
-from ..record.files import Environment, ReplayedCase, ReplayOutcome
+from ..record.files import Attempt, Environment, ReplayedCase, ReplayOutcome
 from ..trial import Trial, recorded_trial
 
 MATTERS = ("name", "arch", "driver_cuda_version")  # environment differences that invalidate a replay
@@ -55,6 +55,10 @@ FINALISTS = 3  # the best attempts measured again, at least, when several GPUs m
 FINALIST_WINDOW = 0.05  # attempts recorded this close to the best are measured again beside it
 FINALISTS_MAX = 6
 FINALIST_REPEATS = 3
+# after the first round, finalists slower than its fastest by more than this are measured no more: side
+# by side, one kernel's round scores differ by about 1% (sgemm and softmax on an H200), so such a
+# finalist's median would not win
+FINALIST_KEEP = 0.02
 
 
 def environment_differences(recorded: DeviceInfo, now: DeviceInfo, keys: tuple[str, ...] = MATTERS) -> list[str]:
@@ -266,7 +270,9 @@ def measure_finalists(recorder: Recorder, count: int = FINALISTS, repeats: int =
     when several GPUs measured those; at most ``FINALISTS_MAX``; the best alone is measured again
     too (its rounds count toward its crowning audit). Each round evaluates the correctness and
     performance cases, as every attempt was: nothing tells a round from the evaluation that made it a
-    finalist. The winner is the fastest median score there; a finalist that fails now cannot win."""
+    finalist. After the first round, a finalist slower than that round's fastest by more than
+    ``FINALIST_KEEP`` is dropped: measured no more, it cannot win. The winner is the fastest median
+    score of those left; a finalist that fails now cannot win."""
     rec = recorder
     scored = sorted((a for a in rec.attempts if a.score_us is not None and a.id not in rec.disqualified
                      and rec.comparable(a)), key=lambda a: (a.score_us, a.id))
@@ -279,28 +285,38 @@ def measure_finalists(recorder: Recorder, count: int = FINALISTS, repeats: int =
         wanted = max(wanted, count)
     finalists = scored[:min(wanted, FINALISTS_MAX)]
     timeouts = rec.timeouts()
-    plan = [(r, n) for r in range(repeats) for n in turn_order(len(finalists), r)]  # (repeat, finalist)
-    requests = [rec.trial.variant(rec.source(finalists[n]), finalists[n].launch, finalists[n].defines).request(
-                    roles=ROLES, request_id=f"finalist-{finalists[n].id}-{r}", timeouts=timeouts)
-                for r, n in plan]
 
-    def on_start(i: int, gpu) -> None:
-        attempt = finalists[plan[i][1]]
+    def on_start(attempt: Attempt, gpu) -> None:
         rec.on_progress(AttemptStarted(id=attempt.id, what=f"finalist #{attempt.id} again on {gpu.label}"))
 
     started = time.monotonic()
-    measured = rec.evaluator.evaluate_all(requests, pins=[0] * len(requests), on_start=on_start)
+    results: dict[int, list[EvalResult]] = {a.id: [] for a in finalists}  # in repeat order
+    alive, gpu = list(finalists), None
+    for r in range(repeats):
+        if not alive:
+            break
+        order = [alive[n] for n in turn_order(len(alive), r)]
+        requests = [rec.trial.variant(rec.source(a), a.launch, a.defines).request(
+                        roles=ROLES, request_id=f"finalist-{a.id}-{r}", timeouts=timeouts) for a in order]
+        measured = rec.evaluator.evaluate_all(requests, pins=[0] * len(requests),
+                                              on_start=lambda i, g, order=order: on_start(order[i], g))
+        gpu = gpu or measured[0].gpu
+        for attempt, m in zip(order, measured, strict=True):
+            results[attempt.id].append(m.result)
+        alive = [a for a in alive if all(x.ok for x in results[a.id])]
+        if r == 0 and alive:
+            fastest = min(score(results[a.id][0].cases) for a in alive)
+            alive = [a for a in alive if score(results[a.id][0].cases) <= fastest * (1 + FINALIST_KEEP)]
     seconds = round(time.monotonic() - started, 3)
-    entries, results = [], {}
-    for n, attempt in enumerate(finalists):
-        mine = [measured[i].result for i, (_, which) in enumerate(plan) if which == n]  # in repeat order
-        results[attempt.id] = mine
+    entries = []
+    for attempt in finalists:
+        mine = results[attempt.id]
         failed = next((x for x in mine if not x.ok), None)
         scores = [score(x.cases) if x.ok else None for x in mine]
         entries.append(Finalist(attempt=attempt.id, recorded_score_us=attempt.score_us, recorded_gpu=attempt.gpu,
                                 scores_us=scores, score_us=None if failed else statistics.median(scores),
-                                status=failed.status if failed else "ok", reason=failed.reason if failed else ""))
-    qualified = [e for e in entries if e.score_us is not None]
+                                status=failed.status if failed else "ok", reason=failed.reason if failed else "",
+                                dropped=failed is None and attempt not in alive))
+    qualified = [e for e in entries if e.score_us is not None and not e.dropped]
     won = min(qualified, key=lambda e: (e.score_us, e.attempt)).attempt if qualified else None
-    return Rounds(Finalists(gpu=measured[0].gpu, repeats=repeats, finalists=entries, winner=won, seconds=seconds),
-                  results)
+    return Rounds(Finalists(gpu=gpu, repeats=repeats, finalists=entries, winner=won, seconds=seconds), results)

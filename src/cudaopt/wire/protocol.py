@@ -13,6 +13,7 @@ Long because every type a request holds is declared here, once.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer, model_validator
@@ -330,6 +331,9 @@ def vendor_as_list(data: Any) -> Any:
     return data
 
 
+OPTIMIZE_TIMED_MS = 50.0  # an optimize run's TimingProtocol.timed_ms unless its experiment sets one
+
+
 class TimingProtocol(WireModel):
     warmup: int = Field(10, ge=0, le=MAX_LAUNCHES)
     iterations: int = Field(100, ge=1, le=MAX_LAUNCHES)
@@ -339,12 +343,29 @@ class TimingProtocol(WireModel):
     chunk: int = Field(25, ge=1, le=MAX_LAUNCHES)  # samples queued behind one gate
     checked_launches: int = Field(3, ge=1, le=32)  # timed launches, drawn at random, checked on fresh inputs
     seed: int | None = Field(None, ge=0, le=MAX_SEED)  # draws every fresh input; None: a new one per request
+    # kernel time a case's timed launches aim at: a kernel whose warm-ups take longer than
+    # timed_ms / iterations gets fewer timed launches, never fewer than min_iterations. None: the
+    # command's default (optimize: OPTIMIZE_TIMED_MS; the others time every `iterations`); 0: off
+    timed_ms: float | None = Field(None, ge=0, le=3_600_000)
+    min_iterations: int = Field(20, ge=1, le=MAX_LAUNCHES)
 
     @model_validator(mode="after")
     def _check(self) -> TimingProtocol:
         if self.checked_launches > self.iterations:
             raise ValueError(f"checked_launches ({self.checked_launches}) exceeds iterations ({self.iterations})")
+        if self.timed_ms and self.checked_launches > self.min_iterations:
+            raise ValueError(f"checked_launches ({self.checked_launches}) exceeds min_iterations "
+                             f"({self.min_iterations}), the timed launches a long kernel may get")
         return self
+
+    def timed_launches(self, warmup_ms: float | None) -> int:
+        """How many timed launches a case gets, given its kernel's median warm-up time: every
+        ``iterations`` unless ``timed_ms`` bounds them (a long kernel's median is steady after a
+        few dozen samples; its per-launch checks cost many times its own time)."""
+        if not self.timed_ms or not warmup_ms or warmup_ms <= 0:
+            return self.iterations
+        wanted = math.ceil(self.timed_ms / warmup_ms)
+        return max(min(self.min_iterations, self.iterations), min(self.iterations, wanted))
 
 
 class Limits(WireModel):

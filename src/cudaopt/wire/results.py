@@ -99,6 +99,7 @@ class CompileInfo(WireModel):
     workspace_bytes: int = 0  # of which the arrays the harness poisons before every launch (Limits.workspace)
     device_malloc: bool = False
     cached: bool = False  # this worker compiled the same kernel before: its cubin, loaded afresh
+    kept: bool = False  # an earlier process (the pre-flight, an earlier run) compiled it: its cubin read from disk
     entries: dict[str, EntryInfo] = Field(default_factory=dict)  # other kernels the cases launched
     # the math units of every function of the module, per class ("fp32", "tf32", ...), read from its SASS;
     # None: not read (math_error says why, and the worker refuses the kernel)

@@ -30,7 +30,7 @@ from .answers import HOST_DETAILS_BYTES, DeviceAnswer, LockedAnswer, answer_cont
 from .buffers import CaseBuffers
 from .case_data import DeviceCases, HostSets, Room, cache_key, case_bytes, check_order, make_room
 from .compare import describe
-from ..compilekit.compiler import CompileError, compile_kernel
+from ..compilekit.compiler import CompileError, compile_kernel, ready
 from .controls import judge
 from .device import Device
 from .entries import Entries
@@ -39,7 +39,7 @@ from .launcher import CaseFailure, Launcher, is_cuda_error, occupancy
 from .lru import CompileCache, Lru
 from .peaks import judge_plausibility
 from .reference import CudaReference, ReferenceFailure, call_python, load_python
-from .timing import Stopwatch, TimedRun, draw_plan, method, new_seed
+from .timing import Stopwatch, TimedRun, method, new_seed
 from .torch_reference import TorchReference
 from .vendor import BoundVendor, Vendor, VendorError
 
@@ -53,7 +53,7 @@ class Runner:
         self.cuda_reference = CudaReference(self.launcher)
         self.torch_reference = TorchReference(gpu)
         self._host_sets = HostSets()
-        # of the host input sets: locked on the device, 30% of its memory (DeviceCases keeps 25%)
+        # of the host input sets: locked on the device, 30% of its memory (DeviceCases keeps 45%)
         self._answers = Lru(limit=int(gpu.memory_info()[1] * 0.3), on_evict=close_answers)
         self._controls = Lru(limit=4096)  # the negative controls of each answer key (one unit each)
         self._devices = DeviceCases(gpu)
@@ -77,6 +77,7 @@ class Runner:
         ones are measured takes compilation off the critical path. Nothing is launched here.
         """
         if self._compilers is None:
+            ready()
             self._compilers = ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 2))
         for spec in (device_defines(s, self.facts) for s in specs):
             key = _compile_key(spec, self.gpu.arch)
@@ -369,9 +370,8 @@ class Runner:
         """Warm up and time on fresh inputs with the launch scan, then check the hidden few.
         Without a kernel, only the vendors are timed."""
         proto = req.protocol
-        plan = draw_plan(seed, case.name, proto)
         timed = [v for v in vendors if v is not None]
-        run = TimedRun(self.gpu, self.launcher, self.leftovers, buffers, proto, seed, plan,
+        run = TimedRun(self.gpu, self.launcher, self.leftovers, buffers, proto, seed, case.name,
                        reset=(lambda: entries.reset_state(self.gpu)) if entries is not None else None)
         try:
             out.clocks["before"] = self.gpu.clocks()
@@ -385,6 +385,7 @@ class Runner:
         finally:
             run.close()
         clock.lap("timing_s")
+        plan = run.plan  # the checked launches among those timed, drawn once the warm-ups said how many
         if kernel is not None:
             out.scan = LaunchScan(checked_launches=list(plan.checked), launches_scanned=scanned, seed=seed)
             self._timed_checks(out, req, signature, buffers, case, plan, seed, clock)

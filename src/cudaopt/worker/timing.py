@@ -81,12 +81,19 @@ class LaunchPlan:
         return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> 1
 
 
-def draw_plan(seed: int, case_name: str, proto: TimingProtocol) -> LaunchPlan:
-    """Draw the checked launches uniformly over the whole timed run, from the request's seed."""
+def checked_count(proto: TimingProtocol) -> int:
+    """Timed launches checked per case: the same however many are timed (the protocol's check)."""
+    return max(1, min(proto.checked_launches, proto.iterations))
+
+
+def draw_plan(seed: int, case_name: str, proto: TimingProtocol, iterations: int | None = None) -> LaunchPlan:
+    """Draw the checked launches uniformly over the whole timed run (``iterations`` launches, the
+    protocol's unless given), from the request's seed."""
+    iterations = iterations or proto.iterations
     rng = np.random.default_rng([seed, zlib.crc32(case_name.encode())])
-    count = max(1, min(proto.checked_launches, proto.iterations))
-    checked = sorted(int(i) for i in rng.choice(proto.iterations, size=count, replace=False))
-    return LaunchPlan(warmup=proto.warmup, iterations=proto.iterations, checked=tuple(checked), case=case_name)
+    count = min(checked_count(proto), iterations)
+    checked = sorted(int(i) for i in rng.choice(iterations, size=count, replace=False))
+    return LaunchPlan(warmup=proto.warmup, iterations=iterations, checked=tuple(checked), case=case_name)
 
 
 @dataclass
@@ -97,21 +104,26 @@ class Timings:
 
 
 class TimedRun:
-    """Warm up and time one case's candidate (and vendor), with the launch scan."""
+    """Warm up and time one case's candidate (and vendor), with the launch scan.
+
+    How many launches are timed is decided after the warm-ups (``TimingProtocol.timed_launches``
+    of the candidate's median warm-up, or the first vendor's without one), and only then are the
+    checked ones drawn among them: ``plan`` holds them once :meth:`run` has returned."""
 
     def __init__(self, gpu: Device, launcher: Launcher, leftovers: Wipes, buffers: CaseBuffers,
-                 proto: TimingProtocol, seed: int, plan: LaunchPlan, reset: Callable[[], None] | None = None):
+                 proto: TimingProtocol, seed: int, case_name: str, reset: Callable[[], None] | None = None):
         self.gpu, self.launcher, self.leftovers, self.buffers = gpu, launcher, leftovers, buffers
-        self.proto, self.seed, self.plan = proto, seed, plan
+        self.proto, self.seed = proto, seed
+        self.plan = LaunchPlan(warmup=proto.warmup, iterations=proto.iterations, checked=(), case=case_name)
         self.reset = reset  # the candidate's module variables and workspace, before each of its launches
-        total = plan.warmup + plan.iterations
+        total = proto.warmup + proto.iterations  # the most launches: the scan's rows and digest keys
         self.scan_bytes = 8 * _SCAN_WORDS * total
         self.scan = gpu.alloc(self.scan_bytes)
         gpu.fill_async(int(self.scan.handle), self.scan_bytes, b"\0")
         # the keys of each launch's output digest, kept on the host: no kernel can forge a digest
         self.digest_keys = np.frombuffer(os.urandom(8 * total), dtype=np.uint64)
-        self.decoy = len(plan.checked)  # the slot every launch that is not checked saves its outputs to
-        buffers.ensure_slots(len(plan.checked) + 1)
+        self.decoy = checked_count(proto)  # the slot every launch that is not checked saves its outputs to
+        buffers.ensure_slots(self.decoy + 1)
         buffers.slot_table()  # built (and uploaded, which waits on the stream) before any gate closes
         self.ranges = leftovers.range_table(buffers.allocations())  # demoted in L2 before each flush
 
@@ -124,10 +136,12 @@ class TimedRun:
         runs: dict[str, Callable[[], None]] = {f"vendor {i}": vendor for i, vendor in enumerate(vendors)}
         if candidate is not None:
             runs["candidate"] = candidate
-        for name, run in runs.items():
-            for i in range(self.plan.warmup):
-                self._sample(name, run, i, timed=None)
+        pacing = "candidate" if candidate is not None else "vendor 0"  # its warm-ups say how many launches are timed
+        warm = {name: [self._sample(name, run, i, timed=None, measure=name == pacing and bool(self.proto.timed_ms))
+                       for i in range(self.plan.warmup)] for name, run in runs.items()}
         self.launcher.sync()
+        self.plan = draw_plan(self.seed, self.plan.case, self.proto,
+                              self.proto.timed_launches(warmup_ms([e for e in warm.get(pacing, []) if e])))
         samples: dict[str, list[float]] = {name: [] for name in runs}
         gate_timeouts = dict.fromkeys(runs, 0)
         chunk = max(1, self.proto.chunk)
@@ -155,11 +169,12 @@ class TimedRun:
         self.launcher.sync()
         return [(end - start) * 1000.0 for start, end in events], self.proto.gate and self.gpu.gate_timed_out()
 
-    def _sample(self, name: str, run, launch: int, timed: int | None):
+    def _sample(self, name: str, run, launch: int, timed: int | None, measure: bool = False):
         """Poison shared memory, registers and local memory, restore the candidate's module, stage
         fresh inputs, (demote and flush the L2, events around) the run; for the candidate, then the
         launch scan of its inputs and outputs and its outputs set aside with their digest: the same
-        work after every launch, so nothing after a launch tells whether it is checked."""
+        work after every launch, so nothing after a launch tells whether it is checked. Events
+        come back for a timed launch, and for a warm-up when ``measure``."""
         checked = name == "candidate" and timed is not None and timed in self.plan.checked
         # a checked launch's inputs are drawn like any other's: nothing in them tells it apart
         stream = launch if name == "candidate" else VENDOR_LAUNCHES + (int(name.split()[1]) << 32) + launch
@@ -169,7 +184,9 @@ class TimedRun:
             self.reset()  # before the flush: what the restore writes is not left in L2
         self.buffers.stage_fresh(key, stream)
         if timed is None:
+            start = self.gpu.record_event() if measure else None
             run()
+            end = self.gpu.record_event() if measure else None
         else:
             if self.proto.flush_l2:
                 self.leftovers.demote_l2(self.ranges)  # no line kept past the flush by an evict_last hint
@@ -182,7 +199,7 @@ class TimedRun:
             self.buffers.scan_launch(key, stream, words, inputs=True)
             slot = self.plan.checked.index(timed) if checked else self.decoy
             self.buffers.save_outputs(slot, int(self.digest_keys[launch]), words + 16)
-        return (start, end) if timed is not None else None
+        return (start, end) if start is not None else None
 
     def verify_saved_outputs(self) -> None:
         """Raise if the outputs set aside from a checked launch changed before they were judged
@@ -198,7 +215,7 @@ class TimedRun:
         """Raise for the first launch that left outputs unwritten or changed an input; return the
         number of launches scanned."""
         words = self.gpu.download(int(self.scan.handle), self.scan_bytes).view(np.uint64)
-        words = words.reshape(-1, _SCAN_WORDS)
+        words = words.reshape(-1, _SCAN_WORDS)[:self.plan.warmup + self.plan.iterations]
         for launch, (unwritten, changed, _digest) in enumerate(words):
             where = _describe(launch, self.plan)
             if unwritten:
@@ -206,6 +223,13 @@ class TimedRun:
             if changed:
                 raise CaseFailure("input_modified", f"{where} changed {int(changed)} input elements")
         return len(words)
+
+
+def warmup_ms(events: list[tuple]) -> float | None:
+    """The median of the measured warm-ups, the first left out (it pays for loading the module)
+    where there are others; None without any."""
+    times = [end - start for start, end in (events[1:] if len(events) > 1 else events)]
+    return float(np.median(times)) if times else None
 
 
 def _describe(launch: int, plan: LaunchPlan) -> str:

@@ -19,6 +19,7 @@ same way, on one line naming the file and the field, with or without a GPU.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 import os
@@ -72,6 +73,7 @@ def has_local_gpu() -> bool:
     return _local_capability() is not None
 
 
+@functools.lru_cache(maxsize=1)
 def _local_capability():
     try:
         from cuda.core import Device
@@ -114,7 +116,8 @@ class Compilations:
     def __init__(self, experiment: Experiment, sources: list[tuple[Path, str | None]], texts: list[str], arch: str,
                  tune: bool, ahead: Sequence[dict] = ()):
         tuning = experiment.tuning if tune else None
-        ahead = [d for d in ahead if tuning is not None and d != tuning.space.first()]
+        first = tuning.space.first() if tuning is not None else None
+        ahead = [d for d in ahead if tuning is not None and d != first]
         cores = min(len(ahead), max(1, (os.cpu_count() or 2) - len(sources) - 2))
         ready()
         self._pool = ThreadPoolExecutor(max_workers=len(sources) + 2 + cores, thread_name_prefix="preflight-compile")
@@ -260,8 +263,7 @@ def _compile(path: Path, source: str, entry: str, defines: dict, arch: str, expe
     """Compile as the worker does, and (a candidate, held to the ``experiment``'s limits) refuse here
     what the worker would refuse as ``global_state`` or ``precision``."""
     try:
-        spec = device_defines(KernelSpec(source=source, entry=entry, defines=dict(defines)), NOMINAL_DEVICE)
-        compiled = compile_kernel(spec, arch, math=experiment is not None)
+        compiled = compile_kernel(_as_worker_compiles(source, entry, defines), arch, math=experiment is not None)
     except CompileError as exc:
         first = next((line for line in exc.log.splitlines() if "error" in line), exc.log.splitlines()[0])
         where = f" with {defines}" if defines else ""
@@ -279,11 +281,16 @@ def _compile(path: Path, source: str, entry: str, defines: dict, arch: str, expe
     return compiled.info
 
 
+def _as_worker_compiles(source: str, entry: str, defines: dict) -> KernelSpec:
+    """The kernel as a GPU worker compiles it (the device's facts as defines), so that the cubin
+    kept on disk is the one the worker asks for."""
+    return device_defines(KernelSpec(source=source, entry=entry, defines=dict(defines)), NOMINAL_DEVICE)
+
+
 def _compile_ahead(source: str, entry: str, defines: dict, arch: str) -> bool:
     """Compile one configuration as the worker will (the cubin is kept on disk); whether it compiled."""
     try:
-        compile_kernel(device_defines(KernelSpec(source=source, entry=entry, defines=dict(defines)), NOMINAL_DEVICE),
-                       arch, math=False)
+        compile_kernel(_as_worker_compiles(source, entry, defines), arch, math=False)
     except CompileError:
         return False
     return True

@@ -305,8 +305,8 @@ def measure_finalists(recorder: Recorder, count: int = FINALISTS, repeats: int =
             results[attempt.id].append(m.result)
         alive = [a for a in alive if all(x.ok for x in results[a.id])]
         if r == 0 and alive:
-            fastest = min(score(results[a.id][0].cases) for a in alive)
-            alive = [a for a in alive if score(results[a.id][0].cases) <= fastest * (1 + FINALIST_KEEP)]
+            first = {a.id: score(results[a.id][0].cases) for a in alive}
+            alive = [a for a in alive if first[a.id] <= min(first.values()) * (1 + FINALIST_KEEP)]
     seconds = round(time.monotonic() - started, 3)
     entries = []
     for attempt in finalists:

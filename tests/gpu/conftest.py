@@ -24,6 +24,17 @@ def gpu_to_itself(supervisor):
 FAST = TimingProtocol(warmup=2, iterations=10)
 
 
+def needs_memory(need: int) -> pytest.MarkDecorator:
+    """Skip where this GPU holds less than ``need`` bytes (a case of KernelBench's largest size needs
+    an H200): the product refuses such a case before any launch, which the CPU tests cover."""
+    from cudaopt.preflight import gpu_memory
+    from cudaopt.worker.case_data import memory_text
+
+    total, origin = gpu_memory()
+    return pytest.mark.skipif(total < need, reason=f"needs about {memory_text(need)} of GPU memory, more than "
+                                                   f"the {memory_text(total)} {origin}")
+
+
 @pytest.fixture
 def small_request(sgemm):
     """Build a request for a kernel on the example's cases, without the 4096 cube."""

@@ -13,6 +13,7 @@ import pytest
 
 from cudaopt.config import TimeoutPolicy
 from cudaopt.experiment import load_experiment
+from cudaopt.worker.case_data import case_bytes
 from cudaopt.wire.protocol import (
     CaseSpec,
     EvalRequest,
@@ -24,12 +25,14 @@ from cudaopt.wire.protocol import (
     ReferenceSpec,
 )
 from tests.conftest import ROOT, kernel_source
-from tests.gpu.conftest import FAST
-
-pytestmark = pytest.mark.gpu
+from tests.gpu.conftest import FAST, needs_memory
 
 ROWS, COLS = 4096, 393216
 ELEMENTS = ROWS * COLS
+# Both cases are one float32 input and one float32 output of this size: what the worker holds at the peak.
+NEED = case_bytes([4 * ELEMENTS], [(ELEMENTS, 4)], FAST.input_sets, FAST.checked_launches, guards=True)
+
+pytestmark = [pytest.mark.gpu, needs_memory(NEED)]
 WITHIN_S = 20.0
 RELU = 'extern "C" __global__ void relu(const float* x, float* y, int n)'
 RELU_CASE = CaseSpec(name="relu-4096x393216", role="performance", seed=7, scalars={"n": ELEMENTS},

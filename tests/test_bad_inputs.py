@@ -454,6 +454,19 @@ def test_replaying_a_request_that_would_measure_nothing_is_refused(sgemm, tmp_pa
     assert result.exit_code == 2 and words in one_line(result)
 
 
+@pytest.mark.parametrize("field, entry", [("kernel", "matmul_f32_typo"), ("reference", "reference_typo")])
+def test_replaying_a_request_whose_entry_the_source_lacks_is_refused(sgemm, tmp_path, no_worker, field, entry):
+    """A kernel or ``.cu`` reference entry its source does not declare would fail only in the worker."""
+    request = sgemm.request(sgemm.initial_kernel_path.read_text())
+    edited = request.model_copy(update={field: getattr(request, field).model_copy(update={"entry": entry})})
+    path = tmp_path / "best-case-0.json"
+    path.write_text(edited.to_json())
+    result = runner.invoke(app, ["replay", str(path)])
+    assert not no_worker
+    assert result.exit_code == 2 and f"best-case-0.json: {field}.entry: the {'request' if field == 'kernel' else field} " \
+                                      f"names {entry!r}, which the source does not declare" in one_line(result)
+
+
 def test_a_path_with_colons_is_printed_as_it_is(tmp_path):
     """":x:" in a path is not an emoji code: the error names the file the user gave."""
     missing = tmp_path / "run:x:1" / "experiment.json"

@@ -41,7 +41,7 @@ from ..errors import ExperimentError
 from ..pool.dispatch import Evaluator
 from ..wire.protocol import EvalRequest
 from ..wire.results import DeviceInfo, EvalResult, TimingStats
-from ..wire.signature import SignatureError, parse_signature
+from ..wire.signature import SignatureError, other_entry_problem, parse_signature
 from ..wire.stats import geomean
 from ..record.events import AttemptStarted
 from ..record.rundir import RunDir
@@ -97,12 +97,30 @@ def check_request(path: Path, request: EvalRequest) -> None:
             raise ExperimentError(path, "kernel", "missing: a request without a kernel measures its vendors, and "
                                                   "names none")
         return
+    _check_entries(path, request, signature)
     defines = {k: v for k, v in request.kernel.defines.items() if isinstance(v, (int, float))}
     for i, case in enumerate(request.cases):
         launch = request.launch or case.launch
         if launch is not None:
             check_launch(path, "launch" if request.launch else f"cases[{i}].launch", launch, case, names=defines,
                          kernel=(request.kernel.source, signature))
+
+
+def _check_entries(path: Path, request: EvalRequest, signature) -> None:
+    """The kernel's entry and a ``.cu`` reference's are declared in their sources as the launch's
+    other kernels must be; a Python reference's entry is a Python name."""
+    problem = other_entry_problem(request.kernel.source, request.kernel.entry, signature, "the request")
+    if problem is not None:
+        raise ExperimentError(path, "kernel.entry", problem)
+    reference = request.reference
+    if reference is None:
+        return
+    if reference.kind == "cu":
+        problem = other_entry_problem(reference.source, reference.entry, signature, "the reference")
+    elif not reference.entry.isidentifier():
+        problem = f"{reference.entry!r} is not a Python function name"
+    if problem is not None:
+        raise ExperimentError(path, "reference.entry", problem)
 
 
 @dataclass(frozen=True)

@@ -163,10 +163,10 @@ def find_entry(source: str, entry: str) -> Signature | None:
     return None
 
 
-def other_entry_problem(source: str, name: str | None, signature: Signature) -> str | None:
-    """Why a launch may not name ``name`` (None when it may, or names no other kernel than the
-    signature's): any other must be declared plainly in the source, ``extern "C" __global__``
-    with the signature's parameters."""
+def other_entry_problem(source: str, name: str | None, signature: Signature, named_by: str = "the launch") -> str | None:
+    """Why a launch (or ``named_by``) may not name ``name`` (None when it may, or names no other
+    kernel than the signature's): any other must be declared plainly in the source,
+    ``extern "C" __global__`` with the signature's parameters."""
     if name is None or name == signature.name:
         return None
     try:
@@ -175,7 +175,7 @@ def other_entry_problem(source: str, name: str | None, signature: Signature) -> 
         return f"the declaration of {name} cannot be parsed: {exc}"
     if declared is None:
         found = entry_names(source)
-        return (f"the launch names {name!r}, which the source does not declare as "
+        return (f"{named_by} names {name!r}, which the source does not declare as "
                 f"'extern \"C\" __global__ void {name}(...)'" + (f"; it declares {', '.join(found)}" if found else ""))
     if not declared.same_types(signature):
         return (f"{name} is declared as '{declared}', but every kernel a case launches takes the signature's "

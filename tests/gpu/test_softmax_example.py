@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from cudaopt.cli import app
 from cudaopt.experiment import load_experiment
+from cudaopt.preflight import case_memory
 from cudaopt.record.files import History, Summary
 from tests.conftest import ROOT
-from cudaopt.preflight import case_memory
 from tests.gpu.conftest import FAST, needs_memory
 
 pytestmark = pytest.mark.gpu

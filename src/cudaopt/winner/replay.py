@@ -41,7 +41,7 @@ from ..errors import ExperimentError
 from ..pool.dispatch import Evaluator
 from ..wire.protocol import EvalRequest
 from ..wire.results import DeviceInfo, EvalResult, TimingStats
-from ..wire.signature import SignatureError, other_entry_problem, parse_signature
+from ..wire.signature import Signature, SignatureError, other_entry_problem, parse_signature
 from ..wire.stats import geomean
 from ..record.events import AttemptStarted
 from ..record.rundir import RunDir
@@ -92,12 +92,12 @@ def check_request(path: Path, request: EvalRequest) -> None:
         raise ExperimentError(path, "signature", str(exc)) from None
     if not request.cases:  # nothing checked would pass
         raise ExperimentError(path, "cases", "empty: a request checks and times at least one case")
+    _check_entries(path, request, signature)
     if request.kernel is None:
         if not request.vendors:
             raise ExperimentError(path, "kernel", "missing: a request without a kernel measures its vendors, and "
                                                   "names none")
         return
-    _check_entries(path, request, signature)
     defines = {k: v for k, v in request.kernel.defines.items() if isinstance(v, (int, float))}
     for i, case in enumerate(request.cases):
         launch = request.launch or case.launch
@@ -106,11 +106,12 @@ def check_request(path: Path, request: EvalRequest) -> None:
                          kernel=(request.kernel.source, signature))
 
 
-def _check_entries(path: Path, request: EvalRequest, signature) -> None:
+def _check_entries(path: Path, request: EvalRequest, signature: Signature) -> None:
     """The kernel's entry and a ``.cu`` reference's are declared in their sources as the launch's
     other kernels must be; a Python reference's entry is a Python name."""
-    problem = other_entry_problem(request.kernel.source, request.kernel.entry, signature, "the request")
-    if problem is not None:
+    kernel = request.kernel
+    problem = kernel and other_entry_problem(kernel.source, kernel.entry, signature, "the request")
+    if problem:
         raise ExperimentError(path, "kernel.entry", problem)
     reference = request.reference
     if reference is None:

@@ -38,13 +38,14 @@ def launch(names: list[str], shapes: list[str]) -> None:
     import sgemm_kernel_matrix as matrix
     from cudaopt.experiment import load_experiment
     from cudaopt.compilekit.nvrtc_build import build
+    from cudaopt.compilekit.target import DEFAULT_ARCH
     from cudaopt.wire.protocol import KernelSpec
 
     exp = load_experiment(matrix.ROOT / "examples/sgemm/experiment.json")
     forms = [f for f in matrix.FORMS if f.name in names]
     source = exp.tuning.source + "\n" + "\n".join(f.source() for f in forms)
     cubin, _ = build(KernelSpec(source=source, entry="matmul_f32", defines=exp.tuning.space.configurations()[-1]),
-                     "sm_90", "cubin")
+                     DEFAULT_ARCH, "cubin")
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "sgemm.cubin"
         path.write_bytes(cubin)

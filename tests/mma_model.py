@@ -4,7 +4,9 @@ fragment layouts, so that a kernel's data movement can be replayed on the CPU la
 A register is an array of 32 uint32 values, one per lane; two BF16 values share a register, the
 lower-numbered element in the low 16 bits. ``mma16816`` is ``mma.sync.aligned.m16n8k16.row.col.
 f32.bf16.bf16.f32`` (the products summed exactly, in float64), ``ldmatrix4`` is ``ldmatrix.sync.
-aligned.m8n8.x4.shared.b16``.
+aligned.m8n8.x4.shared.b16``. ``wgmma`` is ``wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16``
+with both operands K-major in shared memory behind 128-byte-swizzle descriptors, and
+``wgmma_accumulator`` the place of each lane's accumulator registers in its 64 x N result.
 """
 
 from __future__ import annotations
@@ -54,3 +56,30 @@ def words16(elements: np.ndarray) -> np.ndarray:
     (lanes x 4): what ``uint4`` holds after reading them, .x = elements 0 and 1."""
     e = np.asarray(elements, dtype=np.uint32).reshape(-1, 8)
     return e[:, 0::2] | (e[:, 1::2] << 16)
+
+
+def descriptor_operand(smem: np.ndarray, desc: int, rows: int) -> np.ndarray:
+    """The ``rows`` x 16 BF16 operand (float64) a wgmma reads through shared-memory descriptor
+    ``desc``, K-major with the 128-byte swizzle: row r, column c at byte start + (r // 8) * SBO +
+    (r % 8) * 128 + 2 c, whose 16-byte chunk (address bits 4-6) is XORed with its row within the
+    1024-byte group (bits 7-9). The descriptor's fields: start address >> 4 (bits 0-13), stride
+    byte offset >> 4 (32-45), layout (62-63: 1 is the 128-byte swizzle)."""
+    assert desc >> 62 == 1, "not a 128-byte swizzle descriptor"
+    start, stride = (desc & 0x3FFF) << 4, ((desc >> 32) & 0x3FFF) << 4
+    r, c = np.arange(rows)[:, None], np.arange(16)[None, :]
+    logical = start + (r // 8) * stride + (r % 8) * 128 + 2 * c
+    physical = logical ^ (((logical >> 7) & 7) << 4)
+    assert (physical + 2 <= smem.size).all(), "an operand read past the end of shared memory"
+    bits = smem[physical].astype(np.uint32) | (smem[physical + 1].astype(np.uint32) << 8)
+    return bf16_values(bits)
+
+
+def wgmma(d: np.ndarray, smem: np.ndarray, desc_a: int, desc_b: int) -> None:
+    """d (64 x N float64, the warpgroup's result) += A (64 x 16) @ B (N x 16)^T."""
+    d += descriptor_operand(smem, desc_a, 64) @ descriptor_operand(smem, desc_b, d.shape[1]).T
+
+
+def wgmma_accumulator(warp: int, j: int, e: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row and column of the 64 x N result held by register 4 j + e of each lane of ``warp`` (0-3
+    within the warpgroup): rows 16 warp + groupID (+ 8 for e >= 2), columns 8 j + 2 t + (e & 1)."""
+    return 16 * warp + GROUP + 8 * (e >> 1), 8 * j + 2 * IN_GROUP + (e & 1)

@@ -43,7 +43,7 @@ PACKAGE_LAYERS = {
         {"launch", "messages", "stats", "precision"},  # a launch resolved, the worker's messages, statistics; the policy
     ],
     "compilekit": [
-        {"pp_lines", "host_headers", "landlock", "cubin", "locate", "lifeline"},
+        {"pp_lines", "host_headers", "landlock", "cubin", "locate", "lifeline", "target"},
         {"sandbox", "math_units"},  # the include scan; the math units of the SASS
         {"nvrtc_build"},  # one compilation
         {"compile_process", "kept_cubins"},  # the confined compiler process; cubins kept on disk

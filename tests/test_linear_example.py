@@ -20,7 +20,9 @@ from tests.conftest import ROOT, optional
 
 LINEAR = ROOT / "examples" / "linear_bf16"
 ENTRIES = ("linear_gelu_bf16_stream8", "linear_gelu_bf16_stream16", "linear_gelu_bf16_split4",
-           "linear_gelu_bf16_split2", "linear_gelu_bf16", "linear_gelu_bf16_gemm")
+           "linear_gelu_bf16_split2", "linear_gelu_bf16", "linear_gelu_bf16_gemm", "linear_gelu_bf16_wide")
+TILES = {"linear_gelu_bf16_gemm": (128, 128), "linear_gelu_bf16_wide": (128, 256)}  # the others: 64 x 128
+WGMMA_N = {"linear_gelu_bf16_gemm": 128, "linear_gelu_bf16_wide": 256}  # the others: two warpgroups of n64
 SHARED_OPTIN = 232448  # bytes of shared memory a block may have on sm_90 (static and dynamic)
 
 
@@ -205,7 +207,7 @@ def _bounds(config: dict) -> dict[str, int]:
     from cudaopt.wire.expr import evaluate_int
 
     found = re.findall(r'extern "C" __global__ void __launch_bounds__\(([^)]+)\)\s*(\w+)\(', _source())
-    return {name: evaluate_int(bound.strip(), config) for bound, name in found}
+    return {name: evaluate_int(bound.split(",")[0].strip(), config) for bound, name in found}
 
 
 def _sass_by_function(cubin: bytes) -> dict[str, str]:
@@ -218,16 +220,18 @@ def _sass_by_function(cubin: bytes) -> dict[str, str]:
 
 
 def test_every_kernel_of_every_configuration_compiles_to_bf16_tensor_core_code_without_spills():
-    """Each configuration's six kernels: no spills and no stack, registers within the launch
-    bounds; each computes on the BF16 tensor cores (HMMA.16816.F32.BF16) and on no other MMA kind,
-    without approximate transcendental units; the stream kernels read W with 16-byte loads that
-    skip L1, the tile kernels copy with cp.async and read shared memory with ldmatrix."""
+    """Each configuration's kernels, for sm_90a (what the harness targets on Hopper): no spills and no
+    stack, registers within the launch bounds, no approximate transcendental units; the stream
+    kernels multiply on the BF16 mma.sync (HMMA.16816.F32.BF16), reading W with 16-byte loads that
+    skip L1; the tile kernels copy with cp.async and multiply on the BF16 warpgroup MMA (HGMMA) and
+    no other MMA kind. For sm_90 (no wgmma) the tile kernels fall back to mma.sync with ldmatrix."""
     from cudaopt.compilekit.compiler import compile_kernel, parse_ptxas
     from cudaopt.wire.protocol import KernelSpec
 
-    for config in _experiment().tuning.space.configurations():
+    configs = _experiment().tuning.space.configurations()
+    for config, arch in [*((c, "sm_90a") for c in configs), (configs[0], "sm_90")]:
         spec = KernelSpec(source=_source(), entry="linear_gelu_bf16", defines={**config, "CUDAOPT_NUM_SMS": 132})
-        compiled = compile_kernel(spec)
+        compiled = compile_kernel(spec, arch)
         usage = parse_ptxas(compiled.info.log)
         sass = _sass_by_function(bytes(compiled.cubin.code))
         assert set(sass) == set(ENTRIES), sorted(sass)
@@ -236,12 +240,16 @@ def test_every_kernel_of_every_configuration_compiles_to_bf16_tensor_core_code_w
             assert used["spill_stores"] == 0 and used["spill_loads"] == 0 and used["stack_bytes"] == 0, (config, name)
             assert used["registers"] * _bounds(config)[name] <= 65536, (config, name, used)
             code = sass[name]
-            mma = set(re.findall(r"\b([A-Z]*MMA[A-Z0-9.]*)", code))
-            assert mma == {"HMMA.16816.F32.BF16"}, (name, mma)
+            mma = set(re.findall(r"\b([A-Z]*MMA[A-Za-z0-9.]*)", code))
             assert not re.search(r"MUFU\.(TANH|SIN|COS)", code), name
             if "stream" in name:
+                assert mma == {"HMMA.16816.F32.BF16"}, (name, mma)
                 assert "LDG.E.NA.LTC256B.128.CONSTANT" in code, name
+            elif arch == "sm_90a":
+                assert mma == {f"HGMMA.64x{WGMMA_N.get(name, 64)}x16.F32.BF16"}, (name, mma)
+                assert "LDGSTS.E.BYPASS.128" in code and "WARPGROUP.ARRIVE" in code, name
             else:
+                assert mma == {"HMMA.16816.F32.BF16"}, (name, mma)
                 assert "LDGSTS.E.BYPASS.128" in code and "LDSM.16.M88.4" in code, name
     info = compile_kernel(KernelSpec(source=(LINEAR / "initial.cu").read_text(), entry="linear_gelu_bf16")).info
     assert info.ok and info.spill_stores == 0
@@ -291,7 +299,7 @@ def _shapes(count: int, seed: int) -> list[tuple[int, int, int]]:
 def test_each_shape_gets_a_kernel_whose_launch_covers_it():
     """On thousands of shapes, every configuration and GPUs of 108, 114 and 132 SMs: the launch
     names a kernel of the source within its launch bounds, its grid covers the m x n outputs (the
-    stream kernels' 16 rows of W per block, the tiles' 64 or 128 tokens by 128 rows), a split
+    stream kernels' 16 rows of W per block, the tiles' 64 or 128 tokens by 128 or 256 rows), a split
     kernel's grid depth is its cluster size, and the shared memory asked for is what the kernel
     uses and fits the GPU."""
     declared = {name: int(size) for name, size in
@@ -310,9 +318,10 @@ def test_each_shape_gets_a_kernel_whose_launch_covers_it():
                     assert m <= (8 if launch.entry.endswith("8") else 16) and (gx, gy) == (-(-n // 16), 1)
                     assert launch.block[0] == 32 * config["KW"] and launch.shared_bytes == 0
                 else:
-                    bm = 128 if launch.entry == "linear_gelu_bf16_gemm" else 64
-                    assert m > 16 and (gx, gy) == (-(-m // bm), -(-n // 128)), (m, n, k, launch)
-                    assert launch.shared_bytes == (65536 if bm == 128 else 12288 * config["MS"])
+                    bm, bn = TILES.get(launch.entry, (64, 128))
+                    assert m > 16 and (gx, gy) == (-(-m // bm), -(-n // bn)), (m, n, k, launch)
+                    stages = {"linear_gelu_bf16_gemm": 5, "linear_gelu_bf16_wide": 4}.get(launch.entry, config["MS"])
+                    assert launch.shared_bytes == stages * (bm + bn) * 128 + 1024  # + 1024: aligning the ring
                     assert launch.shared_bytes <= SHARED_OPTIN
     assert seen == set(ENTRIES)
 
@@ -327,8 +336,9 @@ def test_the_performance_shapes_take_the_kernel_meant_for_them():
         elif m <= 16:
             assert entry == "linear_gelu_bf16_stream16", name
     assert picked["decode-m64-k4096-n4096"] == "linear_gelu_bf16_split4"  # 32 tiles: 4 blocks each
-    assert picked["prefill-m512-k4096-n4096"] == picked["prefill-m2048-k4096-n14336"] == "linear_gelu_bf16_gemm"
-    assert {picked[c] for c in picked if c.startswith(("split", "mid", "gemm"))} == set(ENTRIES[2:])
+    assert picked["prefill-m512-k4096-n4096"] == "linear_gelu_bf16_gemm"  # 128 tiles of 128 x 128
+    assert picked["prefill-m2048-k4096-n14336"] == "linear_gelu_bf16_wide"  # 896 tiles of 128 x 256
+    assert {picked[c] for c in picked if c.startswith(("split", "mid", "gemm", "wide"))} == set(ENTRIES[2:])
 
 
 # ---- a scripted model -----------------------------------------------------------------------------

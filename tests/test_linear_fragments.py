@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-from tests.mma_model import IN_GROUP, GROUP, LANES, bf16_values, ldmatrix4, mma16816, words16
+from tests.mma_model import (IN_GROUP, GROUP, LANES, bf16_values, ldmatrix4, mma16816, wgmma,
+                             wgmma_accumulator, words16)
 
 SOURCE_PATH = ROOT / "examples" / "linear_bf16" / "tunable.cu"
 
@@ -236,16 +237,59 @@ def test_the_stream_kernels_sum_every_product_once(m, n, k, warps, unroll):
 # ---- the tile kernels -------------------------------------------------------------------------------
 
 def tile_shape(kernel: str) -> dict:
+    """The mma.sync tile a kernel runs: its own (tile_kernel) or, for a wide_kernel, the one it
+    falls back to where the target has no wgmma."""
     e = entries()[kernel]
-    assert e["kind"] == "tile_kernel"
-    bm, bn, wm, wn, _stages, s = e["args"]
+    if e["kind"] == "wide_kernel":
+        bm, bn, _wgn, _stages, s, _fallback = e["args"]
+        (call,) = find(r"tile_kernel<BM, BN, (\d+), (\d+), FALLBACK, S>\(", body("__device__ __forceinline__ void "
+                                                                                 "wide_kernel("), 1)
+        wm, wn = call
+    else:
+        assert e["kind"] == "tile_kernel"
+        bm, bn, wm, wn, _stages, s = e["args"]
     assert int(s) == e["cluster"], f"{kernel}: template S {s} but __cluster_dims__ {e['cluster']}"
     return {"BM": int(bm), "BN": int(bn), "WM": int(wm), "WN": int(wn), "S": int(s)}
 
 
-def replay_tile(mem: Memory, kernel: str, vec: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Every block (every cluster rank) of a tile kernel at the grid the launch gives it."""
-    shape = tile_shape(kernel)
+def wide_shape(kernel: str) -> dict:
+    e = entries()[kernel]
+    assert e["kind"] == "wide_kernel"
+    bm, bn, wgn, _stages, s, _fallback = e["args"]
+    assert int(s) == e["cluster"], f"{kernel}: template S {s} but __cluster_dims__ {e['cluster']}"
+    return {"BM": int(bm), "BN": int(bn), "WGN": int(wgn), "S": int(s)}
+
+
+def k_runs(text: str, k: int, S: int) -> list[tuple[int, int]]:
+    """Each cluster rank's [k0, k1), from the kernel's own expressions."""
+    (run_line,) = find(r"const int run = (.*?);", text, 1)
+    (k0_line,) = find(r"const int k0 = (.*?), k1", text, 1)
+    (k1_line,) = find(r"k1 = (.*?);", text, 1)
+    run = evaluate(run_line, k=k, S=S)
+    runs = []
+    for rank in range(S):
+        k0 = evaluate(k0_line, k=k, rank=rank, run=run)
+        runs.append((k0, evaluate(k1_line, k=k, k0=k0, run=run)))
+    return runs
+
+
+def fill(mem: Memory, stage: np.ndarray, written: np.ndarray, array: str, src: int, live: bool, col: int,
+         k1: int, dst: int, vec: bool) -> None:
+    """One thread's 16-byte copy of columns col .. col + 7 of a row (zeros where the kernel zero-fills)."""
+    row = np.array([src if live else 0])
+    if not live or (vec and col >= k1):
+        data = np.zeros((1, 4), dtype=np.uint32)
+    elif vec:
+        data = mem.load16(array, row, np.array([col]))[:1]
+    else:
+        data = mem.load_elements(array, row, np.array([col]), k1)[:1]
+    stage[dst:dst + 16] = data.view(np.uint8)[:16]
+    written[dst // 16] += 1
+
+
+def mma_tile_partials(mem: Memory, shape: dict, tok0: int, row0: int, vec: bool) -> list[list[tuple]]:
+    """Each rank's warps of an mma.sync tile: (wm0, wn0, acc[mt][nt][lane][4]) from the kernel's
+    loads, swizzle, ldmatrix addresses and MMA operands."""
     BM, BN, WM, WN, S = shape["BM"], shape["BN"], shape["WM"], shape["WN"], shape["S"]
     m, n, k = mem.m, mem.n, mem.k
     gemm = body("__device__ __forceinline__ void tile_gemm(")
@@ -253,18 +297,12 @@ def replay_tile(mem: Memory, kernel: str, vec: bool) -> tuple[np.ndarray, np.nda
     (swz,) = find(r"int swizzle\(int r, int q\)\s*\{\s*return (.*?);", None, 1)
     (a_off,) = find(r"a_off\[i\]\[h\] = (.*?);", gemm, 1)
     (b_off,) = find(r"b_off\[j\] = (.*?);", gemm, 1)
-    (run_line,) = find(r"const int run = (.*?);", gemm, 1)
-    (k0_line,) = find(r"const int k0 = (.*?), k1", gemm, 1)
-    (k1_line,) = find(r"k1 = (.*?);", gemm, 1)
     (warp_line,) = find(r"const int wm0 = (.*?);", gemm, 1)
     (rq_line,) = find(r"const int c = threadIdx\.x \+ i \* T::threads, (.*?);", loader, 1)
     (src_line,) = find(r"const int src = (.*?);", loader, 1)
+    assert rq_line == "r = c >> 2, q = c & 3"
     calls = mma_calls(gemm)
     assert len(calls) == 1
-    (row_expr,) = find(r"const int row = (row0 \+ wn0 .*?);", gemm, 1)
-    (tok_expr,) = find(r"const int tok = (tok0 \+ wm0 .*?);", gemm, 1)
-    (part_expr,) = find(r"reinterpret_cast<float2\*>\(part \+ (.*?)\)\s*=", gemm, 1)
-    ((band_tl, band_rl),) = find(r"const int tl = (.*?), rl = (.*?);", gemm, 1)
 
     def swizzle(r, q):
         return evaluate(swz, r=r, q=q)
@@ -273,62 +311,131 @@ def replay_tile(mem: Memory, kernel: str, vec: bool) -> tuple[np.ndarray, np.nda
     copies = (BM + BN) * 4 // threads
     stage_bytes = (BM + BN) * 64
     mt, nt = BM // WM // 16, BN // WN // 8
+    ranks = []
+    for k0, k1 in k_runs(gemm, k, S):
+        acc = np.zeros((WM * WN, mt, nt, 32, 4))
+        for s in range(-(-(k1 - k0) // 32)):
+            kk = k0 + 32 * s
+            stage = np.zeros(stage_bytes, dtype=np.uint8)
+            written = np.zeros(stage_bytes // 16, dtype=np.int64)
+            for tid in range(threads):
+                for i in range(copies):
+                    c = tid + i * threads
+                    r, q = c >> 2, c & 3
+                    is_x = r < BM
+                    src = evaluate(src_line.replace("T::bm", str(BM)), is_x=is_x, tok0=tok0, r=r, row0=row0)
+                    fill(mem, stage, written, "x" if is_x else "W", src, src < (m if is_x else n), kk + 8 * q, k1,
+                         swizzle(r, q), vec)
+            assert (written == 1).all(), "a 16-byte slot of the stage written twice or never"
+            for warp in range(WM * WN):
+                wm0 = evaluate(warp_line.split(",")[0], warp=warp, WN=WN, BM=BM, WM=WM)
+                wn0 = evaluate(warp_line.split("wn0 = ")[1], warp=warp, WN=WN, BN=BN)
+                a = [[ldmatrix4(stage, evaluate(a_off.replace("swizzle(", "sw("), wm0=wm0, i=i, lane=LANES, h=h,
+                                                sw=swizzle)) for h in range(2)] for i in range(mt)]
+                w = [ldmatrix4(stage, evaluate(b_off.replace("swizzle(", "sw("), BM=BM, wn0=wn0, j=j,
+                                               lane=LANES, sw=swizzle)) for j in range(nt)]
+                for h in range(2):
+                    for i in range(mt):
+                        for j in range(nt):
+                            regs = [eval(c_to_python(arg), {}, {"a": a, "w": w, "i": i, "j": j, "h": h})
+                                    for arg in calls[0]]  # noqa: S307
+                            mma16816(acc[warp, i, j], regs[:4], regs[4:])
+        ranks.append([((w // WN) * (BM // WM), (w % WN) * (BN // WN), acc[w]) for w in range(WM * WN)])
+    return ranks
+
+
+def wgmma_tile_partials(mem: Memory, shape: dict, tok0: int, row0: int, vec: bool) -> list[list[tuple]]:
+    """Each rank's warps of a wgmma tile: (wm0, wn0, acc[1][nt][lane][4]) from the kernel's loads
+    (load_rows), its descriptors and their offsets along k, and where store_tile is told each
+    warp's results lie."""
+    BM, BN, WGN, S = shape["BM"], shape["BN"], shape["WGN"], shape["S"]
+    m, n, k = mem.m, mem.n, mem.k
+    gemm = body("__device__ __forceinline__ void wide_gemm(")
+    rows = body("__device__ __forceinline__ void load_rows(")
+    (desc_expr,) = find(r"uint64_t smem_desc\(unsigned addr\)\s*\{\s*return (.*?);", None, 1)
+    ((da_expr, db_expr),) = find(r"const uint64_t da = smem_desc\(stage \+ (.*?)\), db = smem_desc\(stage \+ (.*?)\);",
+                                 gemm, 1)
+    ((a_step, b_step),) = find(r"wgmma<WNR>\(acc\[0\], da \+ (.*?), db \+ (.*?)\);", gemm, 1)
+    (kk_count,) = find(r"for \(int kk = 0; kk < (\d+); \+\+kk\)", gemm, 1)
+    ((wm0_expr, wn0_expr),) = find(r"store_tile<[^>]*>\(acc, (.*?), (.*?), tok0", gemm, 1)
+    (wg_line,) = find(r"const int wgm = (.*?);", gemm, 1)
+    loads = find(r"load_rows<(\w+), THREADS, VEC>\(stage, (.*?), (\w+), (\w+), (\w+), k, (.*?), k1\);", gemm, 2)
+    (rq_line,) = find(r"const int c = threadIdx\.x \+ i \* THREADS, (.*?);", rows, 1)
+    (in_line,) = find(r"const bool in = (.*?);", rows, 1)
+    ((col_expr, dst_expr),) = find(r"const int col = (.*?), dst = (.*?);", rows, 1)
+    assert rq_line == "r = c >> 3, q = c & 7"
+
+    def desc(addr: int) -> int:
+        return eval(desc_expr.replace("(uint64_t)", ""), {}, {"addr": addr})  # noqa: S307
+
+    wn = BN // WGN
+    threads = 128 * (BM // 64) * WGN
+    stage_bytes = (BM + BN) * 128
+    names = {"BM": BM, "BN": BN, "x": "x", "W": "W", "tok0": tok0, "row0": row0, "m": m, "n": n}
+    ranks = []
+    for k0, k1 in k_runs(gemm, k, S):
+        results = np.zeros((BM // 64 * WGN, 64, wn))
+        for s in range(-(-(k1 - k0) // 64)):
+            stage = np.zeros(stage_bytes, dtype=np.uint8)  # at a 1024-aligned address: 0 for the swizzle
+            written = np.zeros(stage_bytes // 16, dtype=np.int64)
+            for count, at, array, first, live, kk_expr in loads:
+                count, at = names[count], evaluate(at, BM=BM)
+                first, live, kk = names[first], names[live], evaluate(kk_expr, k0=k0, s=s)
+                for tid in range(threads):
+                    for i in range(count * 8 // threads):
+                        c = tid + i * threads
+                        r, q = c >> 3, c & 7
+                        inside = evaluate(in_line.replace(" < live", " < lv"), first=first, r=r, lv=live)
+                        fill(mem, stage, written, names[array], first + r, inside, evaluate(col_expr, kk=kk, q=q), k1,
+                             at + evaluate(dst_expr, r=r, q=q), vec)
+            assert (written == 1).all(), "a 16-byte slot of the stage written twice or never"
+            for wg in range(BM // 64 * WGN):
+                wgm = evaluate(wg_line.split(",")[0], wg=wg, WGN=WGN)
+                wgn = evaluate(wg_line.split("wgn = ")[1], wg=wg, WGN=WGN)
+                da = desc(evaluate(da_expr, wgm=wgm))
+                db = desc(evaluate(db_expr, BM=BM, wgn=wgn, WNR=wn))
+                for kk in range(int(kk_count)):
+                    wgmma(results[wg], stage, da + evaluate(a_step, kk=kk), db + evaluate(b_step, kk=kk))
+        warps = []
+        for wg in range(BM // 64 * WGN):
+            wgm = evaluate(wg_line.split(",")[0], wg=wg, WGN=WGN)
+            wgn = evaluate(wg_line.split("wgn = ")[1], wg=wg, WGN=WGN)
+            for warp in range(4):
+                acc = np.zeros((1, wn // 8, 32, 4))
+                for j in range(wn // 8):
+                    for e in range(4):
+                        acc[0, j, :, e] = results[wg][wgmma_accumulator(warp, j, e)]
+                warps.append((evaluate(wm0_expr, wgm=wgm, warp=warp), evaluate(wn0_expr, wgn=wgn, WNR=wn), acc))
+        ranks.append(warps)
+    return ranks
+
+
+def replay_tile(mem: Memory, kernel: str, vec: bool, path: str = "mma.sync") -> tuple[np.ndarray, np.ndarray]:
+    """Every block (every cluster rank) of a tile kernel at the grid the launch gives it, on one of
+    its paths (mma.sync, or wgmma for a wide_kernel), then store_tile's epilogue."""
+    shape = wide_shape(kernel) if path == "wgmma" else tile_shape(kernel)
+    partials_of = wgmma_tile_partials if path == "wgmma" else mma_tile_partials
+    BM, BN, S = shape["BM"], shape["BN"], shape["S"]
+    m, n = mem.m, mem.n
+    store = body("__device__ __forceinline__ void store_tile(")
+    (row_expr,) = find(r"const int row = (row0 \+ wn0 .*?);", store, 1)
+    (tok_expr,) = find(r"const int tok = (tok0 \+ wm0 .*?);", store, 1)
+    (part_expr,) = find(r"reinterpret_cast<float2\*>\(part \+ (.*?)\)\s*=", store, 1)
+    (stride_expr,) = find(r"constexpr int PART = (.*?);", store, 1)
+    ((band_tl, band_rl),) = find(r"const int tl = (.*?), rl = (.*?);", store, 1)
+    stride = evaluate(stride_expr, BN=BN)
     sums = np.zeros((m, n))
     writes = np.zeros((m, n), dtype=np.int64)
     for bx in range(-(-m // BM)):
         for by in range(-(-n // BN)):
             tok0, row0 = bx * BM, by * BN
-            partials = []
-            for rank in range(S):
-                run = evaluate(run_line, k=k, S=S)
-                k0 = evaluate(k0_line, k=k, rank=rank, run=run)
-                k1 = evaluate(k1_line, k=k, k0=k0, run=run)
-                acc = np.zeros((WM * WN, mt, nt, 32, 4))
-                for s in range(-(-(k1 - k0) // 32)):
-                    kk = k0 + 32 * s
-                    stage = np.zeros(stage_bytes, dtype=np.uint8)
-                    written = np.zeros(stage_bytes // 16, dtype=np.int64)
-                    for tid in range(threads):
-                        for i in range(copies):
-                            c = tid + i * threads
-                            r, q = c >> 2, c & 3
-                            assert rq_line == "r = c >> 2, q = c & 3"
-                            is_x = r < BM
-                            src = evaluate(src_line.replace("T::bm", str(BM)), is_x=is_x, tok0=tok0, r=r,
-                                           row0=row0)
-                            live = src < (m if is_x else n)
-                            array, col, dst = ("x" if is_x else "W"), kk + 8 * q, swizzle(r, q)
-                            row = np.array([src if live else 0])
-                            if not live or (vec and col >= k1):  # zero-filled
-                                data = np.zeros((1, 4), dtype=np.uint32)
-                            elif vec:
-                                data = mem.load16(array, row, np.array([col]))[:1]
-                            else:
-                                data = mem.load_elements(array, row, np.array([col]), k1)[:1]
-                            stage[dst:dst + 16] = data.view(np.uint8)[:16]
-                            written[dst // 16] += 1
-                    assert (written == 1).all(), "a 16-byte slot of the stage written twice or never"
-                    for warp in range(WM * WN):
-                        wm0 = evaluate(warp_line.split(",")[0], warp=warp, WN=WN, BM=BM, WM=WM)
-                        wn0 = evaluate(warp_line.split("wn0 = ")[1], warp=warp, WN=WN, BN=BN)
-                        a = [[ldmatrix4(stage, evaluate(a_off.replace("swizzle(", "sw("), wm0=wm0, i=i, lane=LANES, h=h,
-                                                        sw=swizzle)) for h in range(2)] for i in range(mt)]
-                        w = [ldmatrix4(stage, evaluate(b_off.replace("swizzle(", "sw("), BM=BM, wn0=wn0, j=j,
-                                                       lane=LANES, sw=swizzle)) for j in range(nt)]
-                        for h in range(2):
-                            for i in range(mt):
-                                for j in range(nt):
-                                    regs = [eval(c_to_python(arg), {}, {"a": a, "w": w, "i": i, "j": j, "h": h})
-                                            for arg in calls[0]]  # noqa: S307
-                                    mma16816(acc[warp, i, j], regs[:4], regs[4:])
-                partials.append(acc)
+            ranks = partials_of(mem, shape, tok0, row0, vec)
             # the epilogue: where the kernel puts acc[i][j][e] of each lane (S == 1: its output; S > 1:
             # its place in the partial tile), from the kernel's own expressions; the partials in rank order
             tile = np.zeros((BM, BN))
             placed = np.zeros((BM, BN), dtype=np.int64)
-            stride = BN + 8
-            for warp in range(WM * WN):
-                wm0, wn0 = (warp // WN) * (BM // WM), (warp % WN) * (BN // WN)
+            for w, (wm0, wn0, acc) in enumerate(ranks[0]):
+                mt, nt = acc.shape[:2]
                 for i in range(mt):
                     for j in range(nt):
                         for e in range(4):
@@ -337,11 +444,11 @@ def replay_tile(mem: Memory, kernel: str, vec: bool) -> tuple[np.ndarray, np.nda
                                 tl = evaluate(tok_expr, tok0=0, wm0=wm0, i=i, g=g, h=h)
                                 rl = evaluate(row_expr, row0=0, wn0=wn0, j=j, t=t) + (e & 1)
                             else:
-                                where = evaluate(part_expr.replace("T::part_stride", str(stride)), wm0=wm0, i=i, g=g,
-                                                 h=h, wn0=wn0, j=j, t=t) + (e & 1)
+                                where = evaluate(part_expr.replace("PART", str(stride)), wm0=wm0, i=i, g=g, h=h,
+                                                 wn0=wn0, j=j, t=t) + (e & 1)
                                 tl, rl = where // stride, where % stride
                             np.add.at(placed, (tl, rl), 1)
-                            tile[tl, rl] = sum(p[warp, i, j, :, e] for p in partials)
+                            tile[tl, rl] = sum(rank[w][2][i, j, :, e] for rank in ranks)
             assert (placed == 1).all()
             if S == 1:
                 toks, rows = np.meshgrid(np.arange(BM) + tok0, np.arange(BN) + row0, indexing="ij")
@@ -369,14 +476,17 @@ TILE_SHAPES = {  # kernel: shapes (m, n, k), odd sizes, k tails, split runs shor
     "linear_gelu_bf16_split2": [(40, 129, 136), (70, 10, 33)],
     "linear_gelu_bf16": [(24, 150, 72), (65, 7, 9)],
     "linear_gelu_bf16_gemm": [(130, 140, 72), (7, 129, 40)],
+    "linear_gelu_bf16_wide": [(130, 260, 136), (7, 9, 40)],
 }
 
 
+@pytest.mark.parametrize("path", ["wgmma", "mma.sync"])
 @pytest.mark.parametrize("kernel, m, n, k", [(kn, *shape) for kn, shapes in TILE_SHAPES.items() for shape in shapes])
-def test_the_tile_kernels_sum_every_product_once(kernel, m, n, k):
+def test_the_tile_kernels_sum_every_product_once(kernel, m, n, k, path):
+    """Both paths of every tile kernel: wgmma where the target has it (sm_90a), mma.sync elsewhere."""
     mem = Memory(m, n, k, seed=m * 7919 + n * 31 + k)
     for vec in (True, False) if k % 8 == 0 else (False,):
-        sums, writes = replay_tile(mem, kernel, vec)
+        sums, writes = replay_tile(mem, kernel, vec, path)
         assert (writes == 1).all(), (vec, np.argwhere(writes != 1)[:5])
         np.testing.assert_array_equal(sums, mem.product())
 
@@ -388,7 +498,8 @@ def test_every_kernel_is_replayed():
 def test_the_replay_catches_a_wrong_fragment_order(monkeypatch):
     """The replay has teeth: with the A registers of the stream kernel's MMA given in ldmatrix's
     order (rows g, g, g + 8, g + 8 where the fragment wants g, g + 8, g, g + 8), or with the tile
-    kernels' ldmatrix lanes naming the matrices in the wrong order, the sums come out wrong."""
+    kernels' ldmatrix lanes naming the matrices in the wrong order, or with the wgmma tiles' stages
+    stored without the swizzle their descriptors declare, the sums come out wrong."""
     text = source()
     swapped = text.replace("mma16816(d, lo.x, hi.x, lo.y, hi.y, col.x, col.y);",
                            "mma16816(d, lo.x, lo.y, hi.x, hi.y, col.x, col.y);")
@@ -403,4 +514,9 @@ def test_the_replay_catches_a_wrong_fragment_order(monkeypatch):
     monkeypatch.setattr(f"{__name__}.source", lambda: reordered)
     mem = Memory(64, 128, 64, seed=4)
     sums, _ = replay_tile(mem, "linear_gelu_bf16", True)
+    assert not np.array_equal(sums, mem.product())
+    unswizzled = text.replace("dst = r * 128 + ((q ^ (r & 7)) << 4);", "dst = r * 128 + (q << 4);")
+    assert unswizzled != text
+    monkeypatch.setattr(f"{__name__}.source", lambda: unswizzled)
+    sums, _ = replay_tile(mem, "linear_gelu_bf16", True, "wgmma")
     assert not np.array_equal(sums, mem.product())

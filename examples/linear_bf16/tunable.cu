@@ -1,22 +1,31 @@
 // The fused linear layer of LLM inference, y = gelu_tanh(x @ W^T + b): x [m x k], W [n x k] and
 // b [n] in BF16, y [m x n] in BF16, row-major, products accumulated in FP32 on the tensor cores
-// (mma.sync m16n8k16 BF16 -> FP32), the bias added and the GELU taken in FP32, each output
-// rounded to BF16 once. Six kernels of one signature; experiment.json's launch picks one per shape:
+// (BF16 -> FP32: mma.sync m16n8k16, and on Hopper wgmma m64nNk16), the bias added and the GELU
+// taken in FP32, each output rounded to BF16 once. Seven kernels of one signature; experiment.json's
+// launch picks one per shape:
 //
 //   linear_gelu_bf16_stream8   m <= 8 (decode): each block owns 16 rows of W, its KW warps split k
 //   linear_gelu_bf16_stream16  m <= 16          between them, and every warp streams its share of
-//                              those rows from global memory straight into tensor-core fragments
+//                              those rows from global memory straight into mma.sync fragments
 //                              (16-byte loads in groups of U 32-column chunks, the next group's
 //                              loads issued before this group's MMAs); x comes through L1. The
 //                              warps' partial sums meet in shared memory, where the bias and the
 //                              GELU are applied. W is read exactly once.
 //   linear_gelu_bf16_split4    m <= 64, or tiles too few to fill the GPU: 64 x 128 output tiles
 //   linear_gelu_bf16_split2    (tokens x rows of W), x and W staged through a ring of MS
-//   linear_gelu_bf16           shared-memory stages by cp.async and read by ldmatrix; S = 4, 2 or
-//                              1 blocks per tile split k, one thread-block cluster per tile, their
-//                              partial tiles added through distributed shared memory in rank order
-//   linear_gelu_bf16_gemm      prefill (m > 64, 128 x 128 tiles fill the GPU): 128 x 128 tiles,
-//                              8 warps of 64 x 32, four cp.async stages, the epilogue in registers
+//   linear_gelu_bf16           shared-memory stages by cp.async; S = 4, 2 or 1 blocks per tile
+//                              split k, one thread-block cluster per tile, their partial tiles
+//                              added through distributed shared memory in rank order
+//   linear_gelu_bf16_gemm      prefill (m > 64, 128 x 128 tiles fill the GPU): 128 x 128 tiles
+//   linear_gelu_bf16_wide      prefill with tiles to spare (two 128 x 256 tiles per SM or more)
+//
+// The tile kernels take their MMAs from the target: compiled for sm_90a (an H100's or H200's own
+// target, which the harness uses there), two warpgroups (64 x 128) or one (128 x 128, 128 x 256)
+// issue wgmma on 64-column stages held in shared memory with the 128-byte swizzle; for any other
+// target, the same entries run 8 warps of mma.sync fed by ldmatrix, the epilogue shared by both.
+// What keeps the prefill tiles below cuBLAS: the stages are filled by cp.async from every thread
+// (not by the TMA with a producer warp), one block per SM, and the epilogue does not overlap the
+// next tile's loads.
 //
 // The fragments. For mma.m16n8k16 a thread (group g = lane / 4, t = lane % 4) holds A's rows g
 // and g + 8 at columns 2t, 2t+1, 2t+8, 2t+9, and B's column g at the same four rows. A dot product
@@ -43,9 +52,9 @@
 #define U 4  // 32-column chunks of k per load group of the stream kernels (two groups in flight)
 #endif
 #ifndef MS
-#define MS 4  // cp.async stages of the 64 x 128 tile kernels (12 KiB each)
+#define MS 4  // stages of the 64 x 128 tile kernels (wgmma: 24 KiB each; mma.sync: 12 KiB)
 #endif
-#define GS 4  // cp.async stages of the 128 x 128 tile kernel (16 KiB each)
+#define GS 4  // stages of the 128 x 128 and 128 x 256 tiles where mma.sync runs them (16 KiB each)
 
 static_assert(KW >= 1 && KW <= 32 && U >= 1 && MS >= 2 && GS >= 2, "tunables out of range");
 
@@ -368,6 +377,80 @@ struct Loader {
     }
 };
 
+// The end of a tile. acc[i][j] holds this thread's sums for tokens wm0 + 16i + g (+ 8) at rows of
+// W wn0 + 8j + 2t (+ 1): the layout of mma.sync's accumulators and of wgmma's alike. S == 1: the
+// bias, the GELU and the store. S > 1: the S blocks of the cluster add their partial tiles (Tile).
+template <int BM, int BN, int THREADS, int S, int MT, int NT>
+__device__ __forceinline__ void store_tile(const float (&acc)[MT][NT][4], int wm0, int wn0, int tok0, int row0,
+                                           unsigned rank, const bf16* __restrict__ b, bf16* __restrict__ y, int m,
+                                           int n, unsigned char* smem)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    if constexpr (S == 1) {
+        const bool pairs = n % 2 == 0 && ((uintptr_t)y & 3) == 0;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const int row = row0 + wn0 + 8 * j + 2 * t;
+            if (row >= n)
+                continue;
+            const float b0 = __bfloat162float(b[row]), b1 = row + 1 < n ? __bfloat162float(b[row + 1]) : 0.0f;
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int tok = tok0 + wm0 + 16 * i + g + 8 * h;
+                    if (tok >= m)
+                        continue;
+                    const bf16 v0 = __float2bfloat16_rn(gelu_tanh(acc[i][j][2 * h] + b0));
+                    bf16* out = y + (size_t)tok * n + row;
+                    if (pairs) {
+                        const bf16 v1 = __float2bfloat16_rn(gelu_tanh(acc[i][j][2 * h + 1] + b1));
+                        *reinterpret_cast<__nv_bfloat162*>(out) = __halves2bfloat162(v0, v1);
+                    } else {
+                        out[0] = v0;
+                        if (row + 1 < n)
+                            out[1] = __float2bfloat16_rn(gelu_tanh(acc[i][j][2 * h + 1] + b1));
+                    }
+                }
+        }
+    } else {
+        constexpr int PART = BN + 8;  // floats per partial row: float2 stores without bank conflicts
+        static_assert(BM % S == 0, "the cluster's blocks split the tile's tokens evenly");
+        __syncthreads();  // every warp is done with the ring: it now holds this block's partial tile
+        float* part = reinterpret_cast<float*>(smem);
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    *reinterpret_cast<float2*>(part + (wm0 + 16 * i + g + 8 * h) * PART + wn0 + 8 * j + 2 * t)
+                        = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+        cluster_barrier();
+        constexpr int BAND = BM / S, QUADS = BN / 4;
+        for (int e = threadIdx.x; e < BAND * QUADS; e += THREADS) {
+            const int tl = (int)rank * BAND + e / QUADS, rl = 4 * (e % QUADS);
+            const int tok = tok0 + tl, row = row0 + rl;
+            if (tok >= m || row >= n)
+                continue;
+            const float* p = part + tl * PART + rl;
+            float4 s = cluster_load4(p, 0);
+#pragma unroll
+            for (int q = 1; q < S; ++q) {
+                const float4 v = cluster_load4(p, q);
+                s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+            }
+            const float sums[4] = {s.x, s.y, s.z, s.w};
+            bf16* out = y + (size_t)tok * n + row;
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+                if (row + r < n)
+                    out[r] = finish(sums[r], b, row + r);
+        }
+        cluster_barrier();  // the other blocks may still be reading this one's partial tile
+    }
+}
+
 template <int BM, int BN, int WM, int WN, int STAGES, int S, bool VEC>
 __device__ __forceinline__ void tile_gemm(const bf16* __restrict__ x, const bf16* __restrict__ W,
                                           const bf16* __restrict__ b, bf16* __restrict__ y, int m, int n, int k,
@@ -376,7 +459,6 @@ __device__ __forceinline__ void tile_gemm(const bf16* __restrict__ x, const bf16
     using T = Tile<BM, BN, WM, WN, STAGES, S>;
     constexpr int MT = T::mt, NT = T::nt;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
     const int wm0 = (warp / WN) * (BM / WM), wn0 = (warp % WN) * (BN / WN);  // the warp's part of the tile
     const int tok0 = blockIdx.x * BM, row0 = blockIdx.y * BN;
     const unsigned rank = S > 1 ? cluster_rank() : 0;
@@ -434,85 +516,223 @@ __device__ __forceinline__ void tile_gemm(const bf16* __restrict__ x, const bf16
                     mma16816(acc[i][j], a[i][h][0], a[i][h][1], a[i][h][2], a[i][h][3], w[j][2 * h], w[j][2 * h + 1]);
     }
     cp_async_wait<0>();
-
-    // acc[i][j]: tokens wm0 + 16i + g (+ 8) at rows of W wn0 + 8j + 2t, + 1.
-    if constexpr (S == 1) {
-        const bool pairs = n % 2 == 0 && ((uintptr_t)y & 3) == 0;
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            const int row = row0 + wn0 + 8 * j + 2 * t;
-            if (row >= n)
-                continue;
-            const float b0 = __bfloat162float(b[row]), b1 = row + 1 < n ? __bfloat162float(b[row + 1]) : 0.0f;
-#pragma unroll
-            for (int i = 0; i < MT; ++i)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int tok = tok0 + wm0 + 16 * i + g + 8 * h;
-                    if (tok >= m)
-                        continue;
-                    const bf16 v0 = __float2bfloat16_rn(gelu_tanh(acc[i][j][2 * h] + b0));
-                    bf16* out = y + (size_t)tok * n + row;
-                    if (pairs) {
-                        const bf16 v1 = __float2bfloat16_rn(gelu_tanh(acc[i][j][2 * h + 1] + b1));
-                        *reinterpret_cast<__nv_bfloat162*>(out) = __halves2bfloat162(v0, v1);
-                    } else {
-                        out[0] = v0;
-                        if (row + 1 < n)
-                            out[1] = __float2bfloat16_rn(gelu_tanh(acc[i][j][2 * h + 1] + b1));
-                    }
-                }
-        }
-    } else {
-        __syncthreads();  // every warp is done with the ring: it now holds this block's partial tile
-        float* part = reinterpret_cast<float*>(smem);
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    *reinterpret_cast<float2*>(part + (wm0 + 16 * i + g + 8 * h) * T::part_stride + wn0 + 8 * j + 2 * t)
-                        = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
-        cluster_barrier();
-        constexpr int BAND = BM / S, QUADS = BN / 4;
-        for (int e = threadIdx.x; e < BAND * QUADS; e += T::threads) {
-            const int tl = (int)rank * BAND + e / QUADS, rl = 4 * (e % QUADS);
-            const int tok = tok0 + tl, row = row0 + rl;
-            if (tok >= m || row >= n)
-                continue;
-            const float* p = part + tl * T::part_stride + rl;
-            float4 s = cluster_load4(p, 0);
-#pragma unroll
-            for (int q = 1; q < S; ++q) {
-                const float4 v = cluster_load4(p, q);
-                s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
-            }
-            const float sums[4] = {s.x, s.y, s.z, s.w};
-            bf16* out = y + (size_t)tok * n + row;
-#pragma unroll
-            for (int r = 0; r < 4; ++r)
-                if (row + r < n)
-                    out[r] = finish(sums[r], b, row + r);
-        }
-        cluster_barrier();  // the other blocks may still be reading this one's partial tile
-    }
+    store_tile<BM, BN, T::threads, S, MT, NT>(acc, wm0, wn0, tok0, row0, rank, b, y, m, n, smem);
 }
 
 template <int BM, int BN, int WM, int WN, int STAGES, int S>
-__device__ __forceinline__ void tile_kernel(const bf16* x, const bf16* W, const bf16* b, bf16* y, int m, int n, int k)
+__device__ __forceinline__ void tile_kernel(const bf16* x, const bf16* W, const bf16* b, bf16* y, int m, int n, int k,
+                                            unsigned char* smem)
 {
-    extern __shared__ __align__(128) unsigned char smem[];
     if (k % 8 == 0 && aligned16(x) && aligned16(W))
         tile_gemm<BM, BN, WM, WN, STAGES, S, true>(x, W, b, y, m, n, k, smem);
     else
         tile_gemm<BM, BN, WM, WN, STAGES, S, false>(x, W, b, y, m, n, k, smem);
 }
 
-// 64 x 128 tiles, warps of 32 x 32; the launch asks for Tile<64, 128, 2, 4, MS, S>::smem_bytes of
-// dynamic shared memory (12288 * MS: the ring is larger than the 64 x 136 floats of a partial tile).
-static_assert(Tile<64, 128, 2, 4, MS, 4>::smem_bytes == 12288 * MS, "the launch's shared_bytes, 64 x 128 tiles");
-static_assert(Tile<128, 128, 2, 4, GS, 1>::smem_bytes == 16384 * GS, "the launch's shared_bytes, 128 x 128 tiles");
+// ---- Hopper: warpgroup MMAs (wgmma, compiled for sm_90a) ---------------------------------------
+//
+// A stage holds 64 columns of k: BM rows of x, then BN rows of W, each row 128 bytes whose eight
+// 16-byte chunks are stored at chunk q ^ (r % 8) for row r (the 128-byte swizzle, which the tensor
+// cores undo as they read); 8 rows make 1024 bytes, and the ring starts 1024-aligned. A warpgroup
+// (4 warps) multiplies its 64 tokens by its BN / WGN rows of W, one wgmma per 16 columns of k,
+// both operands read from shared memory through descriptors, while the cp.async loads of the next
+// STAGES - 2 stages are in flight. Elsewhere the same entries run the mma.sync tiles.
+
+template <int BM, int BN, int WGN, int STAGES>
+struct Wide {
+    static constexpr int wn = BN / WGN, threads = 128 * (BM / 64) * WGN;
+    static constexpr int stage_bytes = (BM + BN) * 128;
+    static constexpr int smem_bytes = STAGES * stage_bytes + 1024;  // + 1024: to align the ring
+    static_assert(BM % 64 == 0 && BM * 8 % threads == 0 && BN * 8 % threads == 0 && STAGES >= 3 &&
+                  (wn == 64 || wn == 128 || wn == 256), "wide tile shape");
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// D (64 x N, FP32) += A (64 x 16) B (N x 16)^T, A and B K-major in shared memory (descriptors a, b).
+template <int N>
+__device__ void wgmma(float (&d)[N / 8][4], uint64_t a, uint64_t b);
+
+#define D4(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+template <>
+__device__ __forceinline__ void wgmma<64>(float (&d)[8][4], uint64_t a, uint64_t b)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+                 "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : D4(0), D4(1), D4(2), D4(3), D4(4), D4(5), D4(6), D4(7)
+                 : "l"(a), "l"(b));
+}
+
+template <>
+__device__ __forceinline__ void wgmma<128>(float (&d)[16][4], uint64_t a, uint64_t b)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+                 "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+                 "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+                 "%56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : D4(0), D4(1), D4(2), D4(3), D4(4), D4(5), D4(6), D4(7),
+                   D4(8), D4(9), D4(10), D4(11), D4(12), D4(13), D4(14), D4(15)
+                 : "l"(a), "l"(b));
+}
+
+template <>
+__device__ __forceinline__ void wgmma<256>(float (&d)[32][4], uint64_t a, uint64_t b)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+                 "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+                 "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+                 "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "
+                 "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, "
+                 "%92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "
+                 "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, "
+                 "%123, %124, %125, %126, %127"
+                 "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+                 : D4(0), D4(1), D4(2), D4(3), D4(4), D4(5), D4(6), D4(7),
+                   D4(8), D4(9), D4(10), D4(11), D4(12), D4(13), D4(14), D4(15),
+                   D4(16), D4(17), D4(18), D4(19), D4(20), D4(21), D4(22), D4(23),
+                   D4(24), D4(25), D4(26), D4(27), D4(28), D4(29), D4(30), D4(31)
+                 : "l"(a), "l"(b));
+}
+#undef D4
+
+__device__ __forceinline__ void wgmma_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
+}
+// What threads wrote to shared memory (cp.async, st.shared) made visible to the tensor cores' reads.
+__device__ __forceinline__ void fence_async_shared()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// The descriptor of a K-major operand at shared address `addr`: rows of 128 bytes with the
+// 128-byte swizzle, groups of 8 rows 1024 bytes apart.
+__device__ __forceinline__ uint64_t smem_desc(unsigned addr)
+{
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
+}
+
+// `rows` rows (first: `first`, `live` of them inside the matrix) of 64 columns from kk, into a stage at
+// byte `at`, each thread its share of 16-byte chunks. Rows past `live` and columns at or past kend
+// read as zeros.
+template <int ROWS, int THREADS, bool VEC>
+__device__ __forceinline__ void load_rows(unsigned char* stage, int at, const bf16* __restrict__ src, int first,
+                                          int live, int k, int kk, int kend)
+{
+    const unsigned base = (unsigned)__cvta_generic_to_shared(stage) + at;
+#pragma unroll
+    for (int i = 0; i < ROWS * 8 / THREADS; ++i) {
+        const int c = threadIdx.x + i * THREADS, r = c >> 3, q = c & 7;
+        const bool in = first + r < live;
+        const bf16* row = src + (size_t)(in ? first + r : 0) * k;
+        const int col = kk + 8 * q, dst = r * 128 + ((q ^ (r & 7)) << 4);
+        if constexpr (VEC) {
+            const bool ok = in && col < kend;  // k % 8 == 0: all 8 columns in, or none
+            cp_async16(base + dst, ok ? (const void*)(row + col) : (const void*)row, ok ? 16 : 0);
+        } else {
+            *reinterpret_cast<uint4*>(stage + at + dst) = in ? load_elements(row, col, kend) : make_uint4(0, 0, 0, 0);
+        }
+    }
+}
+
+template <int BM, int BN, int WGN, int STAGES, int S, bool VEC>
+__device__ __forceinline__ void wide_gemm(const bf16* __restrict__ x, const bf16* __restrict__ W,
+                                          const bf16* __restrict__ b, bf16* __restrict__ y, int m, int n, int k,
+                                          unsigned char* smem)
+{
+    using T = Wide<BM, BN, WGN, STAGES>;
+    constexpr int WNR = T::wn, THREADS = T::threads;
+    smem += (1024 - ((unsigned)__cvta_generic_to_shared(smem) & 1023)) & 1023;
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
+    const int wgm = wg / WGN, wgn = wg % WGN;
+    const int tok0 = blockIdx.x * BM, row0 = blockIdx.y * BN;
+    const unsigned rank = S > 1 ? cluster_rank() : 0;
+    const int run = ((k + S - 1) / S + 63) / 64 * 64;  // k per block of the cluster, whole stages
+    const int k0 = min(k, (int)rank * run), k1 = min(k, k0 + run);
+    const int stages = (k1 - k0 + 63) / 64;
+    auto load = [&](int s) {
+        unsigned char* stage = smem + (s % STAGES) * T::stage_bytes;
+        load_rows<BM, THREADS, VEC>(stage, 0, x, tok0, m, k, k0 + 64 * s, k1);
+        load_rows<BN, THREADS, VEC>(stage, BM * 128, W, row0, n, k, k0 + 64 * s, k1);
+    };
+
+    float acc[1][WNR / 8][4];
+#pragma unroll
+    for (int j = 0; j < WNR / 8; ++j) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 2; ++s) {
+        if (s < stages)
+            load(s);
+        cp_async_commit();
+    }
+    const unsigned ring = (unsigned)__cvta_generic_to_shared(smem);
+    for (int s = 0; s < stages; ++s) {
+        cp_async_wait<STAGES - 3>();  // stage s has landed (this thread's copies) ...
+        fence_async_shared();         // ... where the tensor cores see it ...
+        __syncthreads();              // ... everyone's; and every warpgroup is done with stage s - 2
+        if (s + STAGES - 2 < stages)
+            load(s + STAGES - 2);     // into stage s - 2's slot
+        cp_async_commit();
+        const unsigned stage = ring + (s % STAGES) * T::stage_bytes;
+        const uint64_t da = smem_desc(stage + wgm * 64 * 128), db = smem_desc(stage + (BM + wgn * WNR) * 128);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)  // 16 columns of k are 32 bytes: 2 in the descriptor's units
+            wgmma<WNR>(acc[0], da + 2 * kk, db + 2 * kk);
+        wgmma_commit();
+        wgmma_wait<1>();  // stage s - 1's MMAs are done; stage s's may still run
+    }
+    wgmma_wait<0>();
+    cp_async_wait<0>();
+    store_tile<BM, BN, THREADS, S, 1, WNR / 8>(acc, wgm * 64 + 16 * warp, wgn * WNR, tok0, row0, rank, b, y, m, n,
+                                               smem);
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// BM x BN tiles, S blocks of a cluster per tile: wgmma with STAGES stages where the target has it,
+// else mma.sync tiles of 8 warps with FALLBACK stages (the launch's shared_bytes covers both).
+template <int BM, int BN, int WGN, int STAGES, int S, int FALLBACK>
+__device__ __forceinline__ void wide_kernel(const bf16* x, const bf16* W, const bf16* b, bf16* y, int m, int n, int k)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    static_assert(Wide<BM, BN, WGN, STAGES>::threads == 256 && Tile<BM, BN, 2, 4, FALLBACK, S>::threads == 256,
+                  "both paths: one block of 256 threads");
+    static_assert(Tile<BM, BN, 2, 4, FALLBACK, S>::smem_bytes <= Wide<BM, BN, WGN, STAGES>::smem_bytes,
+                  "the launch's shared_bytes covers both paths");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (k % 8 == 0 && aligned16(x) && aligned16(W))
+        wide_gemm<BM, BN, WGN, STAGES, S, true>(x, W, b, y, m, n, k, smem);
+    else
+        wide_gemm<BM, BN, WGN, STAGES, S, false>(x, W, b, y, m, n, k, smem);
+#else
+    tile_kernel<BM, BN, 2, 4, FALLBACK, S>(x, W, b, y, m, n, k, smem);
+#endif
+}
+
+// The launch's shared_bytes: 64 x 128 tiles (split4, split2, mid) MS stages of 24 KiB, 128 x 128
+// tiles (gemm) 5 of 32 KiB, 128 x 256 tiles (wide) 4 of 48 KiB; each 1 KiB more to align the ring.
+static_assert(Wide<64, 128, 2, MS>::smem_bytes == 24576 * MS + 1024, "the launch's shared_bytes, 64 x 128 tiles");
+static_assert(Wide<128, 128, 1, 5>::smem_bytes == 164864, "the launch's shared_bytes, 128 x 128 tiles");
+static_assert(Wide<128, 256, 1, 4>::smem_bytes == 197632, "the launch's shared_bytes, 128 x 256 tiles");
 
 extern "C" __global__ void __launch_bounds__(256)
 linear_gelu_bf16_split4(const __nv_bfloat16* x, const __nv_bfloat16* W, const __nv_bfloat16* b, __nv_bfloat16* y,
@@ -522,7 +742,7 @@ extern "C" __global__ void __launch_bounds__(256)
 linear_gelu_bf16_split4(const __nv_bfloat16* x, const __nv_bfloat16* W, const __nv_bfloat16* b, __nv_bfloat16* y,
                         int m, int n, int k)
 {
-    tile_kernel<64, 128, 2, 4, MS, 4>(x, W, b, y, m, n, k);
+    wide_kernel<64, 128, 2, MS, 4, MS>(x, W, b, y, m, n, k);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
@@ -533,19 +753,26 @@ extern "C" __global__ void __launch_bounds__(256)
 linear_gelu_bf16_split2(const __nv_bfloat16* x, const __nv_bfloat16* W, const __nv_bfloat16* b, __nv_bfloat16* y,
                         int m, int n, int k)
 {
-    tile_kernel<64, 128, 2, 4, MS, 2>(x, W, b, y, m, n, k);
+    wide_kernel<64, 128, 2, MS, 2, MS>(x, W, b, y, m, n, k);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
 linear_gelu_bf16(const __nv_bfloat16* x, const __nv_bfloat16* W, const __nv_bfloat16* b, __nv_bfloat16* y,
-                     int m, int n, int k)
+                 int m, int n, int k)
 {
-    tile_kernel<64, 128, 2, 4, MS, 1>(x, W, b, y, m, n, k);
+    wide_kernel<64, 128, 2, MS, 1, MS>(x, W, b, y, m, n, k);
 }
 
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(256, 1)
 linear_gelu_bf16_gemm(const __nv_bfloat16* x, const __nv_bfloat16* W, const __nv_bfloat16* b, __nv_bfloat16* y,
                       int m, int n, int k)
 {
-    tile_kernel<128, 128, 2, 4, GS, 1>(x, W, b, y, m, n, k);
+    wide_kernel<128, 128, 1, 5, 1, GS>(x, W, b, y, m, n, k);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+linear_gelu_bf16_wide(const __nv_bfloat16* x, const __nv_bfloat16* W, const __nv_bfloat16* b, __nv_bfloat16* y,
+                      int m, int n, int k)
+{
+    wide_kernel<128, 256, 1, 4, 1, GS>(x, W, b, y, m, n, k);
 }

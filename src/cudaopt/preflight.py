@@ -39,7 +39,8 @@ from .cpu_controls import cpu_controls, cpu_tensor
 from .errors import ExperimentError
 from .experiment import Experiment
 from .worker.case_data import case_bytes, memory_text
-from .compilekit.compiler import DEFAULT_ARCH, CompileError, compile_kernel, ready
+from .compilekit.compiler import CompileError, compile_kernel, ready
+from .compilekit.target import DEFAULT_ARCH, target_arch
 from .compilekit.cubin import kept_state
 from .worker.inputs import InputError, generate, shape_of
 from .compilekit.math_units import precision_refusal
@@ -63,9 +64,9 @@ class Checked:
 
 
 def local_arch() -> str:
-    """The first GPU's architecture (sm_XY), or sm_90 where there is none."""
+    """The first GPU's target architecture (e.g. sm_90a), or sm_90a where there is none."""
     cc = _local_capability()
-    return f"sm_{cc.major}{cc.minor}" if cc is not None else DEFAULT_ARCH
+    return target_arch(cc.major, cc.minor) if cc is not None else DEFAULT_ARCH
 
 
 def has_local_gpu() -> bool:

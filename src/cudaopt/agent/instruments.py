@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from ..engine.recorder import ROLES, Recorder
 from ..compilekit.compiler import CompileError
+from ..compilekit.target import DEFAULT_ARCH
 from ..insight import ncu
 from ..insight.card import BottleneckCard, CardError, ProfileRecord, build_card
 from ..insight.compiled import summarize
@@ -32,7 +33,7 @@ def _stderr(message: str) -> None:
 
 
 class Instruments:
-    def __init__(self, recorder: Recorder, *, ncu_path: str | None, device: int = 0, arch: str = "sm_90",
+    def __init__(self, recorder: Recorder, *, ncu_path: str | None, device: int = 0, arch: str = DEFAULT_ARCH,
                  patience: int | None = None, notice: Callable[[str], None] = _stderr):
         self.rec = recorder
         self.ncu_path = ncu_path

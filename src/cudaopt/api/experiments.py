@@ -63,7 +63,7 @@ def check(experiment: Given, *, kernel: PathArg | None = None, entry: str | None
     case, each case's launch (or ``launch``, for every case) against the kernel, the reference (a
     ``.py`` one called on the smallest case, the negative controls on the CPU), each kernel
     (``kernel`` instead of the initial one) compiled with NVRTC for ``arch`` (default: this
-    machine's GPU, else sm_90). What was checked, one line each."""
+    machine's GPU, else sm_90a). What was checked, one line each."""
     check_arguments({"entry": entry, "arch": arch})
     exp = experiment_of(experiment)
     path = path_of(kernel, "kernel") or (exp.initial_kernel_path if entry is not None or launch is not None else None)
@@ -74,7 +74,7 @@ def check(experiment: Given, *, kernel: PathArg | None = None, entry: str | None
     if path is not None:
         kernel_file(path, entry or exp.signature.name, exp.signature)
     if arch is not None and not re.fullmatch(r"sm_\d{2,3}[a-z]?", arch):
-        raise ExperimentError("--arch", "", f"{arch!r} is not an architecture such as sm_90")
+        raise ExperimentError("--arch", "", f"{arch!r} is not an architecture such as sm_90a")
     spec = as_launch(launch)
     origin = launch_origin(launch if isinstance(launch, str) else None)
     return preflight(exp, kernel=path, entry=entry, arch=arch, launch=spec, launch_origin=origin)

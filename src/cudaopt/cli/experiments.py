@@ -38,8 +38,8 @@ def check(
     kernel: KernelOpt = None,
     entry: EntryOpt = None,
     launch: LaunchOpt = None,
-    arch: Annotated[str | None, typer.Option("--arch", help="Target architecture, e.g. sm_90 (default: the local "
-                                                            "GPU's, else sm_90).")] = None,
+    arch: Annotated[str | None, typer.Option("--arch", help="Target architecture, e.g. sm_90a (default: the local "
+                                                            "GPU's, else sm_90a).")] = None,
 ) -> None:
     """Check an experiment without a GPU: files, fields, every expression on every case, each case's
     launch (or --launch) against the kernel, the reference (a .py one is called on the smallest case),

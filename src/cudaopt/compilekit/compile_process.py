@@ -37,6 +37,7 @@ from ..wire.results import CompileInfo
 from . import lifeline
 from .nvrtc_build import CompileError
 from .sandbox import worker_environment
+from .target import DEFAULT_ARCH
 
 START_TIMEOUT = 120.0  # importing NVRTC and the warm-up compilation
 TIMEOUT = 600.0  # one compilation (a worker's supervisor has its own, shorter, compile_s)
@@ -185,8 +186,8 @@ def _serve() -> None:
     # libraries, and the Python modules that decode and encode a request
     warm = KernelSpec(source='extern "C" __global__ void k(float* x) { x[0] = INFINITY; }', entry="k")
     for kind in ("cubin", "ptx"):
-        _handle(json.loads(json.dumps({"kind": kind, "spec": warm.model_dump(), "arch": "sm_90"})))
-    _handle({"kind": "cubin", "spec": {**warm.model_dump(), "source": "#error warm-up"}, "arch": "sm_90"})
+        _handle(json.loads(json.dumps({"kind": kind, "spec": warm.model_dump(), "arch": DEFAULT_ARCH})))
+    _handle({"kind": "cubin", "spec": {**warm.model_dump(), "source": "#error warm-up"}, "arch": DEFAULT_ARCH})
     hello = {"roots": [list(r) for r in roots], "nvrtc": nvrtc_build.nvrtc_version()}
     try:
         hello["landlock"] = landlock.confine(nvrtc_build.include_dirs())

@@ -19,9 +19,7 @@ from .compile_process import compile_remote
 from .math_units import read_math
 from .nvrtc_build import CompileError, parse_ptxas, with_hints  # noqa: F401 (callers import them here)
 from .sandbox import PROGRAM_NAME, IncludeError, check_includes
-
-DEFAULT_ARCH = "sm_90"
-
+from .target import DEFAULT_ARCH
 
 @dataclass
 class Compiled:

@@ -8,6 +8,7 @@ from ..agent.model import ModelClient, make_chat_model
 from ..agent.research import search_cuda_docs
 from ..errors import ExperimentError
 from ..compilekit.locate import find_tool
+from ..compilekit.target import DEFAULT_ARCH
 from ..engine.recorder import Candidate
 from .base import Context, register
 
@@ -41,7 +42,7 @@ class _Agent:
         instruments = None
         if ctx.use_nsight:
             instruments = Instruments(rec, ncu_path=find_tool("ncu"), device=ctx.device_index,
-                                      arch=device.arch or "sm_90", patience=ctx.budget.patience)
+                                      arch=device.arch or DEFAULT_ARCH, patience=ctx.budget.patience)
             tools.update(instruments.tools())
         chat = ctx.chat_model if ctx.chat_model is not None else make_chat_model(ctx.model)
         client = ModelClient(chat, ctx.model, tools)

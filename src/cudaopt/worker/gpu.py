@@ -15,6 +15,7 @@ from importlib import resources
 
 import numpy as np
 
+from ..compilekit.target import target_arch
 from ..wire.results import Clocks, DeviceInfo, MeasuredPeaksInfo
 from ..wire.signature import DTYPES
 from .driver import DEFAULT_SHARED_LIMIT, CudaCallError, allow_dynamic_shared, call
@@ -92,7 +93,7 @@ class Gpu:
         props = self.device.properties
         self.props = props
         cc = self.device.compute_capability
-        self.arch = f"sm_{cc.major}{cc.minor}"
+        self.arch = target_arch(cc.major, cc.minor)
         self.l2_bytes = int(props.l2_cache_size)
         self._flush_bytes = max(2 * self.l2_bytes, 16 << 20)
         self._flush = self.device.allocate(self._flush_bytes, stream=self.stream)

@@ -237,24 +237,24 @@ def test_the_stream_kernels_sum_every_product_once(m, n, k, warps, unroll):
 # ---- the tile kernels -------------------------------------------------------------------------------
 
 def tile_shape(kernel: str) -> dict:
-    """The mma.sync tile a kernel runs: its own (tile_kernel) or, for a wide_kernel, the one it
+    """The mma.sync tile a kernel runs: its own (mma_tile_kernel) or, for a tile_entry, the one it
     falls back to where the target has no wgmma."""
     e = entries()[kernel]
-    if e["kind"] == "wide_kernel":
+    if e["kind"] == "tile_entry":
         bm, bn, _wgn, _stages, s, _fallback = e["args"]
-        (call,) = find(r"tile_kernel<BM, BN, (\d+), (\d+), FALLBACK, S>\(", body("__device__ __forceinline__ void "
-                                                                                 "wide_kernel("), 1)
+        entry = body("__device__ __forceinline__ void tile_entry(")
+        (call,) = find(r"mma_tile_kernel<BM, BN, (\d+), (\d+), FALLBACK, S>\(", entry, 1)
         wm, wn = call
     else:
-        assert e["kind"] == "tile_kernel"
+        assert e["kind"] == "mma_tile_kernel"
         bm, bn, wm, wn, _stages, s = e["args"]
     assert int(s) == e["cluster"], f"{kernel}: template S {s} but __cluster_dims__ {e['cluster']}"
     return {"BM": int(bm), "BN": int(bn), "WM": int(wm), "WN": int(wn), "S": int(s)}
 
 
-def wide_shape(kernel: str) -> dict:
+def wgmma_shape(kernel: str) -> dict:
     e = entries()[kernel]
-    assert e["kind"] == "wide_kernel"
+    assert e["kind"] == "tile_entry"
     bm, bn, wgn, _stages, s, _fallback = e["args"]
     assert int(s) == e["cluster"], f"{kernel}: template S {s} but __cluster_dims__ {e['cluster']}"
     return {"BM": int(bm), "BN": int(bn), "WGN": int(wgn), "S": int(s)}
@@ -350,7 +350,7 @@ def wgmma_tile_partials(mem: Memory, shape: dict, tok0: int, row0: int, vec: boo
     warp's results lie."""
     BM, BN, WGN, S = shape["BM"], shape["BN"], shape["WGN"], shape["S"]
     m, n, k = mem.m, mem.n, mem.k
-    gemm = body("__device__ __forceinline__ void wide_gemm(")
+    gemm = body("__device__ __forceinline__ void wgmma_gemm(")
     rows = body("__device__ __forceinline__ void load_rows(")
     (desc_expr,) = find(r"uint64_t smem_desc\(unsigned addr\)\s*\{\s*return (.*?);", None, 1)
     ((da_expr, db_expr),) = find(r"const uint64_t da = smem_desc\(stage \+ (.*?)\), db = smem_desc\(stage \+ (.*?)\);",
@@ -412,8 +412,8 @@ def wgmma_tile_partials(mem: Memory, shape: dict, tok0: int, row0: int, vec: boo
 
 def replay_tile(mem: Memory, kernel: str, vec: bool, path: str = "mma.sync") -> tuple[np.ndarray, np.ndarray]:
     """Every block (every cluster rank) of a tile kernel at the grid the launch gives it, on one of
-    its paths (mma.sync, or wgmma for a wide_kernel), then store_tile's epilogue."""
-    shape = wide_shape(kernel) if path == "wgmma" else tile_shape(kernel)
+    its paths (mma.sync, or wgmma for a tile_entry), then store_tile's epilogue."""
+    shape = wgmma_shape(kernel) if path == "wgmma" else tile_shape(kernel)
     partials_of = wgmma_tile_partials if path == "wgmma" else mma_tile_partials
     BM, BN, S = shape["BM"], shape["BN"], shape["S"]
     m, n = mem.m, mem.n
@@ -421,9 +421,10 @@ def replay_tile(mem: Memory, kernel: str, vec: bool, path: str = "mma.sync") -> 
     (row_expr,) = find(r"const int row = (row0 \+ wn0 .*?);", store, 1)
     (tok_expr,) = find(r"const int tok = (tok0 \+ wm0 .*?);", store, 1)
     (part_expr,) = find(r"reinterpret_cast<float2\*>\(part \+ (.*?)\)\s*=", store, 1)
-    (stride_expr,) = find(r"constexpr int PART = (.*?);", store, 1)
+    (stride_arg,) = find(r"constexpr int PART = part_stride\((\w+)\);", store, 1)
+    (stride_expr,) = find(r"return (.*?);", body("__host__ __device__ constexpr int part_stride("), 1)
     ((band_tl, band_rl),) = find(r"const int tl = (.*?), rl = (.*?);", store, 1)
-    stride = evaluate(stride_expr, BN=BN)
+    stride = evaluate(stride_expr, bn={"BN": BN}[stride_arg])
     sums = np.zeros((m, n))
     writes = np.zeros((m, n), dtype=np.int64)
     for bx in range(-(-m // BM)):

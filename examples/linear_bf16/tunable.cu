@@ -325,14 +325,19 @@ __device__ __forceinline__ int swizzle(int r, int q)
 // stages (the last runs may be short or empty), then add their partial tiles: after a cluster
 // barrier, block `rank` adds its band of BM / S tokens from all S partials, in rank order 0 .. S-1,
 // and stores it; a second barrier keeps every block's shared memory alive until all have read it.
+// Floats per row of a partial tile BN wide: float2 stores without bank conflicts.
+__host__ __device__ constexpr int part_stride(int bn)
+{
+    return bn + 8;
+}
+
 template <int BM, int BN, int WM, int WN, int STAGES, int S>
 struct Tile {
     static constexpr int bm = BM, threads = 32 * WM * WN;
     static constexpr int mt = BM / WM / 16, nt = BN / WN / 8;  // MMA tiles per warp
     static constexpr int stage_bytes = (BM + BN) * 64;
     static constexpr int copies = (BM + BN) * 4 / threads;    // 16-byte copies per thread and stage
-    static constexpr int part_stride = BN + 8;  // floats per partial row: float2 stores without bank conflicts
-    static constexpr int part_bytes = S > 1 ? BM * part_stride * 4 : 0;
+    static constexpr int part_bytes = S > 1 ? BM * part_stride(BN) * 4 : 0;
     static constexpr int smem_bytes = STAGES * stage_bytes > part_bytes ? STAGES * stage_bytes : part_bytes;
     static_assert(mt >= 1 && nt >= 1 && BM % S == 0 && (BM + BN) * 4 % threads == 0, "tile shape");
 };
@@ -414,7 +419,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MT][NT][4], int wm
                 }
         }
     } else {
-        constexpr int PART = BN + 8;  // floats per partial row: float2 stores without bank conflicts
+        constexpr int PART = part_stride(BN);
         static_assert(BM % S == 0, "the cluster's blocks split the tile's tokens evenly");
         __syncthreads();  // every warp is done with the ring: it now holds this block's partial tile
         float* part = reinterpret_cast<float*>(smem);
@@ -520,8 +525,8 @@ __device__ __forceinline__ void tile_gemm(const bf16* __restrict__ x, const bf16
 }
 
 template <int BM, int BN, int WM, int WN, int STAGES, int S>
-__device__ __forceinline__ void tile_kernel(const bf16* x, const bf16* W, const bf16* b, bf16* y, int m, int n, int k,
-                                            unsigned char* smem)
+__device__ __forceinline__ void mma_tile_kernel(const bf16* x, const bf16* W, const bf16* b, bf16* y, int m, int n,
+                                                int k, unsigned char* smem)
 {
     if (k % 8 == 0 && aligned16(x) && aligned16(W))
         tile_gemm<BM, BN, WM, WN, STAGES, S, true>(x, W, b, y, m, n, k, smem);
@@ -539,7 +544,7 @@ __device__ __forceinline__ void tile_kernel(const bf16* x, const bf16* W, const 
 // STAGES - 2 stages are in flight. Elsewhere the same entries run the mma.sync tiles.
 
 template <int BM, int BN, int WGN, int STAGES>
-struct Wide {
+struct WgTile {
     static constexpr int wn = BN / WGN, threads = 128 * (BM / 64) * WGN;
     static constexpr int stage_bytes = (BM + BN) * 128;
     static constexpr int smem_bytes = STAGES * stage_bytes + 1024;  // + 1024: to align the ring
@@ -653,11 +658,11 @@ __device__ __forceinline__ void load_rows(unsigned char* stage, int at, const bf
 }
 
 template <int BM, int BN, int WGN, int STAGES, int S, bool VEC>
-__device__ __forceinline__ void wide_gemm(const bf16* __restrict__ x, const bf16* __restrict__ W,
+__device__ __forceinline__ void wgmma_gemm(const bf16* __restrict__ x, const bf16* __restrict__ W,
                                           const bf16* __restrict__ b, bf16* __restrict__ y, int m, int n, int k,
                                           unsigned char* smem)
 {
-    using T = Wide<BM, BN, WGN, STAGES>;
+    using T = WgTile<BM, BN, WGN, STAGES>;
     constexpr int WNR = T::wn, THREADS = T::threads;
     smem += (1024 - ((unsigned)__cvta_generic_to_shared(smem) & 1023)) & 1023;
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
@@ -711,28 +716,28 @@ __device__ __forceinline__ void wide_gemm(const bf16* __restrict__ x, const bf16
 // BM x BN tiles, S blocks of a cluster per tile: wgmma with STAGES stages where the target has it,
 // else mma.sync tiles of 8 warps with FALLBACK stages (the launch's shared_bytes covers both).
 template <int BM, int BN, int WGN, int STAGES, int S, int FALLBACK>
-__device__ __forceinline__ void wide_kernel(const bf16* x, const bf16* W, const bf16* b, bf16* y, int m, int n, int k)
+__device__ __forceinline__ void tile_entry(const bf16* x, const bf16* W, const bf16* b, bf16* y, int m, int n, int k)
 {
     extern __shared__ __align__(128) unsigned char smem[];
-    static_assert(Wide<BM, BN, WGN, STAGES>::threads == 256 && Tile<BM, BN, 2, 4, FALLBACK, S>::threads == 256,
+    static_assert(WgTile<BM, BN, WGN, STAGES>::threads == 256 && Tile<BM, BN, 2, 4, FALLBACK, S>::threads == 256,
                   "both paths: one block of 256 threads");
-    static_assert(Tile<BM, BN, 2, 4, FALLBACK, S>::smem_bytes <= Wide<BM, BN, WGN, STAGES>::smem_bytes,
+    static_assert(Tile<BM, BN, 2, 4, FALLBACK, S>::smem_bytes <= WgTile<BM, BN, WGN, STAGES>::smem_bytes,
                   "the launch's shared_bytes covers both paths");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     if (k % 8 == 0 && aligned16(x) && aligned16(W))
-        wide_gemm<BM, BN, WGN, STAGES, S, true>(x, W, b, y, m, n, k, smem);
+        wgmma_gemm<BM, BN, WGN, STAGES, S, true>(x, W, b, y, m, n, k, smem);
     else
-        wide_gemm<BM, BN, WGN, STAGES, S, false>(x, W, b, y, m, n, k, smem);
+        wgmma_gemm<BM, BN, WGN, STAGES, S, false>(x, W, b, y, m, n, k, smem);
 #else
-    tile_kernel<BM, BN, 2, 4, FALLBACK, S>(x, W, b, y, m, n, k, smem);
+    mma_tile_kernel<BM, BN, 2, 4, FALLBACK, S>(x, W, b, y, m, n, k, smem);
 #endif
 }
 
 // The launch's shared_bytes: 64 x 128 tiles (split4, split2, mid) MS stages of 24 KiB, 128 x 128
 // tiles (gemm) 5 of 32 KiB, 128 x 256 tiles (wide) 4 of 48 KiB; each 1 KiB more to align the ring.
-static_assert(Wide<64, 128, 2, MS>::smem_bytes == 24576 * MS + 1024, "the launch's shared_bytes, 64 x 128 tiles");
-static_assert(Wide<128, 128, 1, 5>::smem_bytes == 164864, "the launch's shared_bytes, 128 x 128 tiles");
-static_assert(Wide<128, 256, 1, 4>::smem_bytes == 197632, "the launch's shared_bytes, 128 x 256 tiles");
+static_assert(WgTile<64, 128, 2, MS>::smem_bytes == 24576 * MS + 1024, "the launch's shared_bytes, 64 x 128 tiles");
+static_assert(WgTile<128, 128, 1, 5>::smem_bytes == 164864, "the launch's shared_bytes, 128 x 128 tiles");
+static_assert(WgTile<128, 256, 1, 4>::smem_bytes == 197632, "the launch's shared_bytes, 128 x 256 tiles");
 
 extern "C" __global__ void __launch_bounds__(256)
 linear_gelu_bf16_split4(const __nv_bfloat16* x, const __nv_bfloat16* W, const __nv_bfloat16* b, __nv_bfloat16* y,
@@ -742,7 +747,7 @@ extern "C" __global__ void __launch_bounds__(256)
 linear_gelu_bf16_split4(const __nv_bfloat16* x, const __nv_bfloat16* W, const __nv_bfloat16* b, __nv_bfloat16* y,
                         int m, int n, int k)
 {
-    wide_kernel<64, 128, 2, MS, 4, MS>(x, W, b, y, m, n, k);
+    tile_entry<64, 128, 2, MS, 4, MS>(x, W, b, y, m, n, k);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
@@ -753,26 +758,26 @@ extern "C" __global__ void __launch_bounds__(256)
 linear_gelu_bf16_split2(const __nv_bfloat16* x, const __nv_bfloat16* W, const __nv_bfloat16* b, __nv_bfloat16* y,
                         int m, int n, int k)
 {
-    wide_kernel<64, 128, 2, MS, 2, MS>(x, W, b, y, m, n, k);
+    tile_entry<64, 128, 2, MS, 2, MS>(x, W, b, y, m, n, k);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
 linear_gelu_bf16(const __nv_bfloat16* x, const __nv_bfloat16* W, const __nv_bfloat16* b, __nv_bfloat16* y,
                  int m, int n, int k)
 {
-    wide_kernel<64, 128, 2, MS, 1, MS>(x, W, b, y, m, n, k);
+    tile_entry<64, 128, 2, MS, 1, MS>(x, W, b, y, m, n, k);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 1)
 linear_gelu_bf16_gemm(const __nv_bfloat16* x, const __nv_bfloat16* W, const __nv_bfloat16* b, __nv_bfloat16* y,
                       int m, int n, int k)
 {
-    wide_kernel<128, 128, 1, 5, 1, GS>(x, W, b, y, m, n, k);
+    tile_entry<128, 128, 1, 5, 1, GS>(x, W, b, y, m, n, k);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 1)
 linear_gelu_bf16_wide(const __nv_bfloat16* x, const __nv_bfloat16* W, const __nv_bfloat16* b, __nv_bfloat16* y,
                       int m, int n, int k)
 {
-    wide_kernel<128, 256, 1, 4, 1, GS>(x, W, b, y, m, n, k);
+    tile_entry<128, 256, 1, 4, 1, GS>(x, W, b, y, m, n, k);
 }

@@ -21,6 +21,7 @@ from .nvrtc_build import CompileError, parse_ptxas, with_hints  # noqa: F401 (ca
 from .sandbox import PROGRAM_NAME, IncludeError, check_includes
 from .target import DEFAULT_ARCH
 
+
 @dataclass
 class Compiled:
     cubin: object  # cuda.core ObjectCode

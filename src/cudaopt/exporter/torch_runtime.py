@@ -70,7 +70,8 @@ class _Loaded:
         self.context = _check(driver.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
         self.context_id = int(self.context)
         _check(driver.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
-        arch = f"sm_{props.major}{props.minor}" + ("a" if props.major >= 9 else "")  # as the harness targets it
+        # the target the harness compiled for (compilekit.target.target_arch; this text imports no cudaopt)
+        arch = f"sm_{props.major}{props.minor}" + ("a" if props.major >= 9 else "")
         self.cubin = compile_cubin(arch, self.num_sms)
         self.module = _check(driver.cuModuleLoadData(self.cubin), "cuModuleLoadData")
         self.functions = {}

@@ -422,9 +422,10 @@ def replay_tile(mem: Memory, kernel: str, vec: bool, path: str = "mma.sync") -> 
     (tok_expr,) = find(r"const int tok = (tok0 \+ wm0 .*?);", store, 1)
     (part_expr,) = find(r"reinterpret_cast<float2\*>\(part \+ (.*?)\)\s*=", store, 1)
     (stride_arg,) = find(r"constexpr int PART = part_stride\((\w+)\);", store, 1)
+    assert stride_arg == "BN", f"store_tile's partial rows are part_stride({stride_arg}), not of the tile's width BN"
     (stride_expr,) = find(r"return (.*?);", body("__host__ __device__ constexpr int part_stride("), 1)
     ((band_tl, band_rl),) = find(r"const int tl = (.*?), rl = (.*?);", store, 1)
-    stride = evaluate(stride_expr, bn={"BN": BN}[stride_arg])
+    stride = evaluate(stride_expr, bn=BN)
     sums = np.zeros((m, n))
     writes = np.zeros((m, n), dtype=np.int64)
     for bx in range(-(-m // BM)):

@@ -319,18 +319,18 @@ __device__ __forceinline__ int swizzle(int r, int q)
     return r * 64 + ((q ^ (r >> 1)) & 3) * 16;
 }
 
-// A BM x BN tile of outputs (BM tokens, BN rows of W) per block of WM x WN warps, each warp
-// (BM / WM) x (BN / WN) of it; k in 32-column stages, STAGES of them in a ring of shared memory.
-// S > 1: the S blocks of a cluster (grid z) sum the products over their own run of k, whole
-// stages (the last runs may be short or empty), then add their partial tiles: after a cluster
-// barrier, block `rank` adds its band of BM / S tokens from all S partials, in rank order 0 .. S-1,
-// and stores it; a second barrier keeps every block's shared memory alive until all have read it.
 // Floats per row of a partial tile BN wide: float2 stores without bank conflicts.
 __host__ __device__ constexpr int part_stride(int bn)
 {
     return bn + 8;
 }
 
+// A BM x BN tile of outputs (BM tokens, BN rows of W) per block of WM x WN warps, each warp
+// (BM / WM) x (BN / WN) of it; k in 32-column stages, STAGES of them in a ring of shared memory.
+// S > 1: the S blocks of a cluster (grid z) sum the products over their own run of k, whole
+// stages (the last runs may be short or empty), then add their partial tiles: after a cluster
+// barrier, block `rank` adds its band of BM / S tokens from all S partials, in rank order 0 .. S-1,
+// and stores it; a second barrier keeps every block's shared memory alive until all have read it.
 template <int BM, int BN, int WM, int WN, int STAGES, int S>
 struct Tile {
     static constexpr int bm = BM, threads = 32 * WM * WN;
@@ -659,8 +659,8 @@ __device__ __forceinline__ void load_rows(unsigned char* stage, int at, const bf
 
 template <int BM, int BN, int WGN, int STAGES, int S, bool VEC>
 __device__ __forceinline__ void wgmma_gemm(const bf16* __restrict__ x, const bf16* __restrict__ W,
-                                          const bf16* __restrict__ b, bf16* __restrict__ y, int m, int n, int k,
-                                          unsigned char* smem)
+                                           const bf16* __restrict__ b, bf16* __restrict__ y, int m, int n, int k,
+                                           unsigned char* smem)
 {
     using T = WgTile<BM, BN, WGN, STAGES>;
     constexpr int WNR = T::wn, THREADS = T::threads;
